@@ -1,0 +1,51 @@
+# Thin front door: deps / build / demo / test. Everything real lives in CMake and `sift`.
+BUILD_DIR ?= build
+BUILD_TYPE ?= RelWithDebInfo
+SIFT_CUDA ?= auto
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+DEMO_DIR ?= out/demo
+
+# Debian 12 packages the build and the tests need (architecture.md's table, as used so far).
+APT_PACKAGES := build-essential cmake ninja-build pkg-config libabsl-dev libyaml-cpp-dev \
+  libcli11-dev nlohmann-json3-dev zlib1g-dev libprotobuf-dev protobuf-compiler libgtest-dev \
+  libgmock-dev python3
+
+.PHONY: all deps build demo test test-all clean format
+
+all: build
+
+# Idempotent: installs only what is missing.
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing $$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "make deps: all packages present"; fi
+
+$(BUILD_DIR)/build.ninja:
+	@command -v cmake >/dev/null && command -v ninja >/dev/null && [ -d /usr/lib/x86_64-linux-gnu/cmake/absl ] || $(MAKE) deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DSIFT_CUDA=$(SIFT_CUDA) $(CMAKE_FLAGS)
+
+build: deps $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The embedded default: generate the small synthetic dataset and print its summary.
+demo: build
+	$(BUILD_DIR)/sift data gen --preset small --seed 1 --out $(DEMO_DIR)/small
+	$(BUILD_DIR)/sift data inspect $(DEMO_DIR)/small
+
+# Every test but the gpu-labelled ones (unit, integration, slow).
+test: build
+	cd $(BUILD_DIR) && ctest -LE gpu --output-on-failure -j $(JOBS) --timeout 900
+
+# Everything, including gpu tests (skip themselves without a device).
+test-all: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+format:
+	git ls-files '*.cc' '*.h' '*.cu' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD_DIR)

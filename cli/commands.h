@@ -1,0 +1,26 @@
+// The subcommands of `sift`. Each Add* registers one subcommand (its flags and help) under
+// `parent`; when the user selects it, its callback stores the work to do in *action, and main()
+// runs that after parsing. Commands are thin: parse flags into an options struct, call a library.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "common/status.h"
+
+namespace sift::cli {
+
+using Action = std::function<Status()>;
+
+void AddDataGen(CLI::App* data, Action* action);      // sift data gen
+void AddDataAmazon(CLI::App* data, Action* action);   // sift data amazon
+void AddDataConvert(CLI::App* data, Action* action);  // sift data convert
+void AddDataInspect(CLI::App* data, Action* action);  // sift data inspect
+void AddBenchLoader(CLI::App* bench, Action* action); // sift bench loader
+void AddDevice(CLI::App* app, Action* action);        // sift device
+
+// The full command line, as typed (benchmarks print it).
+const std::string& CommandLine();
+
+}  // namespace sift::cli

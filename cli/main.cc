@@ -1,0 +1,55 @@
+// sift: one binary for every role. Parses the command line, runs the selected subcommand, maps
+// its Status to an exit code: 0 success, 1 failure (message on stderr), 2 usage error.
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_join.h"
+#include "cli/commands.h"
+
+namespace sift::cli {
+namespace {
+std::string g_command_line;
+}  // namespace
+
+const std::string& CommandLine() { return g_command_line; }
+
+}  // namespace sift::cli
+
+int main(int argc, char** argv) {
+  using namespace sift::cli;
+  g_command_line = absl::StrJoin(argv, argv + argc, " ");
+
+  CLI::App app{"sift: train search-based interest models (SIM, DIEN, DIN) on long behaviour "
+               "sequences"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("sift ") + SIFT_VERSION);
+  Action action;
+
+  CLI::App* data = app.add_subcommand("data", "Datasets: generate, import, convert, inspect");
+  data->require_subcommand(1);
+  AddDataGen(data, &action);
+  AddDataAmazon(data, &action);
+  AddDataConvert(data, &action);
+  AddDataInspect(data, &action);
+
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  AddBenchLoader(bench, &action);
+
+  AddDevice(&app, &action);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (!action) return 2;
+  sift::Status s = action();
+  if (!s.ok()) {
+    std::fflush(stdout);
+    std::cerr << "sift: error: " << s.message() << "\n";
+    return 1;
+  }
+  return 0;
+}

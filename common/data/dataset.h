@@ -1,0 +1,73 @@
+// Dataset: a sift dataset directory opened for reading — feature_spec.yaml plus either a
+// timeline (users.bin + events.bin, source type sift_timeline) or explicit samples
+// (train.samples.bin + test.samples.bin, source type sift_samples).
+//
+// Also the writers that lay out such a directory, so the generator, the Amazon import and the
+// TFRecord import all produce the same thing. Immutable after Open; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/data/feature_spec.h"
+#include "common/data/sample_source.h"
+#include "common/data/samples_file.h"
+#include "common/data/timeline.h"
+#include "common/status.h"
+
+namespace sift::data {
+
+inline constexpr char kFeatureSpecFile[] = "feature_spec.yaml";
+inline constexpr char kTrainSamplesFile[] = "train.samples.bin";
+inline constexpr char kTestSamplesFile[] = "test.samples.bin";
+// Version of the directory layout, written to metadata.sift.format_version.
+inline constexpr int kDatasetFormatVersion = 1;
+
+class Dataset {
+ public:
+  // Opens `dir`. With `verify`, every file's payload checksum is checked too (reads all bytes).
+  // A reference TFRecord directory is rejected with a hint to import it.
+  static StatusOr<std::unique_ptr<Dataset>> Open(const std::string& dir, bool verify = false);
+
+  const std::string& dir() const { return dir_; }
+  const FeatureSpec& spec() const { return spec_; }
+  const SampleSource& samples() const { return *samples_; }
+  // The timeline, or null for an explicit-samples dataset.
+  const Timeline* timeline() const { return timeline_.get(); }
+  const SamplesFile* samples_file(Split s) const {
+    return s == Split::kTrain ? train_file_.get() : test_file_.get();
+  }
+  uint64_t negative_seed() const { return negative_seed_; }
+  // "sift_timeline" or "sift_samples".
+  const std::string& source_type() const { return source_type_; }
+  // Full checksum verification of every data file.
+  Status Verify() const;
+
+ private:
+  Dataset() = default;
+  std::string dir_, source_type_;
+  FeatureSpec spec_;
+  uint64_t negative_seed_ = 0;
+  std::unique_ptr<Timeline> timeline_;
+  std::unique_ptr<SamplesFile> train_file_, test_file_;
+  std::unique_ptr<SampleSource> samples_;
+};
+
+// Writes a timeline dataset: users.bin, events.bin and feature_spec.yaml (reference schema with
+// history length `history`, source type sift_timeline). `cardinalities` = user features then
+// item features. `metadata` is stored under feature_spec.yaml's metadata, with
+// metadata.sift.{format_version, negative_seed} added.
+Status WriteTimelineDataset(const std::string& dir, const TimelineData& timeline,
+                            const std::vector<int64_t>& user_cardinalities,
+                            const std::vector<int64_t>& item_cardinalities,
+                            uint64_t negative_seed, const YAML::Node& metadata,
+                            int64_t history = 100);
+
+// Writes the feature_spec.yaml of an explicit-samples dataset whose sample files are already
+// in `dir` (written with SamplesFileWriter to kTrainSamplesFile / kTestSamplesFile).
+Status WriteSamplesDatasetSpec(const std::string& dir, const FeatureSpec& reference_spec,
+                               const YAML::Node& metadata);
+
+}  // namespace sift::data

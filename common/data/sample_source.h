@@ -1,0 +1,78 @@
+// SampleSource: turns (split, sample index) into one row of a Batch. Two implementations:
+//
+// - TimelineSamples derives samples from a Timeline (docs/data.md section 1, model-spec 7.5):
+//   train sample index s -> pair p = s / 2, label = 1 for even s, 0 for odd s (the positive and
+//   its label-0 twin are adjacent); pairs are user-major: user u owns L_u - 2 pairs whose targets
+//   are its events 2..L_u-1 (1-based). Test sample s -> user s / 2, target = the user's last event.
+//   The history is the up-to-T events before the target. Negatives come from negatives.h.
+// - ExplicitSamples reads stored samples (samples_file.h), re-padded to the requested length.
+//
+// Both are immutable and thread-safe: loader threads call Materialize() concurrently on
+// different rows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/data/batch.h"
+#include "common/data/samples_file.h"
+#include "common/data/timeline.h"
+
+namespace sift::data {
+
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual int64_t NumSamples(Split split) const = 0;
+  virtual int num_user_features() const = 0;
+  virtual int num_item_features() const = 0;
+  // Writes sample `index` of `split` into row `row` of `batch`, whose history shape
+  // (long_len, short_len, has_long_negatives) was set by Batch::Allocate.
+  // REQUIRES: 0 <= index < NumSamples(split); 0 <= row < batch->capacity; the batch was
+  // allocated with this source's feature counts.
+  virtual void Materialize(Split split, int64_t index, int64_t row, Batch* batch) const = 0;
+  // 0-based user of a sample (its row in the user table for timelines; the stored user id - 1
+  // for explicit samples).
+  virtual int64_t UserOf(Split split, int64_t index) const = 0;
+};
+
+class TimelineSamples final : public SampleSource {
+ public:
+  // `timeline` must outlive this object.
+  TimelineSamples(const Timeline* timeline, uint64_t negative_seed);
+
+  int64_t NumSamples(Split split) const override;
+  int num_user_features() const override { return timeline_->num_user_features(); }
+  int num_item_features() const override { return timeline_->num_item_features(); }
+  void Materialize(Split split, int64_t index, int64_t row, Batch* batch) const override;
+  int64_t UserOf(Split split, int64_t index) const override;
+
+  // The user and the 0-based position of the target within the user's events.
+  void Locate(Split split, int64_t index, int64_t* user, int64_t* target_pos) const;
+  uint64_t negative_seed() const { return seed_; }
+
+ private:
+  const Timeline* timeline_;
+  uint64_t seed_;
+  std::vector<int64_t> pair_offsets_;  // [U+1]: first train pair of each user
+};
+
+class ExplicitSamples final : public SampleSource {
+ public:
+  // Either file may be null (a split with no samples). Files must outlive this object.
+  ExplicitSamples(const SamplesFile* train, const SamplesFile* test);
+
+  int64_t NumSamples(Split split) const override;
+  int num_user_features() const override;
+  int num_item_features() const override;
+  void Materialize(Split split, int64_t index, int64_t row, Batch* batch) const override;
+  int64_t UserOf(Split split, int64_t index) const override;
+
+ private:
+  const SamplesFile* file(Split s) const { return s == Split::kTrain ? train_ : test_; }
+  const SamplesFile* train_;
+  const SamplesFile* test_;
+};
+
+}  // namespace sift::data
