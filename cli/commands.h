@@ -13,12 +13,12 @@ namespace sift::cli {
 
 using Action = std::function<Status()>;
 
-void AddDataGen(CLI::App* data, Action* action);      // sift data gen
-void AddDataAmazon(CLI::App* data, Action* action);   // sift data amazon
-void AddDataConvert(CLI::App* data, Action* action);  // sift data convert
-void AddDataInspect(CLI::App* data, Action* action);  // sift data inspect
-void AddBenchLoader(CLI::App* bench, Action* action); // sift bench loader
-void AddDevice(CLI::App* app, Action* action);        // sift device
+void AddDataGen(CLI::App* data, Action* action);       // sift data gen
+void AddDataAmazon(CLI::App* data, Action* action);    // sift data amazon
+void AddDataConvert(CLI::App* data, Action* action);   // sift data convert
+void AddDataInspect(CLI::App* data, Action* action);   // sift data inspect
+void AddBenchLoader(CLI::App* bench, Action* action);  // sift bench loader
+void AddDevice(CLI::App* app, Action* action);         // sift device
 
 // The full command line, as typed (benchmarks print it).
 const std::string& CommandLine();

@@ -23,7 +23,8 @@ void AddDevice(CLI::App* app, Action* action) {
                     static_cast<double>(d.total_memory_bytes) / (1u << 30), d.clock_khz / 1e6);
       }
 #else
-      std::printf("this sift was built without CUDA (SIFT_CUDA=off or no nvcc): CPU backend only\n");
+      std::printf(
+          "this sift was built without CUDA (SIFT_CUDA=off or no nvcc): CPU backend only\n");
 #endif
       return absl::OkStatus();
     };

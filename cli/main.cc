@@ -19,8 +19,9 @@ int main(int argc, char** argv) {
   using namespace sift::cli;
   g_command_line = absl::StrJoin(argv, argv + argc, " ");
 
-  CLI::App app{"sift: train search-based interest models (SIM, DIEN, DIN) on long behaviour "
-               "sequences"};
+  CLI::App app{
+      "sift: train search-based interest models (SIM, DIEN, DIN) on long behaviour "
+      "sequences"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("sift ") + SIFT_VERSION);
   Action action;

@@ -33,9 +33,8 @@ uint32_t ExtendPortable(uint32_t crc, const uint8_t* p, size_t n) {
     uint64_t w;
     std::memcpy(&w, p, 8);
     w ^= crc;
-    crc = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^ t[5][(w >> 16) & 0xff] ^
-          t[4][(w >> 24) & 0xff] ^ t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^
-          t[1][(w >> 48) & 0xff] ^ t[0][w >> 56];
+    crc = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^ t[5][(w >> 16) & 0xff] ^ t[4][(w >> 24) & 0xff] ^
+          t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^ t[1][(w >> 48) & 0xff] ^ t[0][w >> 56];
     p += 8;
     n -= 8;
   }

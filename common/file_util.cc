@@ -47,7 +47,8 @@ std::string JoinPath(absl::string_view dir, absl::string_view name) {
 Status MakeDirs(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create directory: ", ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrCat(dir, ": cannot create directory: ", ec.message()));
   return absl::OkStatus();
 }
 

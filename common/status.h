@@ -18,10 +18,10 @@ using absl::Status;
 using absl::StatusOr;
 
 // Evaluates `expr` (an absl::Status); returns it from the enclosing function when not OK.
-#define SIFT_RETURN_IF_ERROR(expr)                  \
-  do {                                              \
-    ::absl::Status sift_status_ = (expr);           \
-    if (!sift_status_.ok()) return sift_status_;    \
+#define SIFT_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::absl::Status sift_status_ = (expr);        \
+    if (!sift_status_.ok()) return sift_status_; \
   } while (0)
 
 #define SIFT_STATUS_CONCAT_INNER_(a, b) a##b

@@ -42,9 +42,8 @@ void ThreadPool::WorkerLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](ThreadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-            return p->stop_ || !p->queue_.empty();
-          },
+          +[](ThreadPool* p)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stop_ || !p->queue_.empty(); },
           this));
       if (queue_.empty()) return;  // stop_ and drained
       task = std::move(queue_.front());
@@ -85,9 +84,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   std::pair<Shared*, int64_t> wait_arg(shared.get(), chunks);
   absl::MutexLock lock(&shared->mu);
   shared->mu.Await(absl::Condition(
-      +[](std::pair<Shared*, int64_t>* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return a->first->done == a->second;
-      },
+      +[](std::pair<Shared*, int64_t>* a)
+           ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->first->done == a->second; },
       &wait_arg));
 }
 

@@ -15,8 +15,8 @@ enum class Split { kTrain = 0, kTest = 1 };
 inline const char* SplitName(Split s) { return s == Split::kTrain ? "train" : "test"; }
 
 struct HistoryOptions {
-  int max_history = 100;       // T: history slots per sample (may exceed 100: lifelong sequences)
-  int short_history = 10;      // T_S: the newest slots, fed to DIEN; long = T - T_S
+  int max_history = 100;        // T: history slots per sample (may exceed 100: lifelong sequences)
+  int short_history = 10;       // T_S: the newest slots, fed to DIEN; long = T - T_S
   bool long_negatives = false;  // also draw negatives for the long slots (TFRecord export only)
 };
 
@@ -29,17 +29,17 @@ struct Batch {
   int short_len = 0;          // T_S
   bool has_long_negatives = false;
 
-  std::vector<int64_t> index;        // [cap] sample index within the split
-  std::vector<float> label;          // [cap] 1 or 0
-  std::vector<int32_t> hist_len;     // [cap] valid history slots, <= T
-  std::vector<int32_t> user;         // [UF][cap]
-  std::vector<int32_t> target;       // [F][cap]
-  std::vector<int32_t> long_hist;    // [F][cap][T_L]
-  std::vector<int32_t> short_hist;   // [F][cap][T_S]
-  std::vector<int32_t> short_neg;    // [F][cap][T_S]
-  std::vector<int32_t> long_neg;     // [F][cap][T_L], only when has_long_negatives
-  std::vector<float> long_mask;      // [cap][T_L] 1 where long_hist[0] > 0
-  std::vector<float> short_mask;     // [cap][T_S]
+  std::vector<int64_t> index;       // [cap] sample index within the split
+  std::vector<float> label;         // [cap] 1 or 0
+  std::vector<int32_t> hist_len;    // [cap] valid history slots, <= T
+  std::vector<int32_t> user;        // [UF][cap]
+  std::vector<int32_t> target;      // [F][cap]
+  std::vector<int32_t> long_hist;   // [F][cap][T_L]
+  std::vector<int32_t> short_hist;  // [F][cap][T_S]
+  std::vector<int32_t> short_neg;   // [F][cap][T_S]
+  std::vector<int32_t> long_neg;    // [F][cap][T_L], only when has_long_negatives
+  std::vector<float> long_mask;     // [cap][T_L] 1 where long_hist[0] > 0
+  std::vector<float> short_mask;    // [cap][T_S]
 
   // Sizes every array for `capacity` rows. Reuses memory when already large enough.
   void Allocate(int64_t cap, int user_features, int item_features, const HistoryOptions& h) {

@@ -91,9 +91,9 @@ StatusOr<BinaryFile> BinaryFile::Open(const std::string& path, absl::string_view
   }
   std::string got_magic(reinterpret_cast<const char*>(p), 8);
   if (got_magic != magic) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": bad magic: expected \"", magic, "\", found \"",
-                     absl::CEscape(got_magic), "\" (not a sift file of this kind)"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": bad magic: expected \"", magic,
+                                                   "\", found \"", absl::CEscape(got_magic),
+                                                   "\" (not a sift file of this kind)"));
   }
   if (GetU32(p + 60) != Crc32c(p, 60)) {
     return absl::DataLossError(absl::StrCat(path, ": header checksum mismatch (corrupt header)"));
@@ -102,8 +102,8 @@ StatusOr<BinaryFile> BinaryFile::Open(const std::string& path, absl::string_view
   h.magic = got_magic;
   h.version = GetU32(p + 8);
   if (h.version != kBinaryFormatVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported format version ",
-                                                   h.version, " (this sift reads version ",
+    return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported format version ", h.version,
+                                                   " (this sift reads version ",
                                                    kBinaryFormatVersion, ")"));
   }
   if (GetU32(p + 12) != kHeaderSize) {
@@ -114,9 +114,9 @@ StatusOr<BinaryFile> BinaryFile::Open(const std::string& path, absl::string_view
   for (int i = 0; i < 3; ++i) h.counts[i] = GetU64(p + 32 + 8 * i);
   uint64_t expected = kHeaderSize + h.payload_size;
   if (f.file_.size() != expected) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": ", f.file_.size() < expected ? "truncated" : "trailing bytes", ": file has ",
-        f.file_.size(), " bytes, header says ", expected));
+    return absl::DataLossError(
+        absl::StrCat(path, ": ", f.file_.size() < expected ? "truncated" : "trailing bytes",
+                     ": file has ", f.file_.size(), " bytes, header says ", expected));
   }
   if (verify) SIFT_RETURN_IF_ERROR(f.VerifyPayload());
   return f;

@@ -7,8 +7,8 @@ namespace {
 
 std::vector<std::string> MaterialisedFeatures(const FeatureSpec& s) {
   std::vector<std::string> out;
-  for (const char* ch : {kLabelChannel, kUserChannel, kTargetChannel, kPositiveChannel,
-                         kNegativeChannel}) {
+  for (const char* ch :
+       {kLabelChannel, kUserChannel, kTargetChannel, kPositiveChannel, kNegativeChannel}) {
     for (const auto& f : s.channel_spec.at(ch)) out.push_back(f);
   }
   return out;
@@ -64,10 +64,10 @@ StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, bool ve
                           SamplesFile::Open(JoinPath(dir, kTestSamplesFile), verify));
     for (const SamplesFile* f : {d->train_file_.get(), d->test_file_.get()}) {
       if (f->shape().item_features != F || f->shape().user_features != UF) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dir, ": feature_spec.yaml declares ", UF, " user / ", F,
-            " item features but a samples file holds ", f->shape().user_features, " / ",
-            f->shape().item_features));
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir, ": feature_spec.yaml declares ", UF, " user / ", F,
+                         " item features but a samples file holds ", f->shape().user_features,
+                         " / ", f->shape().item_features));
       }
     }
     d->samples_ = std::make_unique<ExplicitSamples>(d->train_file_.get(), d->test_file_.get());
@@ -87,9 +87,8 @@ Status Dataset::Verify() const {
 
 Status WriteTimelineDataset(const std::string& dir, const TimelineData& timeline,
                             const std::vector<int64_t>& user_cardinalities,
-                            const std::vector<int64_t>& item_cardinalities,
-                            uint64_t negative_seed, const YAML::Node& metadata,
-                            int64_t history) {
+                            const std::vector<int64_t>& item_cardinalities, uint64_t negative_seed,
+                            const YAML::Node& metadata, int64_t history) {
   if (static_cast<int>(user_cardinalities.size()) != timeline.num_user_features ||
       static_cast<int>(item_cardinalities.size()) != timeline.num_item_features) {
     return absl::InvalidArgumentError("timeline dataset: cardinalities do not match features");

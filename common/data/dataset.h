@@ -61,9 +61,8 @@ class Dataset {
 // metadata.sift.{format_version, negative_seed} added.
 Status WriteTimelineDataset(const std::string& dir, const TimelineData& timeline,
                             const std::vector<int64_t>& user_cardinalities,
-                            const std::vector<int64_t>& item_cardinalities,
-                            uint64_t negative_seed, const YAML::Node& metadata,
-                            int64_t history = 100);
+                            const std::vector<int64_t>& item_cardinalities, uint64_t negative_seed,
+                            const YAML::Node& metadata, int64_t history = 100);
 
 // Writes the feature_spec.yaml of an explicit-samples dataset whose sample files are already
 // in `dir` (written with SamplesFileWriter to kTrainSamplesFile / kTestSamplesFile).

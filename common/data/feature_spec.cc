@@ -148,8 +148,8 @@ Status FeatureSpec::Validate(const std::string& path) const {
   }
   for (const auto& [ch, feats] : channel_spec) {
     if (std::find(std::begin(kChannels), std::end(kChannels), ch) == std::end(kChannels)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": channel_spec: unknown channel '", ch,
-                                                     "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": channel_spec: unknown channel '", ch, "'"));
     }
     for (const auto& f : feats) {
       auto it = feature_spec.find(f);
@@ -160,9 +160,8 @@ Status FeatureSpec::Validate(const std::string& path) const {
       const FeatureInfo& info = it->second;
       static const std::set<std::string> kDtypes = {"int64", "int32", "bool", "int8", "float32"};
       if (!kDtypes.count(info.dtype)) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": feature_spec.", f,
-                                                       ".dtype: unsupported dtype '", info.dtype,
-                                                       "'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": feature_spec.", f, ".dtype: unsupported dtype '", info.dtype, "'"));
       }
       bool categorical = absl::string_view(ch) != kLabelChannel;
       if (categorical && info.cardinality <= 0) {
@@ -174,8 +173,8 @@ Status FeatureSpec::Validate(const std::string& path) const {
                                                        ".cardinality: ", info.cardinality,
                                                        " exceeds the int32 id range"));
       }
-      bool history = absl::string_view(ch) == kPositiveChannel ||
-                     absl::string_view(ch) == kNegativeChannel;
+      bool history =
+          absl::string_view(ch) == kPositiveChannel || absl::string_view(ch) == kNegativeChannel;
       if (history && (info.dimensions.size() != 1 || info.dimensions[0] <= 0)) {
         return absl::InvalidArgumentError(absl::StrCat(
             path, ": feature_spec.", f, ".dimensions: a history feature needs [length]"));

@@ -21,8 +21,7 @@ int64_t TimelineSamples::NumSamples(Split split) const {
   return split == Split::kTest ? 2 * timeline_->num_users() : 2 * pair_offsets_.back();
 }
 
-void TimelineSamples::Locate(Split split, int64_t index, int64_t* user,
-                             int64_t* target_pos) const {
+void TimelineSamples::Locate(Split split, int64_t index, int64_t* user, int64_t* target_pos) const {
   const int64_t pair = index >> 1;
   if (split == Split::kTest) {
     *user = pair;
@@ -92,8 +91,8 @@ void TimelineSamples::Materialize(Split split, int64_t index, int64_t row, Batch
         for (int f = 0; f < F; ++f) (is_long ? b->LongNeg(f, row) : b->ShortNeg(f, row))[j] = 0;
         continue;
       }
-      const int32_t* ev = tl.event(static_cast<int64_t>(
-          NegativeEvent(base, static_cast<uint32_t>(T - slot), E)));
+      const int32_t* ev =
+          tl.event(static_cast<int64_t>(NegativeEvent(base, static_cast<uint32_t>(T - slot), E)));
       for (int f = 0; f < F; ++f) (is_long ? b->LongNeg(f, row) : b->ShortNeg(f, row))[j] = ev[f];
     }
   };

@@ -6,8 +6,7 @@ constexpr char kSamplesMagic[] = "SIFTSMPL";
 
 std::array<uint64_t, 3> Counts(int64_t n, const SampleRecordShape& s) {
   return {static_cast<uint64_t>(n), static_cast<uint64_t>(s.history),
-          static_cast<uint64_t>(s.item_features) |
-              (static_cast<uint64_t>(s.user_features) << 32)};
+          static_cast<uint64_t>(s.item_features) | (static_cast<uint64_t>(s.user_features) << 32)};
 }
 }  // namespace
 
@@ -41,8 +40,7 @@ StatusOr<std::unique_ptr<SamplesFile>> SamplesFile::Open(const std::string& path
   }
   f->size_ = static_cast<int64_t>(c[0]);
   SectionReader r(f->file_);
-  SIFT_ASSIGN_OR_RETURN(const uint8_t* p,
-                        r.Next(c[0] * f->shape_.record_ints() * sizeof(int32_t)));
+  SIFT_ASSIGN_OR_RETURN(const uint8_t* p, r.Next(c[0] * f->shape_.record_ints() * sizeof(int32_t)));
   f->records_ = reinterpret_cast<const int32_t*>(p);
   if (verify) SIFT_RETURN_IF_ERROR(f->Verify());
   return f;

@@ -32,20 +32,19 @@ Status WriteTimeline(const std::string& dir, const TimelineData& t) {
   }
   SIFT_RETURN_IF_ERROR(MakeDirs(dir));
   BinaryFileWriter ev;
-  SIFT_RETURN_IF_ERROR(ev.Begin(JoinPath(dir, kEventsFile), kEventsMagic,
-                                {static_cast<uint64_t>(E), static_cast<uint64_t>(F),
-                                 t.timestamps.empty() ? 0u : 1u}));
+  SIFT_RETURN_IF_ERROR(ev.Begin(
+      JoinPath(dir, kEventsFile), kEventsMagic,
+      {static_cast<uint64_t>(E), static_cast<uint64_t>(F), t.timestamps.empty() ? 0u : 1u}));
   SIFT_RETURN_IF_ERROR(ev.Section(t.events.data(), t.events.size() * sizeof(int32_t)));
   if (!t.timestamps.empty()) {
     SIFT_RETURN_IF_ERROR(ev.Section(t.timestamps.data(), t.timestamps.size() * sizeof(int64_t)));
   }
   SIFT_RETURN_IF_ERROR(ev.Finish());
   BinaryFileWriter us;
-  SIFT_RETURN_IF_ERROR(us.Begin(JoinPath(dir, kUsersFile), kUsersMagic,
-                                {static_cast<uint64_t>(U), static_cast<uint64_t>(UF),
-                                 static_cast<uint64_t>(E)}));
   SIFT_RETURN_IF_ERROR(
-      us.Section(t.user_offsets.data(), t.user_offsets.size() * sizeof(uint64_t)));
+      us.Begin(JoinPath(dir, kUsersFile), kUsersMagic,
+               {static_cast<uint64_t>(U), static_cast<uint64_t>(UF), static_cast<uint64_t>(E)}));
+  SIFT_RETURN_IF_ERROR(us.Section(t.user_offsets.data(), t.user_offsets.size() * sizeof(uint64_t)));
   SIFT_RETURN_IF_ERROR(
       us.Section(t.user_features.data(), t.user_features.size() * sizeof(int32_t)));
   return us.Finish();
@@ -63,8 +62,7 @@ StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& dir, bool 
                                             ec[1], ", timestamps flag ", ec[2], ")"));
   }
   if (uc[1] > 64) {
-    return absl::DataLossError(
-        absl::StrCat(us_path, ": implausible user feature count ", uc[1]));
+    return absl::DataLossError(absl::StrCat(us_path, ": implausible user feature count ", uc[1]));
   }
   if (uc[2] != ec[0]) {
     return absl::InvalidArgumentError(absl::StrCat(us_path, " describes ", uc[2], " events but ",
@@ -92,13 +90,13 @@ StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& dir, bool 
     t->user_features_ = reinterpret_cast<const int32_t*>(f);
   }
   if (t->offsets_[0] != 0 || t->offsets_[t->num_users_] != ec[0]) {
-    return absl::DataLossError(absl::StrCat(us_path, ": user offsets do not span the ", ec[0],
-                                            " events"));
+    return absl::DataLossError(
+        absl::StrCat(us_path, ": user offsets do not span the ", ec[0], " events"));
   }
   for (int64_t u = 0; u < t->num_users_; ++u) {
     if (t->offsets_[u + 1] < t->offsets_[u] + 2) {
-      return absl::DataLossError(absl::StrCat(us_path, ": user ", u,
-                                              " has fewer than 2 events or offsets decrease"));
+      return absl::DataLossError(
+          absl::StrCat(us_path, ": user ", u, " has fewer than 2 events or offsets decrease"));
     }
   }
   return t;

@@ -30,10 +30,10 @@ inline constexpr char kUsersFile[] = "users.bin";
 struct TimelineData {
   int num_item_features = 2;
   int num_user_features = 1;
-  std::vector<int32_t> events;          // [E][F]
-  std::vector<int64_t> timestamps;      // [E] or empty
-  std::vector<uint64_t> user_offsets;   // [U+1], starts at 0
-  std::vector<int32_t> user_features;   // [U][UF]
+  std::vector<int32_t> events;         // [E][F]
+  std::vector<int64_t> timestamps;     // [E] or empty
+  std::vector<uint64_t> user_offsets;  // [U+1], starts at 0
+  std::vector<int32_t> user_features;  // [U][UF]
 
   int64_t num_users() const { return static_cast<int64_t>(user_offsets.size()) - 1; }
   int64_t num_events() const {
@@ -62,7 +62,9 @@ class Timeline {
   const int64_t* timestamps() const { return timestamps_; }  // null when absent
   uint64_t user_begin(int64_t u) const { return offsets_[u]; }
   uint64_t user_end(int64_t u) const { return offsets_[u + 1]; }
-  int64_t user_length(int64_t u) const { return static_cast<int64_t>(offsets_[u + 1] - offsets_[u]); }
+  int64_t user_length(int64_t u) const {
+    return static_cast<int64_t>(offsets_[u + 1] - offsets_[u]);
+  }
   const int32_t* user_features(int64_t u) const { return user_features_ + u * num_user_features_; }
 
   // Full payload checksums of both files.

@@ -1,0 +1,264 @@
+// The on-disk formats: round trips, and every kind of corrupt, truncated or mismatched input
+// gives an error naming the file and the problem (never a crash, never a silent wrong answer).
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "common/crc32c.h"
+#include "common/data/dataset.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/data/dataset_fixture.h"
+#include "tests/util/test_util.h"
+
+namespace sift::data {
+namespace {
+
+using sift::testing::RandomTimeline;
+using sift::testing::ReadAll;
+using sift::testing::TempDir;
+using sift::testing::WriteAll;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+class DatasetFormatTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    timeline_ = RandomTimeline(11, 25, 300, 7, 2, 40);
+    YAML::Node meta;
+    meta["note"] = "fixture";
+    ASSERT_TRUE(WriteTimelineDataset(dir_.path(), timeline_, {25}, {300, 7}, 5, meta).ok());
+  }
+  std::string Path(const char* name) const { return dir_.Sub(name); }
+  // Rewrites a file after applying `edit` to its bytes.
+  template <typename Fn>
+  void Edit(const char* name, Fn edit) {
+    std::string bytes = ReadAll(Path(name));
+    edit(bytes);
+    WriteAll(Path(name), bytes);
+  }
+  std::string OpenError(bool verify = false) {
+    auto ds = Dataset::Open(dir_.path(), verify);
+    EXPECT_FALSE(ds.ok());
+    return ds.ok() ? "" : std::string(ds.status().message());
+  }
+
+  TempDir dir_;
+  TimelineData timeline_;
+};
+
+TEST_F(DatasetFormatTest, RoundTrip) {
+  auto ds = Dataset::Open(dir_.path(), /*verify=*/true);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  const Timeline* t = (*ds)->timeline();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->num_users(), 25);
+  EXPECT_EQ(t->num_events(), timeline_.num_events());
+  EXPECT_TRUE(t->has_timestamps());
+  for (int64_t e = 0; e < t->num_events(); ++e) {
+    ASSERT_EQ(t->event(e)[0], timeline_.events[2 * e]);
+    ASSERT_EQ(t->event(e)[1], timeline_.events[2 * e + 1]);
+    ASSERT_EQ(t->timestamps()[e], timeline_.timestamps[e]);
+  }
+  for (int64_t u = 0; u <= 25; ++u) {
+    if (u < 25) EXPECT_EQ(t->user_features(u)[0], u + 1);
+  }
+  EXPECT_EQ((*ds)->negative_seed(), 5u);
+  EXPECT_EQ((*ds)->spec().metadata["note"].as<std::string>(), "fixture");
+  EXPECT_EQ((*ds)->spec().TableCardinalities(), (std::vector<int64_t>{25, 300, 7}));
+  EXPECT_EQ((*ds)->spec().HistoryLength(), 100);
+  EXPECT_EQ((*ds)->source_type(), kSourceTimeline);
+}
+
+TEST_F(DatasetFormatTest, FeatureSpecIsReferenceSchema) {
+  std::string yaml = ReadAll(Path(kFeatureSpecFile));
+  for (const char* key : {"channel_spec:", "feature_spec:", "metadata:", "source_spec:",
+                          "item_feat_0_pos:", "item_feat_1_neg:", "user_feat_0:",
+                          "dimensions: [100]", "type: sift_timeline", "negative_seed: 5"}) {
+    EXPECT_THAT(yaml, HasSubstr(key));
+  }
+  // Top-level keys sorted like yaml.dump.
+  EXPECT_LT(yaml.find("channel_spec:"), yaml.find("feature_spec:"));
+  EXPECT_LT(yaml.find("feature_spec:"), yaml.find("metadata:"));
+  EXPECT_LT(yaml.find("metadata:"), yaml.find("source_spec:"));
+}
+
+TEST_F(DatasetFormatTest, BadMagic) {
+  Edit(kEventsFile, [](std::string& b) { std::memcpy(b.data(), "GARBAGE!", 8); });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("bad magic")));
+}
+
+TEST_F(DatasetFormatTest, CorruptHeader) {
+  Edit(kUsersFile, [](std::string& b) { b[33] ^= 0x40; });  // a count byte
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kUsersFile)), HasSubstr("header checksum")));
+}
+
+TEST_F(DatasetFormatTest, Truncated) {
+  Edit(kEventsFile, [](std::string& b) { b.resize(b.size() - 10); });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("truncated")));
+  Edit(kEventsFile, [](std::string& b) { b.resize(20); });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("truncated")));
+}
+
+TEST_F(DatasetFormatTest, TrailingBytes) {
+  Edit(kUsersFile, [](std::string& b) { b += "xyz"; });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kUsersFile)), HasSubstr("trailing bytes")));
+}
+
+TEST_F(DatasetFormatTest, CorruptPayloadCaughtByVerify) {
+  Edit(kEventsFile, [](std::string& b) { b[64 + 17] ^= 0x01; });
+  // The fast open checks only headers and sizes...
+  EXPECT_TRUE(Dataset::Open(dir_.path(), false).ok());
+  // ...the full verification reads every byte.
+  EXPECT_THAT(OpenError(/*verify=*/true),
+              AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("payload checksum mismatch")));
+  auto ds = Dataset::Open(dir_.path(), false);
+  ASSERT_TRUE(ds.ok());
+  EXPECT_FALSE((*ds)->Verify().ok());
+}
+
+TEST_F(DatasetFormatTest, UnsupportedVersion) {
+  Edit(kEventsFile, [](std::string& b) {
+    uint32_t v = 7;
+    std::memcpy(b.data() + 8, &v, 4);
+    uint32_t crc = Crc32c(b.data(), 60);
+    std::memcpy(b.data() + 60, &crc, 4);
+  });
+  EXPECT_THAT(OpenError(),
+              AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("unsupported format version 7")));
+}
+
+TEST_F(DatasetFormatTest, FilesFromDifferentDatasets) {
+  TempDir other;
+  TimelineData t = RandomTimeline(12, 5, 300, 7, 3, 3);
+  ASSERT_TRUE(WriteTimelineDataset(other.path(), t, {5}, {300, 7}, 5, YAML::Node()).ok());
+  std::filesystem::copy_file(other.Sub(kEventsFile), Path(kEventsFile),
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_THAT(OpenError(), HasSubstr("different datasets"));
+}
+
+TEST_F(DatasetFormatTest, CorruptOffsetsRejectedNotDereferenced) {
+  // Make a user's offsets decrease, with a valid header so only the semantic check can catch it.
+  Edit(kUsersFile, [](std::string& b) {
+    uint64_t big = 1u << 30;
+    std::memcpy(b.data() + 64 + 8 * 3, &big, 8);
+    uint32_t crc = Crc32c(b.data() + 64, b.size() - 64);
+    std::memcpy(b.data() + 24, &crc, 4);
+    uint32_t hcrc = Crc32c(b.data(), 60);
+    std::memcpy(b.data() + 60, &hcrc, 4);
+  });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kUsersFile)), HasSubstr("user")));
+}
+
+TEST_F(DatasetFormatTest, MissingFiles) {
+  std::filesystem::remove(Path(kEventsFile));
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("cannot open")));
+  TempDir empty;
+  auto ds = Dataset::Open(empty.path());
+  ASSERT_FALSE(ds.ok());
+  EXPECT_THAT(std::string(ds.status().message()), HasSubstr("not a dataset directory"));
+}
+
+TEST_F(DatasetFormatTest, YamlErrorsNameFileAndLine) {
+  std::string good = ReadAll(Path(kFeatureSpecFile));
+  WriteAll(Path(kFeatureSpecFile), good + "oops: [unclosed\n");
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kFeatureSpecFile) + ":"), HasSubstr("YAML")));
+
+  WriteAll(Path(kFeatureSpecFile), good + "surprise: 1\n");
+  EXPECT_THAT(OpenError(), HasSubstr("unknown top-level key 'surprise'"));
+
+  std::string bad_dtype = good;
+  bad_dtype.replace(bad_dtype.find("dtype: int64"), 12, "dtype: complex");
+  WriteAll(Path(kFeatureSpecFile), bad_dtype);
+  EXPECT_THAT(OpenError(), HasSubstr("unsupported dtype 'complex'"));
+
+  std::string no_card = good;
+  size_t p = no_card.find("cardinality: 300");
+  no_card.replace(p, 16, "cardinality: abc");
+  WriteAll(Path(kFeatureSpecFile), no_card);
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(":"), HasSubstr("cardinality: expected an integer")));
+
+  std::string unknown_feature = good;
+  p = unknown_feature.find("[item_feat_0_pos");
+  unknown_feature.replace(p, 16, "[item_feat_9_pos");
+  WriteAll(Path(kFeatureSpecFile), unknown_feature);
+  EXPECT_THAT(OpenError(), HasSubstr("'item_feat_9_pos' is not described"));
+}
+
+TEST_F(DatasetFormatTest, ReferenceTfrecordDirectoryGetsAHint) {
+  std::string yaml = ReadAll(Path(kFeatureSpecFile));
+  for (size_t p; (p = yaml.find("type: sift_timeline")) != std::string::npos;)
+    yaml.replace(p, 19, "type: tfrecord");
+  WriteAll(Path(kFeatureSpecFile), yaml);
+  EXPECT_THAT(OpenError(), HasSubstr("--from tfrecord"));
+}
+
+TEST(TimelineWriter, RejectsInconsistentInput) {
+  TempDir d;
+  TimelineData t = RandomTimeline(1, 3, 10, 2, 5, 5);
+  TimelineData short_user = t;
+  short_user.user_offsets[1] = 1;  // user 0 with one event
+  EXPECT_FALSE(WriteTimeline(d.path(), short_user).ok());
+  TimelineData bad_ts = t;
+  bad_ts.timestamps.pop_back();
+  EXPECT_FALSE(WriteTimeline(d.path(), bad_ts).ok());
+  TimelineData bad_end = t;
+  bad_end.user_offsets.back() += 1;
+  EXPECT_FALSE(WriteTimeline(d.path(), bad_end).ok());
+  EXPECT_TRUE(WriteTimeline(d.path(), t).ok());
+}
+
+TEST(FeatureSpec, SaveLoadRoundTrip) {
+  TempDir d;
+  FeatureSpec s = FeatureSpec::Reference({5}, {50, 6}, 100);
+  s.source_spec["train"] = {SourceChunk{kSourceTfrecord, {"label"}, {"train/part_0.tfrecord"}}};
+  s.source_spec["test"] = {SourceChunk{kSourceTfrecord, {"label"}, {"test/part_0.tfrecord"}}};
+  s.metadata["oracle_test_auc"] = 0.9;
+  ASSERT_TRUE(s.Save(d.Sub("fs.yaml")).ok());
+  auto r = FeatureSpec::Load(d.Sub("fs.yaml"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ToYaml(), s.ToYaml());
+  EXPECT_EQ(r->num_item_features(), 2);
+  EXPECT_EQ(r->num_user_features(), 1);
+  EXPECT_EQ(r->SourceType("train"), "tfrecord");
+  EXPECT_DOUBLE_EQ(r->metadata["oracle_test_auc"].as<double>(), 0.9);
+}
+
+TEST(FeatureSpec, ParsesTheReferenceExample) {
+  // The shape the reference's converter writes (model-spec 6.4).
+  const char* text = R"(channel_spec:
+  label: [label]
+  negative_history: [item_feat_0_neg, item_feat_1_neg]
+  positive_history: [item_feat_0_pos, item_feat_1_pos]
+  target_item_features: [item_feat_0_trgt, item_feat_1_trgt]
+  user_features: [user_feat_0]
+feature_spec:
+  item_feat_0_neg: {cardinality: 1209081, dimensions: [100], dtype: int64}
+  item_feat_0_pos: {cardinality: 1209081, dimensions: [100], dtype: int64}
+  item_feat_0_trgt: {cardinality: 1209081, dtype: int64}
+  item_feat_1_neg: {cardinality: 2330, dimensions: [100], dtype: int64}
+  item_feat_1_pos: {cardinality: 2330, dimensions: [100], dtype: int64}
+  item_feat_1_trgt: {cardinality: 2330, dtype: int64}
+  label: {dtype: bool}
+  user_feat_0: {cardinality: 105925, dtype: int64}
+metadata: {}
+source_spec:
+  test:
+  - features: [label, user_feat_0, item_feat_0_trgt, item_feat_1_trgt, item_feat_0_pos, item_feat_1_pos, item_feat_0_neg, item_feat_1_neg]
+    files: [test/part_0.tfrecord, test/part_1.tfrecord, test/part_2.tfrecord, test/part_3.tfrecord]
+    type: tfrecord
+  train:
+  - features: [label, user_feat_0, item_feat_0_trgt, item_feat_1_trgt, item_feat_0_pos, item_feat_1_pos, item_feat_0_neg, item_feat_1_neg]
+    files: [train/part_0.tfrecord, train/part_1.tfrecord]
+    type: tfrecord
+)";
+  auto s = FeatureSpec::Parse(text, "ref.yaml");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->TableCardinalities(), (std::vector<int64_t>{105925, 1209081, 2330}));
+  EXPECT_EQ(s->source_spec.at("test")[0].files.size(), 4u);
+  auto missing = FeatureSpec::Parse(std::string(text).replace(0, 13, "channel_specX"), "ref.yaml");
+  EXPECT_FALSE(missing.ok());
+}
+
+}  // namespace
+}  // namespace sift::data
