@@ -1,6 +1,44 @@
-// Work in progress: registered by a later commit.
+// sift data inspect DIR [--verify] [--json]: what a dataset holds and the bounds to read a
+// training run against.
+#include <cstdio>
+#include <memory>
+
 #include "cli/commands.h"
+#include "common/data/dataset.h"
+#include "common/data/inspect.h"
 
 namespace sift::cli {
-void AddDataInspect(CLI::App* data, Action* action) { (void)data; (void)action; }
+namespace {
+
+struct InspectOptions {
+  std::string dir;
+  bool verify = false;
+  bool json = false;
+};
+
+Status RunInspect(const InspectOptions& o) {
+  SIFT_ASSIGN_OR_RETURN(auto ds, data::Dataset::Open(o.dir, o.verify));
+  SIFT_ASSIGN_OR_RETURN(data::DatasetSummary summary, data::Summarize(*ds));
+  summary.verified = o.verify;
+  if (o.json) {
+    std::printf("%s\n", data::SummaryToJson(summary).dump(2).c_str());
+  } else {
+    std::printf("%s", data::SummaryToText(summary).c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddDataInspect(CLI::App* data, Action* action) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* cmd = data->add_subcommand("inspect",
+                                       "Summarise a dataset: sizes, cardinalities, "
+                                       "history lengths, oracle and heuristic AUCs");
+  cmd->add_option("DIR", o->dir, "Dataset directory")->required();
+  cmd->add_flag("--verify", o->verify, "Check every file's full checksum (reads all bytes)");
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
+  cmd->callback([o, action] { *action = [o] { return RunInspect(*o); }; });
+}
+
 }  // namespace sift::cli
