@@ -122,8 +122,9 @@ class ExampleEncoder {
     }
   }
 
-  // Appends one framed record holding rows [row0, row0 + n) of `b` to `*out`.
-  void Append(const Batch& b, int64_t row0, int64_t n, std::string* out) {
+  // Appends one framed record holding rows [row0, row0 + n) of `b` to `*out`. False when
+  // protobuf refuses to serialize it (beyond its 2 GiB limit; ExportTfrecord bounds P to avoid it).
+  bool Append(const Batch& b, int64_t row0, int64_t n, std::string* out) {
     const int TL = b.long_len, TS = b.short_len;
     const int64_t T = TL + TS;
     for (size_t i = 0; i < layout_.columns.size(); ++i) {
@@ -157,13 +158,15 @@ class ExampleEncoder {
       }
     }
     payload_.clear();
+    bool ok;
     {
       google::protobuf::io::StringOutputStream stream(&payload_);
       google::protobuf::io::CodedOutputStream coded(&stream);
       coded.SetSerializationDeterministic(true);
-      example_.SerializeToCodedStream(&coded);
+      ok = example_.SerializeToCodedStream(&coded) && !coded.HadError();
     }
-    AppendTfRecord(payload_, out);
+    if (ok) AppendTfRecord(payload_, out);
+    return ok;
   }
 
  private:
@@ -206,14 +209,17 @@ class Exporter {
     for (int64_t r = r0; r < r1;) {
       const int64_t tasks = std::min(window_tasks, (r1 - r + per_task - 1) / per_task);
       std::vector<std::string> framed(static_cast<size_t>(tasks));
+      std::vector<Status> status(static_cast<size_t>(tasks));
       pool_->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t rb = r + t * per_task;
-          Encode(plan, rb, std::min(r1, rb + per_task), &framed[static_cast<size_t>(t)]);
+          status[static_cast<size_t>(t)] =
+              Encode(plan, rb, std::min(r1, rb + per_task), &framed[static_cast<size_t>(t)]);
         }
       });
       for (int64_t t = 0; t < tasks; ++t) {
         const int64_t rb = r + t * per_task;
+        SIFT_RETURN_IF_ERROR(status[static_cast<size_t>(t)]);
         SIFT_RETURN_IF_ERROR(
             writer.WriteFramed(framed[static_cast<size_t>(t)], std::min(r1, rb + per_task) - rb));
       }
@@ -227,7 +233,7 @@ class Exporter {
 
  private:
   // Frames records [rb, re) of `plan` into `*out`.
-  void Encode(const SplitPlan& plan, int64_t rb, int64_t re, std::string* out) const {
+  Status Encode(const SplitPlan& plan, int64_t rb, int64_t re, std::string* out) const {
     const int64_t s0 = plan.begin(rb), s1 = plan.end(re - 1);
     Batch batch;
     batch.Allocate(s1 - s0, layout_.user_features, layout_.item_features, history_);
@@ -235,8 +241,12 @@ class Exporter {
     batch.size = s1 - s0;
     ExampleEncoder encoder(layout_);
     for (int64_t r = rb; r < re; ++r) {
-      encoder.Append(batch, plan.begin(r) - s0, plan.end(r) - plan.begin(r), out);
+      if (!encoder.Append(batch, plan.begin(r) - s0, plan.end(r) - plan.begin(r), out)) {
+        return absl::InternalError(absl::StrCat(SplitName(plan.split), " record ", r,
+                                                ": protobuf could not serialize the Example"));
+      }
     }
+    return absl::OkStatus();
   }
 
   const SampleSource& source_;
