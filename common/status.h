@@ -18,10 +18,12 @@ using absl::Status;
 using absl::StatusOr;
 
 // Evaluates `expr` (an absl::Status); returns it from the enclosing function when not OK.
-#define SIFT_RETURN_IF_ERROR(expr)               \
-  do {                                           \
-    ::absl::Status sift_status_ = (expr);        \
-    if (!sift_status_.ok()) return sift_status_; \
+#define SIFT_RETURN_IF_ERROR(expr) \
+  SIFT_RETURN_IF_ERROR_IMPL_(SIFT_STATUS_CONCAT_(sift_status_, __COUNTER__), expr)
+#define SIFT_RETURN_IF_ERROR_IMPL_(var, expr) \
+  do {                                        \
+    ::absl::Status var = (expr);              \
+    if (!var.ok()) return var;                \
   } while (0)
 
 #define SIFT_STATUS_CONCAT_INNER_(a, b) a##b
@@ -29,7 +31,7 @@ using absl::StatusOr;
 
 // `SIFT_ASSIGN_OR_RETURN(auto x, MakeX());` — unwraps a StatusOr or returns its error.
 #define SIFT_ASSIGN_OR_RETURN(lhs, expr) \
-  SIFT_ASSIGN_OR_RETURN_IMPL_(SIFT_STATUS_CONCAT_(sift_statusor_, __LINE__), lhs, expr)
+  SIFT_ASSIGN_OR_RETURN_IMPL_(SIFT_STATUS_CONCAT_(sift_statusor_, __COUNTER__), lhs, expr)
 #define SIFT_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                \
   if (!tmp.ok()) return std::move(tmp).status();    \

@@ -60,9 +60,7 @@ TEST_F(DatasetFormatTest, RoundTrip) {
     ASSERT_EQ(t->event(e)[1], timeline_.events[2 * e + 1]);
     ASSERT_EQ(t->timestamps()[e], timeline_.timestamps[e]);
   }
-  for (int64_t u = 0; u <= 25; ++u) {
-    if (u < 25) EXPECT_EQ(t->user_features(u)[0], u + 1);
-  }
+  for (int64_t u = 0; u < 25; ++u) EXPECT_EQ(t->user_features(u)[0], u + 1);
   EXPECT_EQ((*ds)->negative_seed(), 5u);
   EXPECT_EQ((*ds)->spec().metadata["note"].as<std::string>(), "fixture");
   EXPECT_EQ((*ds)->spec().TableCardinalities(), (std::vector<int64_t>{25, 300, 7}));
