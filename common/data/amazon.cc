@@ -1,0 +1,745 @@
+#include "common/data/amazon.h"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "common/data/dataset.h"
+#include "common/data/py_literal.h"
+#include "common/hash.h"
+#include "common/thread_pool.h"
+#include "nlohmann/json.hpp"
+
+namespace sift::data {
+namespace {
+
+constexpr size_t kReadChunk = size_t{1} << 20;
+constexpr int64_t kProgressEvery = int64_t{1} << 22;
+// nlohmann's messages quote the last token read, which can be a whole review text.
+constexpr size_t kMaxMessageBytes = 240;
+
+std::string Truncated(std::string s) {
+  if (s.size() > kMaxMessageBytes) {
+    s.resize(kMaxMessageBytes);
+    s += "...";
+  }
+  return s;
+}
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// A stable 64-bit hash of a string (the pass-1 user key; see the header).
+uint64_t StringHash(absl::string_view s) {
+  uint64_t h = Mix64(s.size());
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = HashCombine(h, w);
+  }
+  if (i < s.size()) {
+    uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = HashCombine(h, w);
+  }
+  return h;
+}
+
+// ---- Reviews: a SAX handler that keeps reviewerID, asin and unixReviewTime. ----
+
+class ReviewSax {
+ public:
+  using json = nlohmann::json;
+  explicit ReviewSax(ReviewRow* row) : row_(row) {}
+
+  // The verdict after a successful parse.
+  Status Result() const {
+    for (int f = 0; f < kFields; ++f) {
+      if (!type_error_[f].empty()) return absl::InvalidArgumentError(type_error_[f]);
+      if (!seen_[f]) {
+        return absl::InvalidArgumentError(absl::StrCat("missing field '", kNames[f], "'"));
+      }
+    }
+    return Status();
+  }
+  const std::string& syntax_error() const { return syntax_error_; }
+
+  bool null() { return Scalar("null"); }
+  bool boolean(bool) { return Scalar("a boolean"); }
+  bool number_integer(json::number_integer_t v) {
+    if (depth_ == 1 && field_ == kTime) return Time(v);
+    return Scalar("an integer");
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (depth_ == 1 && field_ == kTime) {
+      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return Wrong("an integer beyond int64");
+      }
+      return Time(static_cast<int64_t>(v));
+    }
+    return Scalar("an integer");
+  }
+  bool number_float(json::number_float_t, const json::string_t&) { return Scalar("a float"); }
+  bool string(json::string_t& s) {
+    if (depth_ == 1 && (field_ == kUser || field_ == kItem)) {
+      (field_ == kUser ? row_->user : row_->item) = std::move(s);
+      Accept();
+      return true;
+    }
+    return Scalar("a string");
+  }
+  bool binary(json::binary_t&) { return Scalar("binary data"); }
+  bool start_object(std::size_t) {
+    if (depth_ == 1) Wrong("an object");
+    ++depth_;
+    return true;
+  }
+  bool key(json::string_t& k) {
+    if (depth_ == 1) {
+      field_ = -1;
+      for (int f = 0; f < kFields; ++f) {
+        if (k == kNames[f]) field_ = f;
+      }
+    }
+    return true;
+  }
+  bool end_object() {
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (depth_ == 0) {
+      syntax_error_ = "expected a JSON object, got an array";
+      return false;
+    }
+    if (depth_ == 1) Wrong("an array");
+    ++depth_;
+    return true;
+  }
+  bool end_array() {
+    --depth_;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
+    std::string what = ex.what();
+    // Drop the "[json.exception.parse_error.101] " prefix.
+    const size_t close = what.find("] ");
+    if (what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
+      what = what.substr(close + 2);
+    }
+    syntax_error_ = "invalid JSON: " + Truncated(std::move(what));
+    return false;
+  }
+
+ private:
+  enum { kUser = 0, kItem = 1, kTime = 2, kFields = 3 };
+  static constexpr const char* kNames[kFields] = {"reviewerID", "asin", "unixReviewTime"};
+
+  bool Scalar(const char* what) {
+    if (depth_ == 0) {
+      syntax_error_ = absl::StrCat("expected a JSON object, got ", what);
+      return false;
+    }
+    if (depth_ == 1) Wrong(what);
+    return true;
+  }
+  // A wanted top-level field holds the wrong type; a later duplicate key may still fix it
+  // (the last value of a key wins, as in Python's json).
+  bool Wrong(const char* got) {
+    if (field_ >= 0) {
+      type_error_[field_] =
+          absl::StrCat(kNames[field_], ": expected ", field_ == kTime ? "an integer" : "a string",
+                       ", got ", got);
+      seen_[field_] = true;
+    }
+    return true;
+  }
+  bool Time(int64_t v) {
+    row_->time = v;
+    Accept();
+    return true;
+  }
+  void Accept() {
+    seen_[field_] = true;
+    type_error_[field_].clear();
+  }
+
+  ReviewRow* row_;
+  int depth_ = 0;
+  int field_ = -1;
+  bool seen_[kFields] = {false, false, false};
+  std::string type_error_[kFields];
+  std::string syntax_error_;
+};
+
+// ---- Metadata ----
+
+const std::vector<std::string>& MetaKeys() {
+  static const std::vector<std::string>* keys = new std::vector<std::string>{"asin", "categories"};
+  return *keys;
+}
+
+bool IsSequence(const PyValue& v) {
+  return v.kind == PyValue::Kind::kList || v.kind == PyValue::Kind::kTuple;
+}
+
+// ---- Scanning a file: lines read in order, parsed in parallel, consumed in order ----
+
+// A run of whole lines, read on the calling thread and parsed on a pool thread.
+template <typename Result>
+struct Job {
+  int64_t first_line = 0;  // number of the first line (1-based)
+  int64_t lines = 0;
+  std::string data;               // the lines, each followed by '\n' ('\r' already dropped)
+  std::vector<int64_t> overlong;  // numbers of the lines cut at kMaxLineBytes (stored empty)
+  // Filled by the pool thread:
+  Result result;
+  int64_t empty = 0;
+  std::vector<BadLine> bad;
+  absl::Notification done;
+};
+
+// Runs parse_line on every non-empty line of the job (a non-OK status makes the line bad).
+template <typename Result, typename ParseLine>
+void ParseJob(const ParseLine& parse_line, Job<Result>* job) {
+  size_t pos = 0, next_overlong = 0;
+  for (int64_t n = job->first_line; n < job->first_line + job->lines; ++n) {
+    const size_t nl = job->data.find('\n', pos);
+    const absl::string_view line(job->data.data() + pos, nl - pos);
+    pos = nl + 1;
+    if (next_overlong < job->overlong.size() && job->overlong[next_overlong] == n) {
+      ++next_overlong;
+      job->bad.push_back(
+          BadLine{n, absl::StrCat("line longer than ", LineReader::kMaxLineBytes >> 20, " MiB")});
+    } else if (line.empty()) {
+      ++job->empty;
+    } else if (Status st = parse_line(line, n, &job->result); !st.ok()) {
+      job->bad.push_back(BadLine{n, std::string(st.message())});
+    }
+  }
+}
+
+// Reads every line of `path` in chunks; `parse_line(line, number, Result*) -> Status` runs on
+// `pool` (inline when null) and must be thread-safe; `consume(Result&&, std::vector<BadLine>*)
+// -> Status` runs on the caller's thread in file order and may add bad lines of its own (e.g.
+// duplicates, which need the lines before). Counts and the first bad lines go to *report.
+template <typename Result, typename ParseLine, typename Consume>
+Status ScanFile(const std::string& path, absl::string_view phase, const AmazonOptions& options,
+                ThreadPool* pool, FileReport* report, const ParseLine& parse_line,
+                const Consume& consume) {
+  *report = FileReport();
+  report->path = path;
+  SIFT_ASSIGN_OR_RETURN(std::unique_ptr<LineReader> reader, LineReader::Open(path));
+  const size_t max_in_flight = pool ? 4 * static_cast<size_t>(pool->num_threads()) : 1;
+  std::deque<std::unique_ptr<Job<Result>>> in_flight;
+  int64_t next_progress = kProgressEvery;
+
+  auto finish_oldest = [&]() -> Status {
+    std::unique_ptr<Job<Result>> job = std::move(in_flight.front());
+    in_flight.pop_front();
+    job->done.WaitForNotification();
+    report->lines += job->lines;
+    report->empty_lines += job->empty;
+    SIFT_RETURN_IF_ERROR(consume(std::move(job->result), &job->bad));
+    std::stable_sort(job->bad.begin(), job->bad.end(),
+                     [](const BadLine& x, const BadLine& y) { return x.line < y.line; });
+    report->bad_lines += static_cast<int64_t>(job->bad.size());
+    for (BadLine& bad : job->bad) {
+      if (report->first_bad.size() >= static_cast<size_t>(kMaxReportedBadLines)) break;
+      report->first_bad.push_back(std::move(bad));
+    }
+    if (options.progress && report->lines >= next_progress) {
+      options.progress(phase, report->lines);
+      next_progress = (report->lines / kProgressEvery + 1) * kProgressEvery;
+    }
+    return Status();
+  };
+
+  auto run = [&]() -> Status {
+    absl::string_view line;
+    bool overlong = false, more = true;
+    while (more) {
+      auto job = std::make_unique<Job<Result>>();
+      job->first_line = reader->line_number() + 1;
+      while (job->data.size() < options.chunk_bytes) {
+        SIFT_ASSIGN_OR_RETURN(more, reader->Next(&line, &overlong));
+        if (!more) break;
+        ++job->lines;
+        if (overlong) {
+          job->overlong.push_back(reader->line_number());
+        } else {
+          job->data.append(line.data(), line.size());
+        }
+        job->data.push_back('\n');
+      }
+      if (job->lines == 0) break;
+      if (pool == nullptr) {
+        ParseJob(parse_line, job.get());
+        job->done.Notify();
+      } else {
+        Job<Result>* raw = job.get();
+        pool->Schedule([raw, &parse_line] {
+          ParseJob(parse_line, raw);
+          raw->done.Notify();
+        });
+      }
+      in_flight.push_back(std::move(job));
+      while (in_flight.size() >= max_in_flight) SIFT_RETURN_IF_ERROR(finish_oldest());
+    }
+    while (!in_flight.empty()) SIFT_RETURN_IF_ERROR(finish_oldest());
+    return Status();
+  };
+  const Status status = run();
+  // On an error, jobs may still run on the pool: they reference this frame.
+  for (const auto& job : in_flight) job->done.WaitForNotification();
+  if (status.ok() && options.progress) options.progress(phase, report->lines);
+  return status;
+}
+
+Status CheckBadFraction(const FileReport& r, double max_fraction) {
+  const int64_t candidates = r.lines - r.empty_lines;
+  if (r.bad_lines == 0 || candidates == 0) return Status();
+  const double fraction = static_cast<double>(r.bad_lines) / static_cast<double>(candidates);
+  if (fraction <= max_fraction) return Status();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: %d of %d non-empty lines are bad (%.4g%%, more than the allowed %.4g%%); first: line "
+      "%d: %s",
+      r.path, r.bad_lines, candidates, 100 * fraction, 100 * max_fraction, r.first_bad[0].line,
+      r.first_bad[0].what));
+}
+
+Status ValidateOptions(const AmazonOptions& o) {
+  if (o.reviews_path.empty() || o.meta_path.empty() || o.out_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "amazon: the reviews file, the meta file and the output "
+        "directory are all required");
+  }
+  if (o.min_reviews < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("amazon: min_reviews must be at least 2 (a test target needs a history), got ",
+                     o.min_reviews));
+  }
+  if (!(o.max_bad_fraction >= 0 && o.max_bad_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("amazon: max_bad_fraction must be in [0, 1], got ", o.max_bad_fraction));
+  }
+  if (o.chunk_bytes < 1) return absl::InvalidArgumentError("amazon: chunk_bytes must be positive");
+  if (o.history < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("amazon: history must be positive, got ", o.history));
+  }
+  return Status();
+}
+
+// Interns strings into dense local indices (first-seen order).
+class Interner {
+ public:
+  uint32_t Intern(std::string&& s) {
+    auto [it, inserted] = index_.try_emplace(s, static_cast<uint32_t>(names_.size()));
+    if (inserted) names_.push_back(std::move(s));
+    return it->second;
+  }
+  // Index of `s`, or -1.
+  int64_t Find(absl::string_view s) const {
+    auto it = index_.find(s);
+    return it == index_.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
+  }
+  size_t size() const { return names_.size(); }
+  const std::string& name(uint32_t i) const { return names_[i]; }
+
+ private:
+  absl::flat_hash_map<std::string, uint32_t> index_;
+  std::vector<std::string> names_;
+};
+
+// Ids 1..K for the marked entries of `names`, in ascending byte order of the names; 0 for the
+// unmarked ones. Returns K.
+int64_t AssignSortedIds(const Interner& names, const std::vector<bool>& used,
+                        std::vector<int32_t>* ids) {
+  std::vector<uint32_t> order;
+  for (uint32_t i = 0; i < names.size(); ++i) {
+    if (used[i]) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return names.name(a) < names.name(b); });
+  ids->assign(names.size(), 0);
+  for (size_t r = 0; r < order.size(); ++r) (*ids)[order[r]] = static_cast<int32_t>(r + 1);
+  return static_cast<int64_t>(order.size());
+}
+
+struct KeptRow {
+  uint32_t user, item;  // local indices
+  int64_t time;
+};
+
+}  // namespace
+
+// ---- LineReader ----
+
+namespace {
+Status OpenError(const std::string& path, int err) {
+  return Status(err == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
+                absl::StrCat(path, ": cannot open: ", std::strerror(err)));
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<LineReader>> LineReader::Open(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return OpenError(path, errno);
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a file"));
+  }
+  gzFile gz = gzopen(path.c_str(), "rb");
+  if (gz == nullptr) return OpenError(path, errno);
+  gzbuffer(gz, 1u << 18);
+  std::unique_ptr<LineReader> r(new LineReader());
+  r->path_ = path;
+  r->gz_ = gz;
+  r->buf_.resize(kReadChunk);
+  return r;
+}
+
+LineReader::~LineReader() {
+  if (gz_ != nullptr) gzclose_r(static_cast<gzFile>(gz_));
+}
+
+Status LineReader::Fill() {
+  gzFile gz = static_cast<gzFile>(gz_);
+  const int n = gzread(gz, buf_.data(), static_cast<unsigned>(buf_.size()));
+  int errnum = Z_OK;
+  const char* msg = gzerror(gz, &errnum);
+  if (n < 0 || (errnum != Z_OK)) {
+    // zlib reports a truncated gzip stream as Z_BUF_ERROR with a short (or zero) read.
+    return absl::DataLossError(absl::StrCat(
+        path_, ": read error after line ", line_number_, ": ", msg ? msg : "unknown zlib error",
+        errnum == Z_BUF_ERROR ? " (truncated gzip file?)" : ""));
+  }
+  begin_ = 0;
+  end_ = static_cast<size_t>(n);
+  if (n == 0) eof_ = true;
+  return Status();
+}
+
+StatusOr<bool> LineReader::Next(absl::string_view* line, bool* overlong) {
+  carry_.clear();
+  *overlong = false;
+  while (true) {
+    if (begin_ < end_) {
+      const char* start = buf_.data() + begin_;
+      const size_t avail = end_ - begin_;
+      const void* nl = std::memchr(start, '\n', avail);
+      const size_t len = nl ? static_cast<size_t>(static_cast<const char*>(nl) - start) : avail;
+      if (nl != nullptr && carry_.empty() && !*overlong) {
+        *line = absl::string_view(start, len);
+      } else {
+        const size_t room = kMaxLineBytes - carry_.size();
+        carry_.append(start, std::min(len, room));
+        if (len > room) *overlong = true;
+        *line = carry_;
+      }
+      begin_ += len + (nl ? 1 : 0);
+      if (nl != nullptr) {
+        if (!line->empty() && line->back() == '\r') line->remove_suffix(1);
+        ++line_number_;
+        return true;
+      }
+    }
+    if (eof_) {
+      if (carry_.empty() && !*overlong) return false;
+      *line = carry_;
+      if (!line->empty() && line->back() == '\r') line->remove_suffix(1);
+      ++line_number_;
+      return true;
+    }
+    SIFT_RETURN_IF_ERROR(Fill());
+  }
+}
+
+// ---- Line parsers ----
+
+Status ParseReviewLine(absl::string_view line, ReviewRow* row) {
+  ReviewSax sax(row);
+  bool ok = false;
+  try {
+    ok = nlohmann::json::sax_parse(line.begin(), line.end(), &sax);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(Truncated(absl::StrCat("invalid JSON: ", e.what())));
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(sax.syntax_error().empty() ? "invalid JSON"
+                                                                 : sax.syntax_error());
+  }
+  return sax.Result();
+}
+
+Status ParseMetaLine(absl::string_view line, MetaRow* row) {
+  StatusOr<PyValue> v = ParsePyDictFields(line, MetaKeys());
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a Python literal dict: ", v.status().message()));
+  }
+  const PyValue* asin = v->Find("asin");
+  if (asin == nullptr) return absl::InvalidArgumentError("missing field 'asin'");
+  if (!asin->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("asin: expected a str, got ", PyKindName(asin->kind)));
+  }
+  row->asin = asin->str;
+  row->category.clear();
+  row->has_category = false;
+  const PyValue* cats = v->Find("categories");
+  if (cats == nullptr) return Status();  // no category path
+  if (!IsSequence(*cats)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "categories: expected a list of category paths, got ", PyKindName(cats->kind)));
+  }
+  for (size_t i = 0; i < cats->items.size(); ++i) {
+    const PyValue& path = cats->items[i];
+    if (!IsSequence(path)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("categories[", i, "]: expected a list, got ", PyKindName(path.kind)));
+    }
+    for (size_t j = 0; j < path.items.size(); ++j) {
+      if (!path.items[j].is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "categories[", i, "][", j, "]: expected a str, got ", PyKindName(path.items[j].kind)));
+      }
+    }
+  }
+  if (!cats->items.empty() && !cats->items[0].items.empty()) {
+    row->category = cats->items[0].items.back().str;
+    row->has_category = true;
+  }
+  return Status();
+}
+
+std::vector<std::string> FileReport::BadLineMessages() const {
+  std::vector<std::string> out;
+  for (const BadLine& b : first_bad) out.push_back(absl::StrCat(path, ":", b.line, ": ", b.what));
+  return out;
+}
+
+// ---- The import ----
+
+StatusOr<AmazonReport> ImportAmazon(const AmazonOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SIFT_RETURN_IF_ERROR(ValidateOptions(options));
+  AmazonReport report;
+  // Fail fast on a missing metadata file, before the long reviews passes.
+  { SIFT_ASSIGN_OR_RETURN(std::unique_ptr<LineReader> probe, LineReader::Open(options.meta_path)); }
+
+  const int threads = options.threads > 0 ? options.threads : AvailableCpus();
+  std::unique_ptr<ThreadPool> pool;
+  if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
+
+  // 1. Rows per user, keyed by a hash of reviewerID.
+  absl::flat_hash_map<uint64_t, uint32_t> rows_per_user;
+  {
+    using Hashes = std::vector<uint64_t>;
+    auto parse = [](absl::string_view line, int64_t, Hashes* hashes) {
+      ReviewRow row;
+      SIFT_RETURN_IF_ERROR(ParseReviewLine(line, &row));
+      hashes->push_back(StringHash(row.user));
+      return Status();
+    };
+    auto count = [&](Hashes&& hashes, std::vector<BadLine>*) {
+      for (const uint64_t h : hashes) {
+        uint32_t& n = rows_per_user[h];
+        if (n < std::numeric_limits<uint32_t>::max()) ++n;
+      }
+      return Status();
+    };
+    SIFT_RETURN_IF_ERROR(ScanFile<Hashes>(options.reviews_path, "reviews pass 1", options,
+                                          pool.get(), &report.reviews, parse, count));
+  }
+  SIFT_RETURN_IF_ERROR(CheckBadFraction(report.reviews, options.max_bad_fraction));
+  report.reviews_read = report.reviews.good_lines();
+  report.users_read = static_cast<int64_t>(rows_per_user.size());
+  const uint32_t min_rows = static_cast<uint32_t>(
+      std::min<int64_t>(options.min_reviews, std::numeric_limits<uint32_t>::max()));
+
+  // 2. The rows of the users that pass the filter.
+  Interner users, items;
+  std::vector<KeptRow> rows;
+  {
+    using Rows = std::vector<ReviewRow>;
+    const auto& counts = rows_per_user;  // read-only from here: safe to share between threads
+    auto parse = [&counts, min_rows](absl::string_view line, int64_t, Rows* kept) {
+      ReviewRow row;
+      SIFT_RETURN_IF_ERROR(ParseReviewLine(line, &row));
+      auto it = counts.find(StringHash(row.user));
+      if (it != counts.end() && it->second >= min_rows) kept->push_back(std::move(row));
+      return Status();
+    };
+    auto keep = [&](Rows&& kept, std::vector<BadLine>*) {
+      for (ReviewRow& r : kept) {
+        rows.push_back(
+            KeptRow{users.Intern(std::move(r.user)), items.Intern(std::move(r.item)), r.time});
+      }
+      return Status();
+    };
+    FileReport pass2;
+    SIFT_RETURN_IF_ERROR(ScanFile<Rows>(options.reviews_path, "reviews pass 2", options, pool.get(),
+                                        &pass2, parse, keep));
+    if (pass2.lines != report.reviews.lines || pass2.bad_lines != report.reviews.bad_lines ||
+        pass2.empty_lines != report.reviews.empty_lines) {
+      return absl::DataLossError(absl::StrCat(
+          options.reviews_path, ": the file changed while being read (", report.reviews.lines,
+          " lines, ", report.reviews.bad_lines, " bad on the first pass; ", pass2.lines, " and ",
+          pass2.bad_lines, " on the second)"));
+    }
+  }
+  rows_per_user = {};
+
+  // Exact counts: a user kept only through a hash collision with another user is dropped now.
+  std::vector<int64_t> exact(users.size(), 0);
+  for (const KeptRow& r : rows) ++exact[r.user];
+  std::vector<bool> user_kept(users.size()), item_used(items.size(), false);
+  for (size_t u = 0; u < users.size(); ++u) user_kept[u] = exact[u] >= options.min_reviews;
+  for (const KeptRow& r : rows) {
+    if (user_kept[r.user]) item_used[r.item] = true;
+  }
+
+  // 3. Categories of the kept items.
+  constexpr int32_t kAbsent = -1;
+  std::vector<int32_t> item_category(items.size(), kAbsent);  // local category index
+  Interner categories;
+  {
+    using Metas = std::vector<std::pair<int64_t, MetaRow>>;
+    auto parse = [](absl::string_view line, int64_t n, Metas* metas) {
+      MetaRow meta;
+      SIFT_RETURN_IF_ERROR(ParseMetaLine(line, &meta));
+      metas->emplace_back(n, std::move(meta));
+      return Status();
+    };
+    absl::flat_hash_map<std::string, int64_t> first_line;  // every asin of the metadata
+    auto categorise = [&](Metas&& metas, std::vector<BadLine>* bad) {
+      for (auto& [n, meta] : metas) {
+        auto [it, inserted] = first_line.try_emplace(meta.asin, n);
+        if (!inserted) {
+          bad->push_back(BadLine{n, absl::StrCat("duplicate asin '", meta.asin, "' (first on line ",
+                                                 it->second, ")")});
+          continue;
+        }
+        const int64_t item = items.Find(meta.asin);
+        if (item >= 0 && item_used[item]) {
+          if (!meta.has_category) ++report.items_without_category;
+          item_category[item] = static_cast<int32_t>(
+              categories.Intern(meta.has_category ? std::move(meta.category) : kNoCategory));
+        }
+      }
+      return Status();
+    };
+    SIFT_RETURN_IF_ERROR(ScanFile<Metas>(options.meta_path, "meta", options, pool.get(),
+                                         &report.meta, parse, categorise));
+  }
+  SIFT_RETURN_IF_ERROR(CheckBadFraction(report.meta, options.max_bad_fraction));
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (item_used[i] && item_category[i] == kAbsent) {
+      ++report.items_without_meta;
+      item_category[i] = static_cast<int32_t>(categories.Intern(kNoCategory));
+    }
+  }
+
+  // 4. Ids, in byte order of the names.
+  std::vector<int32_t> user_id, item_id, category_id;
+  std::vector<bool> category_used(categories.size(), false);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (item_used[i]) category_used[item_category[i]] = true;
+  }
+  report.users = AssignSortedIds(users, user_kept, &user_id);
+  report.items = AssignSortedIds(items, item_used, &item_id);
+  report.categories = AssignSortedIds(categories, category_used, &category_id);
+  if (report.users == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        options.reviews_path, ": no user has at least ", options.min_reviews, " review rows (",
+        report.reviews_read, " valid rows from ", report.users_read, " users)"));
+  }
+  constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max() - 1;
+  if (report.users > kMaxId || report.items > kMaxId) {
+    return absl::OutOfRangeError("amazon: more users or items than int32 ids can hold");
+  }
+
+  // Events: user-major, then (time, asin) — item ids follow asin order, so they break the ties.
+  struct Event {
+    int32_t user, item;
+    int64_t time;
+  };
+  std::vector<Event> events;
+  events.reserve(rows.size());
+  for (const KeptRow& r : rows) {
+    if (user_kept[r.user]) events.push_back(Event{user_id[r.user], item_id[r.item], r.time});
+  }
+  rows = {};
+  std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    if (a.user != b.user) return a.user < b.user;
+    if (a.time != b.time) return a.time < b.time;
+    return a.item < b.item;
+  });
+  // Category id by item id.
+  std::vector<int32_t> category_of_item(static_cast<size_t>(report.items) + 1, 0);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (item_used[i]) category_of_item[item_id[i]] = category_id[item_category[i]];
+  }
+
+  TimelineData t;
+  t.num_item_features = 2;
+  t.num_user_features = 1;
+  t.events.reserve(events.size() * 2);
+  t.timestamps.reserve(events.size());
+  t.user_offsets.assign(static_cast<size_t>(report.users) + 1, 0);
+  for (const Event& e : events) {
+    t.events.push_back(e.item);
+    t.events.push_back(category_of_item[e.item]);
+    t.timestamps.push_back(e.time);
+    ++t.user_offsets[e.user];  // user ids are 1-based: counts land at index id
+  }
+  for (size_t u = 1; u < t.user_offsets.size(); ++u) t.user_offsets[u] += t.user_offsets[u - 1];
+  t.user_features.resize(static_cast<size_t>(report.users));
+  for (int64_t u = 0; u < report.users; ++u) t.user_features[u] = static_cast<int32_t>(u + 1);
+  report.reviews_kept = static_cast<int64_t>(events.size());
+  events = {};
+
+  YAML::Node meta;
+  meta["source"] = "amazon";
+  YAML::Node a = meta["amazon"];
+  a["reviews_file"] = BaseName(options.reviews_path);
+  a["meta_file"] = BaseName(options.meta_path);
+  a["min_reviews"] = options.min_reviews;
+  a["users"] = report.users;
+  a["items"] = report.items;
+  a["categories"] = report.categories;
+  a["reviews_kept"] = report.reviews_kept;
+  a["reviews_read"] = report.reviews_read;
+  a["users_read"] = report.users_read;
+  a["reviews_lines"] = report.reviews.lines;
+  a["reviews_bad_lines"] = report.reviews.bad_lines;
+  a["meta_lines"] = report.meta.lines;
+  a["meta_bad_lines"] = report.meta.bad_lines;
+  a["items_without_meta"] = report.items_without_meta;
+  a["items_without_category"] = report.items_without_category;
+  a["id_order"] =
+      "ids from 1 in ascending byte order of reviewerID (users), asin (items), category string "
+      "(categories)";
+  a["event_order"] = "per user, ascending (unixReviewTime, asin)";
+  SIFT_RETURN_IF_ERROR(WriteTimelineDataset(options.out_dir, t, {report.users},
+                                            {report.items, report.categories},
+                                            options.negative_seed, meta, options.history));
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace sift::data
