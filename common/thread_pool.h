@@ -1,20 +1,24 @@
 // ThreadPool: a fixed set of worker threads with a blocking ParallelFor, for data work
 // (generation, materialisation, conversion). Thread-safe: many callers may submit at once.
+//
+// Uses std::mutex / std::condition_variable rather than absl::Mutex on purpose: Debian's Abseil
+// shared libraries are not built with ThreadSanitizer annotations, so TSan cannot see absl::Mutex
+// synchronisation and reports false races; the standard primitives are intercepted by TSan.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
-
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 
 namespace sift {
 
 class ThreadPool {
  public:
-  // `num_threads` <= 0 means the hardware concurrency. With 1 thread, work runs on the caller.
+  // `num_threads` <= 0 means the available CPUs. With 1 thread, ParallelFor runs on the caller.
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -26,16 +30,17 @@ class ThreadPool {
   // pool and the calling thread; returns when every chunk has run. fn must be thread-safe.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-  // Runs `task` on a pool thread, asynchronously.
+  // Runs `task` on a pool thread, asynchronously. Tasks still queued at destruction still run.
   void Schedule(std::function<void()> task);
 
  private:
   void WorkerLoop();
 
   const int num_threads_;
-  absl::Mutex mu_;
-  std::vector<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;  // guarded by mu_
+  bool stop_ = false;                        // guarded by mu_
   std::vector<std::thread> threads_;
 };
 
