@@ -15,6 +15,21 @@ TimelineSamples::TimelineSamples(const Timeline* timeline, uint64_t negative_see
   for (int64_t u = 0; u < U; ++u) {
     pair_offsets_[u + 1] = pair_offsets_[u] + timeline->user_length(u) - 2;
   }
+  // About one bucket per user: a power of two near the mean number of pairs per user.
+  const int64_t pairs = pair_offsets_.back();
+  while (bucket_shift_ < 40 && (int64_t{2} << bucket_shift_) * std::max<int64_t>(U, 1) <= pairs) {
+    ++bucket_shift_;
+  }
+  const int64_t buckets = (pairs >> bucket_shift_) + 1;
+  bucket_user_.resize(static_cast<size_t>(buckets + 1));
+  int64_t u = 0;
+  for (int64_t k = 0; k < buckets; ++k) {
+    const int64_t pair = k << bucket_shift_;
+    // The last user whose first pair is <= pair (skipping users that own no pairs).
+    while (u + 1 < U && pair_offsets_[u + 1] <= pair) ++u;
+    bucket_user_[k] = u;
+  }
+  bucket_user_[buckets] = std::max<int64_t>(U - 1, 0);
 }
 
 int64_t TimelineSamples::NumSamples(Split split) const {
@@ -28,8 +43,11 @@ void TimelineSamples::Locate(Split split, int64_t index, int64_t* user, int64_t*
     *target_pos = timeline_->user_length(pair) - 1;
     return;
   }
-  // The last user whose first pair is <= pair (users with L = 2 own no pairs and are skipped).
-  auto it = std::upper_bound(pair_offsets_.begin(), pair_offsets_.end(), pair);
+  // The last user whose first pair is <= pair (users with L = 2 own no pairs and are skipped):
+  // between the users of this bucket's first pair and of the next bucket's first pair.
+  const int64_t k = pair >> bucket_shift_;
+  const int64_t lo = bucket_user_[k], hi = bucket_user_[k + 1];
+  auto it = std::upper_bound(pair_offsets_.begin() + lo + 1, pair_offsets_.begin() + hi + 1, pair);
   const int64_t u = (it - pair_offsets_.begin()) - 1;
   *user = u;
   *target_pos = 1 + (pair - pair_offsets_[u]);
@@ -41,17 +59,109 @@ int64_t TimelineSamples::UserOf(Split split, int64_t index) const {
   return u;
 }
 
-void TimelineSamples::Materialize(Split split, int64_t index, int64_t row, Batch* b) const {
-  const Timeline& tl = *timeline_;
-  const int F = tl.num_item_features();
-  const int TL = b->long_len, TS = b->short_len, T = TL + TS;
+namespace {
+
+// Negative draws computed (and their events prefetched) ahead of use, in blocks of this many.
+constexpr int kNegativeBlock = 32;
+
+// dst[j] for slots s0 + j, j < s1 - s0, of a left-padded history whose slot `first_valid` holds
+// src[0] and whose later slots follow with a stride of `stride` ints; earlier slots are 0.
+// kStride > 0 fixes the stride at compile time (F = 2 is the common case).
+template <int kStride>
+inline void CopyPadded(const int32_t* src, int dyn_stride, int64_t first_valid, int64_t s0,
+                       int64_t s1, int32_t* dst) {
+  const int64_t stride = kStride > 0 ? kStride : dyn_stride;
+  const int64_t pad_end = std::clamp(first_valid, s0, s1);
+  if (pad_end > s0) std::memset(dst, 0, static_cast<size_t>(pad_end - s0) * sizeof(int32_t));
+  const int32_t* in = src + (pad_end - first_valid) * stride;
+  int32_t* out = dst + (pad_end - s0);
+  const int64_t n = s1 - pad_end;
+  if (stride == 1) {
+    if (n > 0) std::memcpy(out, in, static_cast<size_t>(n) * sizeof(int32_t));
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) out[j] = in[j * stride];
+}
+
+// mask[j] = ids[j] > 0 ? 1 : 0 for the slots [s0, s1) of a history written by CopyPadded, whose
+// slots before `first_valid` are known to be 0 (cleared without looking).
+inline void FillMask(const int32_t* ids, int64_t first_valid, int64_t s0, int64_t s1, float* mask) {
+  const int64_t pad = std::clamp(first_valid, s0, s1) - s0, n = s1 - s0;
+  if (pad > 0) std::memset(mask, 0, static_cast<size_t>(pad) * sizeof(float));
+  for (int64_t j = pad; j < n; ++j) mask[j] = static_cast<float>(ids[j] > 0);
+}
+
+// The events of the negative draws for slots [s0, s1) (keys T - slot), prefetched.
+inline void DrawNegatives(const int32_t* events, int F, uint64_t E, uint64_t base, int64_t T,
+                          int64_t s0, int64_t s1, const int32_t** out) {
+  for (int64_t s = s0; s < s1; ++s) {
+    const int32_t* ev =
+        events + NegativeEvent(base, static_cast<uint32_t>(T - s), E) * static_cast<uint64_t>(F);
+    __builtin_prefetch(ev);
+    out[s - s0] = ev;
+  }
+}
+
+// Writes the negative history of slots [a, b) into dst(f) + (slot - a): zeros before
+// `first_valid`, then one draw per slot. `first_block` holds the draws of the first
+// min(kNegativeBlock, b - max(a, first_valid)) valid slots when non-null.
+template <int kF, typename Dst>
+void FillNegatives(const int32_t* events, int dyn_F, uint64_t E, uint64_t base, int64_t T,
+                   int64_t first_valid, int64_t a, int64_t b, const int32_t* const* first_block,
+                   Dst dst) {
+  const int F = kF > 0 ? kF : dyn_F;
+  const int64_t v0 = std::clamp(first_valid, a, b);
+  if (v0 > a) {
+    for (int f = 0; f < F; ++f) std::memset(dst(f), 0, static_cast<size_t>(v0 - a) * 4);
+  }
+  const int32_t* block[kNegativeBlock];
+  for (int64_t s = v0; s < b; s += kNegativeBlock) {
+    const int64_t n = std::min<int64_t>(kNegativeBlock, b - s);
+    const int32_t* const* ev = block;
+    if (s == v0 && first_block != nullptr) {
+      ev = first_block;
+    } else {
+      DrawNegatives(events, F, E, base, T, s, s + n, block);
+    }
+    for (int f = 0; f < F; ++f) {
+      int32_t* out = dst(f) + (s - a);
+      for (int64_t k = 0; k < n; ++k) out[k] = ev[k][f];
+    }
+  }
+}
+
+// TimelineSamples::Materialize with the item feature count fixed at compile time when kF > 0.
+template <int kF>
+void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Split split,
+                            int64_t index, int64_t row, Batch* b) {
+  const int F = kF > 0 ? kF : tl.num_item_features();
+  const int64_t TL = b->long_len, TS = b->short_len, T = TL + TS;
   const uint64_t E = static_cast<uint64_t>(tl.num_events());
+  const int32_t* events = tl.events();
   int64_t u, t0;
-  Locate(split, index, &u, &t0);
+  src.Locate(split, index, &u, &t0);
   const bool positive = (index & 1) == 0;
   const int64_t L = std::min<int64_t>(t0, T);  // valid history slots
   const int64_t first_valid = T - L;           // slots [first_valid, T) hold events
-  const uint64_t ubeg = tl.user_begin(u);
+  const int64_t ubeg = static_cast<int64_t>(tl.user_begin(u));
+  // Slot first_valid holds event ubeg + t0 - L; the following slots the following events.
+  const int32_t* hist = tl.event(ubeg + t0 - L);
+  __builtin_prefetch(hist);
+
+  // Start the random reads first (negative target and short negatives) so that they arrive
+  // while the history is copied.
+  const uint64_t base = NegativeBase(src.negative_seed(), split, index);
+  const int32_t* tgt;
+  if (positive) {
+    tgt = tl.event(ubeg + t0);
+  } else {
+    tgt = events + NegativeEvent(base, 0, E) * static_cast<uint64_t>(F);
+    __builtin_prefetch(tgt);
+  }
+  const int64_t short_v0 = std::clamp(first_valid, TL, T);
+  const int32_t* short_block[kNegativeBlock];
+  DrawNegatives(events, F, E, base, T, short_v0, std::min(T, short_v0 + kNegativeBlock),
+                short_block);
 
   b->index[row] = index;
   b->label[row] = positive ? 1.0f : 0.0f;
@@ -59,45 +169,31 @@ void TimelineSamples::Materialize(Split split, int64_t index, int64_t row, Batch
   const int32_t* uf = tl.user_features(u);
   for (int k = 0; k < tl.num_user_features(); ++k) b->User(k)[row] = uf[k];
 
-  const uint64_t base = NegativeBase(seed_, split, index);
-  const int32_t* tgt = positive ? tl.event(static_cast<int64_t>(ubeg) + t0)
-                                : tl.event(static_cast<int64_t>(NegativeEvent(base, 0, E)));
-  for (int f = 0; f < F; ++f) b->Target(f)[row] = tgt[f];
-
-  // Slot j of the history holds event (ubeg + t0 - L) + (j - first_valid) when j >= first_valid.
-  const int32_t* hist = tl.event(static_cast<int64_t>(ubeg) + t0 - L);
-  auto fill = [&](int32_t* dst, int j0, int n, int f) {
-    for (int j = 0; j < n; ++j) {
-      const int64_t slot = j0 + j;
-      dst[j] = slot >= first_valid ? hist[(slot - first_valid) * F + f] : 0;
-    }
-  };
   for (int f = 0; f < F; ++f) {
-    fill(b->LongHist(f, row), 0, TL, f);
-    fill(b->ShortHist(f, row), TL, TS, f);
+    CopyPadded<kF>(hist + f, F, first_valid, 0, TL, b->LongHist(f, row));
+    CopyPadded<kF>(hist + f, F, first_valid, TL, T, b->ShortHist(f, row));
   }
-  const int32_t* lh0 = b->LongHist(0, row);
-  float* lm = b->LongMask(row);
-  for (int j = 0; j < TL; ++j) lm[j] = lh0[j] > 0 ? 1.0f : 0.0f;
-  const int32_t* sh0 = b->ShortHist(0, row);
-  float* sm = b->ShortMask(row);
-  for (int j = 0; j < TS; ++j) sm[j] = sh0[j] > 0 ? 1.0f : 0.0f;
+  FillMask(b->LongHist(0, row), first_valid, 0, TL, b->LongMask(row));
+  FillMask(b->ShortHist(0, row), first_valid, TL, T, b->ShortMask(row));
 
+  for (int f = 0; f < F; ++f) b->Target(f)[row] = tgt[f];
   // Negative history: one draw per valid slot, keyed by its distance from the target (T - slot).
-  auto fill_neg = [&](int j0, int n, bool is_long) {
-    for (int j = 0; j < n; ++j) {
-      const int64_t slot = j0 + j;
-      if (slot < first_valid) {
-        for (int f = 0; f < F; ++f) (is_long ? b->LongNeg(f, row) : b->ShortNeg(f, row))[j] = 0;
-        continue;
-      }
-      const int32_t* ev =
-          tl.event(static_cast<int64_t>(NegativeEvent(base, static_cast<uint32_t>(T - slot), E)));
-      for (int f = 0; f < F; ++f) (is_long ? b->LongNeg(f, row) : b->ShortNeg(f, row))[j] = ev[f];
-    }
-  };
-  fill_neg(TL, TS, false);
-  if (b->has_long_negatives) fill_neg(0, TL, true);
+  FillNegatives<kF>(events, F, E, base, T, first_valid, TL, T, short_block,
+                    [b, row](int f) { return b->ShortNeg(f, row); });
+  if (b->has_long_negatives) {
+    FillNegatives<kF>(events, F, E, base, T, first_valid, 0, TL, nullptr,
+                      [b, row](int f) { return b->LongNeg(f, row); });
+  }
+}
+
+}  // namespace
+
+void TimelineSamples::Materialize(Split split, int64_t index, int64_t row, Batch* b) const {
+  if (timeline_->num_item_features() == 2) {
+    MaterializeTimelineRow<2>(*this, *timeline_, split, index, row, b);
+  } else {
+    MaterializeTimelineRow<0>(*this, *timeline_, split, index, row, b);
+  }
 }
 
 ExplicitSamples::ExplicitSamples(const SamplesFile* train, const SamplesFile* test)
@@ -141,26 +237,20 @@ void ExplicitSamples::Materialize(Split split, int64_t index, int64_t row, Batch
   for (int f = 0; f < F; ++f) b->Target(f)[row] = tgt[f];
   const int32_t* pos = tgt + F;
   const int32_t* neg = pos + F * TS_;
-  // Requested slot j (newest at T-1) maps to stored slot j + (TS_ - T); only the newest L count.
+  // Requested slot j (newest at T-1) maps to stored slot j + (TS_ - T); only the newest L count,
+  // so the first valid requested slot T - L reads stored slot TS_ - L.
   const int64_t first_valid = T - L;
-  auto copy = [&](const int32_t* src_row, int32_t* dst, int j0, int n) {
-    for (int j = 0; j < n; ++j) {
-      const int64_t slot = j0 + j;
-      dst[j] = slot >= first_valid ? src_row[slot + (TS_ - T)] : 0;
-    }
-  };
+  const int64_t src_offset = TS_ - L;
   for (int f = 0; f < F; ++f) {
-    copy(pos + f * TS_, b->LongHist(f, row), 0, TL);
-    copy(pos + f * TS_, b->ShortHist(f, row), TL, TS);
-    copy(neg + f * TS_, b->ShortNeg(f, row), TL, TS);
-    if (b->has_long_negatives) copy(neg + f * TS_, b->LongNeg(f, row), 0, TL);
+    const int32_t* p = pos + f * TS_ + src_offset;
+    const int32_t* q = neg + f * TS_ + src_offset;
+    CopyPadded<1>(p, 1, first_valid, 0, TL, b->LongHist(f, row));
+    CopyPadded<1>(p, 1, first_valid, TL, T, b->ShortHist(f, row));
+    CopyPadded<1>(q, 1, first_valid, TL, T, b->ShortNeg(f, row));
+    if (b->has_long_negatives) CopyPadded<1>(q, 1, first_valid, 0, TL, b->LongNeg(f, row));
   }
-  const int32_t* lh0 = b->LongHist(0, row);
-  float* lm = b->LongMask(row);
-  for (int j = 0; j < TL; ++j) lm[j] = lh0[j] > 0 ? 1.0f : 0.0f;
-  const int32_t* sh0 = b->ShortHist(0, row);
-  float* sm = b->ShortMask(row);
-  for (int j = 0; j < TS; ++j) sm[j] = sh0[j] > 0 ? 1.0f : 0.0f;
+  FillMask(b->LongHist(0, row), first_valid, 0, TL, b->LongMask(row));
+  FillMask(b->ShortHist(0, row), first_valid, TL, T, b->ShortMask(row));
 }
 
 }  // namespace sift::data

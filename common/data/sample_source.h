@@ -56,6 +56,10 @@ class TimelineSamples final : public SampleSource {
   const Timeline* timeline_;
   uint64_t seed_;
   std::vector<int64_t> pair_offsets_;  // [U+1]: first train pair of each user
+  // Locate's shortcut: bucket_user_[k] = user of train pair k << bucket_shift_ (one entry per
+  // bucket, plus U - 1 as a sentinel), so a lookup searches only between two adjacent entries.
+  int bucket_shift_ = 0;
+  std::vector<int64_t> bucket_user_;
 };
 
 class ExplicitSamples final : public SampleSource {
