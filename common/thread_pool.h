@@ -44,6 +44,28 @@ class ThreadPool {
   std::vector<std::thread> threads_;
 };
 
+// A one-shot event: Notify() once, WaitForNotification() from any thread (like
+// absl::Notification, on std primitives for the reason above).
+class Notification {
+ public:
+  void Notify() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      notified_ = true;
+    }
+    cv_.notify_all();
+  }
+  void WaitForNotification() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return notified_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool notified_ = false;  // guarded by mu_
+};
+
 // Number of CPUs this process may run on (sched_getaffinity), at least 1.
 int AvailableCpus();
 

@@ -13,7 +13,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/notification.h"
 #include "common/data/dataset.h"
 #include "common/data/py_literal.h"
 #include "common/hash.h"
@@ -209,7 +208,7 @@ struct Job {
   Result result;
   int64_t empty = 0;
   std::vector<BadLine> bad;
-  absl::Notification done;
+  Notification done;
 };
 
 // Runs parse_line on every non-empty line of the job (a non-OK status makes the line bad).

@@ -421,6 +421,8 @@ struct BadInput {
   std::function<void(const std::string& file)> make;
   std::vector<std::string> expected;  // substrings of the one-line error
 };
+// gtest prints parameters in failure messages; the name says it all.
+void PrintTo(const BadInput& b, std::ostream* os) { *os << b.name; }
 
 // Index of the first record of `path` whose positive history has at least 3 and fewer than
 // 100 valid slots.
