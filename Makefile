@@ -31,10 +31,12 @@ $(BUILD_DIR)/build.ninja:
 build: deps $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# The embedded default: generate the small synthetic dataset and print its summary.
+# The embedded default: generate the small synthetic dataset, print its summary (with the
+# oracle and heuristic AUCs a model will be read against), and measure the batch loader on it.
 demo: build
 	$(BUILD_DIR)/sift data gen --preset small --seed 1 --out $(DEMO_DIR)/small
 	$(BUILD_DIR)/sift data inspect $(DEMO_DIR)/small
+	$(BUILD_DIR)/sift bench loader $(DEMO_DIR)/small --batch-size 4096 --steps 200
 
 # Every test but the gpu-labelled ones (unit, integration, slow).
 test: build

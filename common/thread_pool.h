@@ -48,11 +48,10 @@ class ThreadPool {
 // absl::Notification, on std primitives for the reason above).
 class Notification {
  public:
+  // Notifies under the lock: a waiter may destroy this object as soon as it sees notified_.
   void Notify() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      notified_ = true;
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    notified_ = true;
     cv_.notify_all();
   }
   void WaitForNotification() {
