@@ -115,5 +115,50 @@ TEST_F(DataInspectTest, VerifyCatchesCorruption) {
   EXPECT_THAT(r.err, HasSubstr("events.bin: payload checksum mismatch"));
 }
 
+// Each kind of damage, through the command a user runs: exit 1, one line, the file and the fault.
+struct Damage {
+  const char* name;
+  const char* file;
+  void (*apply)(std::string* bytes);
+  const char* expected;
+};
+void PrintTo(const Damage& d, std::ostream* os) { *os << d.name; }
+
+class DataInspectDamageTest : public DataInspectTest,
+                              public ::testing::WithParamInterface<Damage> {};
+
+TEST_P(DataInspectDamageTest, OneLineNamingFileAndFault) {
+  const Damage& d = GetParam();
+  TempDir work;
+  std::string copy = work.Sub("copy");
+  ASSERT_EQ(RunSift({"data", "gen", "--preset", "tiny", "--seed", "3", "--out", copy}).exit_code,
+            0);
+  std::string bytes = ReadAll(copy + "/" + d.file);
+  d.apply(&bytes);
+  WriteAll(copy + "/" + d.file, bytes);
+  auto r = RunSift({"data", "inspect", copy, "--verify"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(copy + "/" + d.file));
+  EXPECT_THAT(r.err, HasSubstr(d.expected));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, DataInspectDamageTest,
+    ::testing::Values(
+        Damage{"BadMagic", "users.bin", [](std::string* b) { (*b)[0] = 'X'; }, "bad magic"},
+        Damage{"Truncated", "events.bin", [](std::string* b) { b->resize(b->size() - 100); },
+               "truncated"},
+        Damage{"HeaderFlip", "events.bin", [](std::string* b) { (*b)[40] ^= 1; },
+               "header checksum"},
+        Damage{"PayloadFlip", "users.bin", [](std::string* b) { (*b)[100] ^= 1; },
+               "payload checksum mismatch"},
+        Damage{"YamlSyntax", "feature_spec.yaml", [](std::string* b) { *b += "x: [\n"; },
+               "YAML syntax error"},
+        Damage{"UnknownDtype", "feature_spec.yaml",
+               [](std::string* b) { b->replace(b->find("dtype: int64"), 12, "dtype: int65"); },
+               "unsupported dtype 'int65'"}),
+    [](const ::testing::TestParamInfo<Damage>& info) { return std::string(info.param.name); });
+
 }  // namespace
 }  // namespace sift
