@@ -19,15 +19,16 @@ StatusOr<std::vector<DeviceInfo>> QueryDevices() {
     return out;
   }
   if (err != cudaSuccess) {
-    return absl::UnavailableError(absl::StrCat(__FILE__, ":", __LINE__,
-                                               ": cudaGetDeviceCount: ", cudaGetErrorString(err)));
+    return absl::UnavailableError(
+        absl::StrCat(__FILE__, ":", __LINE__, ": cudaGetDeviceCount: ", cudaGetErrorString(err)));
   }
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp p{};
     err = cudaGetDeviceProperties(&p, i);
     if (err != cudaSuccess) {
-      return absl::UnavailableError(absl::StrCat(
-          __FILE__, ":", __LINE__, ": cudaGetDeviceProperties(", i, "): ", cudaGetErrorString(err)));
+      return absl::UnavailableError(absl::StrCat(__FILE__, ":", __LINE__,
+                                                 ": cudaGetDeviceProperties(", i,
+                                                 "): ", cudaGetErrorString(err)));
     }
     DeviceInfo d;
     d.index = i;

@@ -16,7 +16,8 @@ TEST(Cli, HelpListsOnlyWorkingSubcommands) {
   EXPECT_THAT(r.out, HasSubstr("bench"));
   auto d = RunSift({"data", "--help"});
   EXPECT_EQ(d.exit_code, 0);
-  for (const char* sub : {"gen", "amazon", "convert", "inspect"}) EXPECT_THAT(d.out, HasSubstr(sub));
+  for (const char* sub : {"gen", "amazon", "convert", "inspect"})
+    EXPECT_THAT(d.out, HasSubstr(sub));
 }
 
 TEST(Cli, UsageErrorsExitWithTwo) {

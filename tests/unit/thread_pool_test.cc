@@ -32,9 +32,8 @@ TEST(ThreadPool, ConcurrentCallersAndQueuedTasksFinish) {
     ThreadPool pool(3);
     std::vector<std::thread> callers;
     for (int c = 0; c < 4; ++c) {
-      callers.emplace_back([&] {
-        pool.ParallelFor(1000, 10, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
-      });
+      callers.emplace_back(
+          [&] { pool.ParallelFor(1000, 10, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); }); });
     }
     for (auto& t : callers) t.join();
     for (int i = 0; i < 50; ++i) pool.Schedule([&] { sum.fetch_add(1); });
