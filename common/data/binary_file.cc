@@ -132,6 +132,17 @@ Status BinaryFile::VerifyPayload() const {
   return absl::OkStatus();
 }
 
+StatusOr<const uint8_t*> SectionReader::NextArray(uint64_t count, uint64_t elem_size,
+                                                  uint64_t per_row) {
+  uint64_t elems = 0, bytes = 0;
+  if (__builtin_mul_overflow(count, per_row, &elems) ||
+      __builtin_mul_overflow(elems, elem_size, &bytes)) {
+    return absl::DataLossError(absl::StrCat(file_->path(), ": header counts (", count, " x ",
+                                            per_row, ") overflow: the header is corrupt"));
+  }
+  return Next(bytes);
+}
+
 StatusOr<const uint8_t*> SectionReader::Next(uint64_t bytes) {
   uint64_t start = AlignUp(offset_);
   if (start + bytes > file_->header().payload_size || start + bytes < start) {

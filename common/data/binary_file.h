@@ -89,6 +89,9 @@ class SectionReader {
   SectionReader(const BinaryFile& f) : file_(&f), offset_(0) {}
   // Returns a pointer to the next section of `bytes` bytes, or DATA_LOSS if the payload is short.
   StatusOr<const uint8_t*> Next(uint64_t bytes);
+  // The next section of `count` elements of `elem_size` bytes, each factor taken from a file
+  // header (untrusted): a product that overflows 64 bits is DATA_LOSS, not a wrapped size.
+  StatusOr<const uint8_t*> NextArray(uint64_t count, uint64_t elem_size, uint64_t per_row = 1);
 
  private:
   const BinaryFile* file_;

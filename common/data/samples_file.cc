@@ -40,7 +40,9 @@ StatusOr<std::unique_ptr<SamplesFile>> SamplesFile::Open(const std::string& path
   }
   f->size_ = static_cast<int64_t>(c[0]);
   SectionReader r(f->file_);
-  SIFT_ASSIGN_OR_RETURN(const uint8_t* p, r.Next(c[0] * f->shape_.record_ints() * sizeof(int32_t)));
+  SIFT_ASSIGN_OR_RETURN(
+      const uint8_t* p,
+      r.NextArray(c[0], sizeof(int32_t), static_cast<uint64_t>(f->shape_.record_ints())));
   f->records_ = reinterpret_cast<const int32_t*>(p);
   if (verify) SIFT_RETURN_IF_ERROR(f->Verify());
   return f;

@@ -75,18 +75,23 @@ StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& dir, bool 
   t->num_user_features_ = static_cast<int>(uc[1]);
   {
     SectionReader r(t->events_file_);
-    SIFT_ASSIGN_OR_RETURN(const uint8_t* p, r.Next(ec[0] * ec[1] * sizeof(int32_t)));
+    SIFT_ASSIGN_OR_RETURN(const uint8_t* p, r.NextArray(ec[0], sizeof(int32_t), ec[1]));
     t->events_ = reinterpret_cast<const int32_t*>(p);
     if (ec[2]) {
-      SIFT_ASSIGN_OR_RETURN(const uint8_t* ts, r.Next(ec[0] * sizeof(int64_t)));
+      SIFT_ASSIGN_OR_RETURN(const uint8_t* ts, r.NextArray(ec[0], sizeof(int64_t)));
       t->timestamps_ = reinterpret_cast<const int64_t*>(ts);
     }
   }
   {
     SectionReader r(t->users_file_);
-    SIFT_ASSIGN_OR_RETURN(const uint8_t* p, r.Next((uc[0] + 1) * sizeof(uint64_t)));
+    // U + 1 offsets: bound U by the payload first so that U + 1 cannot wrap.
+    if (uc[0] >= t->users_file_.header().payload_size / sizeof(uint64_t)) {
+      return absl::DataLossError(
+          absl::StrCat(us_path, ": header claims ", uc[0], " users, more than the file holds"));
+    }
+    SIFT_ASSIGN_OR_RETURN(const uint8_t* p, r.NextArray(uc[0] + 1, sizeof(uint64_t)));
     t->offsets_ = reinterpret_cast<const uint64_t*>(p);
-    SIFT_ASSIGN_OR_RETURN(const uint8_t* f, r.Next(uc[0] * uc[1] * sizeof(int32_t)));
+    SIFT_ASSIGN_OR_RETURN(const uint8_t* f, r.NextArray(uc[0], sizeof(int32_t), uc[1]));
     t->user_features_ = reinterpret_cast<const int32_t*>(f);
   }
   if (t->offsets_[0] != 0 || t->offsets_[t->num_users_] != ec[0]) {

@@ -148,6 +148,25 @@ TEST_F(DatasetFormatTest, CorruptOffsetsRejectedNotDereferenced) {
   EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kUsersFile)), HasSubstr("user")));
 }
 
+TEST_F(DatasetFormatTest, OverflowingCountsWithValidChecksumsAreRejected) {
+  // A crafted header: an event count whose byte size wraps 64 bits, with a correct header CRC.
+  Edit(kEventsFile, [](std::string& b) {
+    uint64_t huge = (uint64_t{1} << 62) + 1;
+    std::memcpy(b.data() + 32, &huge, 8);
+    uint32_t hcrc = Crc32c(b.data(), 60);
+    std::memcpy(b.data() + 60, &hcrc, 4);
+  });
+  EXPECT_THAT(OpenError(), HasSubstr(Path(kEventsFile)));
+  SetUp();
+  Edit(kUsersFile, [](std::string& b) {
+    uint64_t all_ones = ~uint64_t{0};
+    std::memcpy(b.data() + 32, &all_ones, 8);
+    uint32_t hcrc = Crc32c(b.data(), 60);
+    std::memcpy(b.data() + 60, &hcrc, 4);
+  });
+  EXPECT_THAT(OpenError(), HasSubstr(Path(kUsersFile)));
+}
+
 TEST_F(DatasetFormatTest, MissingFiles) {
   std::filesystem::remove(Path(kEventsFile));
   EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("cannot open")));
@@ -189,6 +208,31 @@ TEST_F(DatasetFormatTest, ReferenceTfrecordDirectoryGetsAHint) {
     yaml.replace(p, 19, "type: tfrecord");
   WriteAll(Path(kFeatureSpecFile), yaml);
   EXPECT_THAT(OpenError(), HasSubstr("--from tfrecord"));
+}
+
+TEST(SamplesFile, RecordCountThatWrapsTheSizeIsRejected) {
+  // 2^62 + 1 records of 29 int32 would wrap to the size of one record: without the overflow
+  // check the file would open claiming 2^62 + 1 samples and reads would run off the mapping.
+  TempDir d;
+  SampleRecordShape shape{/*history=*/6, /*item_features=*/2, /*user_features=*/1};
+  ASSERT_EQ(shape.record_ints(), 29);
+  SamplesFileWriter w;
+  ASSERT_TRUE(w.Begin(d.Sub("s.bin"), shape).ok());
+  std::vector<int32_t> rec(29, 0);
+  rec[0] = 1;
+  ASSERT_TRUE(w.Add(rec.data()).ok());
+  ASSERT_TRUE(w.Finish().ok());
+  ASSERT_TRUE(SamplesFile::Open(d.Sub("s.bin"), true).ok());
+  std::string b = ReadAll(d.Sub("s.bin"));
+  uint64_t wrapping = (uint64_t{1} << 62) + 1;
+  std::memcpy(b.data() + 32, &wrapping, 8);
+  uint32_t hcrc = Crc32c(b.data(), 60);
+  std::memcpy(b.data() + 60, &hcrc, 4);
+  WriteAll(d.Sub("s.bin"), b);
+  auto f = SamplesFile::Open(d.Sub("s.bin"), false);
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(std::string(f.status().message()),
+              AllOf(HasSubstr(d.Sub("s.bin")), HasSubstr("overflow")));
 }
 
 TEST(TimelineWriter, RejectsInconsistentInput) {
