@@ -46,6 +46,8 @@ Status RunBenchLoader(const BenchLoaderFlags& flags) {
   opt.drop_remainder = true;
 
   SIFT_ASSIGN_OR_RETURN(std::unique_ptr<data::Dataset> ds, data::Dataset::Open(flags.dir));
+  // Validate before printing anything, so a bad flag gives just the one error line.
+  SIFT_RETURN_IF_ERROR(data::ValidateBatchLoaderOptions(ds->samples(), opt));
   const MachineInfo machine = GetMachineInfo();
   const int64_t n = ds->samples().NumSamples(opt.split);
   std::printf("sift bench loader\n");
@@ -135,8 +137,12 @@ void AddBenchLoader(CLI::App* bench, Action* action) {
       ->capture_default_str();
   cmd->add_flag("--long-negatives", flags->long_negatives,
                 "Also draw negatives for the long slots (TFRecord export does)");
-  cmd->add_option("--split", flags->split, "train or test")->capture_default_str();
-  cmd->add_option("--order", flags->order, "shuffled or reference")->capture_default_str();
+  cmd->add_option("--split", flags->split, "train or test")
+      ->check(CLI::IsMember({"train", "test"}))
+      ->capture_default_str();
+  cmd->add_option("--order", flags->order, "shuffled or reference")
+      ->check(CLI::IsMember({"shuffled", "reference"}))
+      ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "Shuffle seed")->capture_default_str();
   cmd->add_option("--prefetch", flags->prefetch, "Batch buffers (2 = double-buffered)")
       ->capture_default_str();

@@ -110,7 +110,13 @@ void AddDataConvert(CLI::App* data, Action* action) {
       ->excludes(from);
   cmd->add_option("--threads", flags->threads, "Worker threads (0: every available CPU)")
       ->check(CLI::NonNegativeNumber);
-  cmd->callback([flags, action] { *action = [flags] { return RunConvert(*flags); }; });
+  cmd->callback([flags, action] {
+    // A usage error (exit 2), reported by CLI11 like any other missing option.
+    if (flags->to.empty() && flags->from.empty()) {
+      throw CLI::RequiredError("one of --to tfrecord or --from tfrecord");
+    }
+    *action = [flags] { return RunConvert(*flags); };
+  });
 }
 
 }  // namespace sift::cli

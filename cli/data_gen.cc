@@ -84,7 +84,8 @@ void AddDataGen(CLI::App* data, Action* action) {
                   "Cap on events per user (len_cap; default 1000, 20000 with --long-tail)");
   cmd->add_flag("--long-tail", flags->long_tail,
                 "Lifelong sequences: len_cap 20000 and a heavier length tail (len_alpha 1.2)");
-  cmd->add_option("--threads", flags->threads, "Worker threads (default: available CPUs)");
+  cmd->add_option("--threads", flags->threads, "Worker threads (default: available CPUs)")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([flags, action] { *action = [flags]() -> Status { return RunDataGen(*flags); }; });
 }
 

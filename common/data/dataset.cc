@@ -1,5 +1,7 @@
 #include "common/data/dataset.h"
 
+#include <cstdio>
+
 #include "common/file_util.h"
 
 namespace sift::data {
@@ -13,6 +15,8 @@ std::vector<std::string> MaterialisedFeatures(const FeatureSpec& s) {
   }
   return out;
 }
+
+Status VerifyIds(const Dataset& d);
 
 }  // namespace
 
@@ -76,13 +80,96 @@ StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, bool ve
         absl::StrCat(spec_path, ": source_spec: unknown source type '", type, "' (expected ",
                      kSourceTimeline, " or ", kSourceSamples, ")"));
   }
+  if (verify) SIFT_RETURN_IF_ERROR(VerifyIds(*d));
   return d;
 }
 
+namespace {
+
+Status IdError(const std::string& path, absl::string_view what, int64_t where, const char* feature,
+               int64_t id, int64_t lo, int64_t hi) {
+  return absl::DataLossError(absl::StrCat(path, ": ", what, " ", where, ": ", feature, " id ", id,
+                                          " outside [", lo, ", ", hi, "] (the cardinality)"));
+}
+
+// Every stored id within its table: [1, cardinality] for events, users and targets; histories
+// may also hold 0 (padding).
+Status VerifyIds(const Dataset& d) {
+  const std::vector<int64_t> card = d.spec().TableCardinalities();
+  const int UF = d.spec().num_user_features(), F = d.spec().num_item_features();
+  const auto& users = d.spec().channel_spec.at(kUserChannel);
+  const auto& items = d.spec().channel_spec.at(kTargetChannel);
+  if (const Timeline* t = d.timeline()) {
+    const std::string ev_path = JoinPath(d.dir(), kEventsFile);
+    for (int64_t e = 0; e < t->num_events(); ++e) {
+      const int32_t* ev = t->event(e);
+      for (int f = 0; f < F; ++f) {
+        if (ev[f] < 1 || ev[f] > card[UF + f]) {
+          return IdError(ev_path, "event", e, items[f].c_str(), ev[f], 1, card[UF + f]);
+        }
+      }
+    }
+    const std::string us_path = JoinPath(d.dir(), kUsersFile);
+    for (int64_t u = 0; u < t->num_users(); ++u) {
+      for (int k = 0; k < UF; ++k) {
+        const int32_t id = t->user_features(u)[k];
+        if (id < 1 || id > card[k])
+          return IdError(us_path, "user", u, users[k].c_str(), id, 1, card[k]);
+      }
+    }
+    return absl::OkStatus();
+  }
+  for (Split split : {Split::kTrain, Split::kTest}) {
+    const SamplesFile* f = d.samples_file(split);
+    const std::string path =
+        JoinPath(d.dir(), split == Split::kTrain ? kTrainSamplesFile : kTestSamplesFile);
+    const int64_t T = f->shape().history;
+    for (int64_t i = 0; i < f->size(); ++i) {
+      const int32_t* r = f->record(i);
+      const int32_t* user = r + 2;
+      for (int k = 0; k < UF; ++k) {
+        if (user[k] < 1 || user[k] > card[k]) {
+          return IdError(path, "record", i, users[k].c_str(), user[k], 1, card[k]);
+        }
+      }
+      const int32_t* target = user + UF;
+      for (int g = 0; g < F; ++g) {
+        const int64_t c = card[UF + g];
+        if (target[g] < 1 || target[g] > c) {
+          return IdError(path, "record", i, items[g].c_str(), target[g], 1, c);
+        }
+        for (const int32_t* hist : {target + F + g * T, target + F + (F + g) * T}) {
+          for (int64_t j = 0; j < T; ++j) {
+            if (hist[j] < 0 || hist[j] > c) {
+              return IdError(path, "record", i, items[g].c_str(), hist[j], 0, c);
+            }
+          }
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Status Dataset::Verify() const {
-  if (timeline_) return timeline_->Verify();
-  SIFT_RETURN_IF_ERROR(train_file_->Verify());
-  return test_file_->Verify();
+  if (timeline_) {
+    SIFT_RETURN_IF_ERROR(timeline_->Verify());
+  } else {
+    SIFT_RETURN_IF_ERROR(train_file_->Verify());
+    SIFT_RETURN_IF_ERROR(test_file_->Verify());
+  }
+  return VerifyIds(*this);
+}
+
+Status BeginDatasetWrite(const std::string& dir) {
+  SIFT_RETURN_IF_ERROR(MakeDirs(dir));
+  const std::string spec = JoinPath(dir, kFeatureSpecFile);
+  if (PathExists(spec) && std::remove(spec.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat(spec, ": cannot remove the previous dataset's spec"));
+  }
+  return absl::OkStatus();
 }
 
 Status WriteTimelineDataset(const std::string& dir, const TimelineData& timeline,
@@ -93,6 +180,7 @@ Status WriteTimelineDataset(const std::string& dir, const TimelineData& timeline
       static_cast<int>(item_cardinalities.size()) != timeline.num_item_features) {
     return absl::InvalidArgumentError("timeline dataset: cardinalities do not match features");
   }
+  SIFT_RETURN_IF_ERROR(BeginDatasetWrite(dir));
   SIFT_RETURN_IF_ERROR(WriteTimeline(dir, timeline));
   FeatureSpec spec = FeatureSpec::Reference(user_cardinalities, item_cardinalities, history);
   spec.metadata = YAML::Clone(metadata);

@@ -55,6 +55,12 @@ class Dataset {
   std::unique_ptr<SampleSource> samples_;
 };
 
+// Prepares `dir` for writing a dataset: creates it and removes an existing feature_spec.yaml.
+// Every writer calls this first and writes feature_spec.yaml last, so the spec is the commit
+// point: a directory whose writing failed half-way is "not a dataset directory", never a mix of
+// old and new files that opens. (Two writers into one directory at once are not supported.)
+Status BeginDatasetWrite(const std::string& dir);
+
 // Writes a timeline dataset: users.bin, events.bin and feature_spec.yaml (reference schema with
 // history length `history`, source type sift_timeline). `cardinalities` = user features then
 // item features. `metadata` is stored under feature_spec.yaml's metadata, with

@@ -127,6 +127,9 @@ StatusOr<FeatureSpec> FeatureSpec::Parse(const std::string& yaml_text, const std
           }
         }
       } else if (key == "metadata") {
+        if (!v.IsNull() && !v.IsMap()) {
+          return YamlError(path, v.Mark(), "metadata: expected a mapping");
+        }
         spec.metadata = v.IsNull() ? YAML::Node(YAML::NodeType::Map) : YAML::Clone(v);
       } else {
         return YamlError(path, kv.first.Mark(), absl::StrCat("unknown top-level key '", key, "'"));
@@ -175,9 +178,16 @@ Status FeatureSpec::Validate(const std::string& path) const {
       }
       bool history =
           absl::string_view(ch) == kPositiveChannel || absl::string_view(ch) == kNegativeChannel;
-      if (history && (info.dimensions.size() != 1 || info.dimensions[0] <= 0)) {
+      if (history && (info.dimensions.size() != 1 || info.dimensions[0] <= 0 ||
+                      info.dimensions[0] > kMaxHistoryLength)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": feature_spec.", f, ".dimensions: a history feature needs ",
+                         "[length] with 1 <= length <= ", kMaxHistoryLength));
+      }
+      if (history && HistoryLength() > 0 && info.dimensions[0] != HistoryLength()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            path, ": feature_spec.", f, ".dimensions: a history feature needs [length]"));
+            path, ": feature_spec.", f, ".dimensions: [", info.dimensions[0],
+            "] differs from the first positive-history feature's [", HistoryLength(), "]"));
       }
     }
   }
@@ -294,8 +304,9 @@ std::vector<int64_t> FeatureSpec::TableCardinalities() const {
 int64_t FeatureSpec::HistoryLength() const {
   auto it = channel_spec.find(kPositiveChannel);
   if (it == channel_spec.end() || it->second.empty()) return 0;
-  const auto& dims = feature_spec.at(it->second[0]).dimensions;
-  return dims.empty() ? 0 : dims[0];
+  auto f = feature_spec.find(it->second[0]);
+  if (f == feature_spec.end() || f->second.dimensions.empty()) return 0;
+  return f->second.dimensions[0];
 }
 
 std::string FeatureSpec::SourceType(const std::string& split) const {

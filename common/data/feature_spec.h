@@ -29,6 +29,9 @@ inline constexpr char kSourceTfrecord[] = "tfrecord";
 inline constexpr char kSourceTimeline[] = "sift_timeline";
 inline constexpr char kSourceSamples[] = "sift_samples";
 
+// Longest history a feature_spec may declare (slots per sample).
+inline constexpr int64_t kMaxHistoryLength = int64_t{1} << 20;
+
 struct FeatureInfo {
   std::string dtype;                // "int64", "int32", "bool", ...
   int64_t cardinality = -1;         // -1: not categorical / absent

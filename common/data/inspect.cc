@@ -131,13 +131,21 @@ StatusOr<DatasetSummary> Summarize(const Dataset& ds) {
   const YAML::Node h = meta["heuristic_test_auc"];
   if (h && h.IsMap()) {
     for (const auto& kv : h) {
-      try {
-        s.heuristic_test_auc[kv.first.as<std::string>()] = kv.second.as<double>();
-      } catch (const YAML::Exception&) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(JoinPath(ds.dir(), kFeatureSpecFile), ": metadata.heuristic_test_auc.",
-                         kv.first.as<std::string>(), ": expected a number"));
+      // Convert only scalars, and never inside a handler: odd-but-valid YAML must not throw.
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      std::optional<double> v;
+      if (kv.second.IsScalar()) {
+        try {
+          v = kv.second.as<double>();
+        } catch (const YAML::Exception&) {
+        }
       }
+      if (key.empty() || !v) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(JoinPath(ds.dir(), kFeatureSpecFile), ":", kv.first.Mark().line + 1,
+                         ": metadata.heuristic_test_auc: expected 'name: number' entries"));
+      }
+      s.heuristic_test_auc[key] = *v;
     }
   }
   return s;

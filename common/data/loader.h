@@ -48,7 +48,9 @@ Status ValidateBatchLoaderOptions(const SampleSource& source, const BatchLoaderO
 
 // ---- The epoch order and the rank shares, as pure functions (also used by the tests). ----------
 
-// The reference order (model-spec 6.5), the same in every epoch. Number of TFRecord parts of a
+// The reference order (model-spec 6.5), the same in every epoch. This is the record stream of an
+// export without prebatching (P = 0); with prebatched records (P > 0, and the remainder file read
+// last on rank 0) the reference's part boundaries differ, which this order does not reproduce. Number of TFRecord parts of a
 // split: 8 for train, 4 for test.
 int ReferenceParts(Split split);
 // Sample index at `position` of the reference stream: indices 0..n-1 cut into `parts` contiguous

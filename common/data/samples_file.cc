@@ -31,13 +31,14 @@ StatusOr<std::unique_ptr<SamplesFile>> SamplesFile::Open(const std::string& path
   std::unique_ptr<SamplesFile> f(new SamplesFile());
   SIFT_ASSIGN_OR_RETURN(f->file_, BinaryFile::Open(path, kSamplesMagic, verify));
   const auto& c = f->file_.header().counts;
-  f->shape_.history = static_cast<int64_t>(c[1]);
-  f->shape_.item_features = static_cast<int>(c[2] & 0xffffffffu);
-  f->shape_.user_features = static_cast<int>(c[2] >> 32);
-  if (f->shape_.history <= 0 || f->shape_.history > (1 << 20) || f->shape_.item_features <= 0 ||
-      f->shape_.item_features > 64 || f->shape_.user_features > 64) {
+  const uint64_t history = c[1], item_features = c[2] & 0xffffffffu, user_features = c[2] >> 32;
+  if (history == 0 || history > (1u << 20) || item_features == 0 || item_features > 64 ||
+      user_features > 64) {
     return absl::DataLossError(absl::StrCat(path, ": implausible record shape in the header"));
   }
+  f->shape_.history = static_cast<int64_t>(history);
+  f->shape_.item_features = static_cast<int>(item_features);
+  f->shape_.user_features = static_cast<int>(user_features);
   f->size_ = static_cast<int64_t>(c[0]);
   SectionReader r(f->file_);
   SIFT_ASSIGN_OR_RETURN(

@@ -523,6 +523,7 @@ StatusOr<TfrecordConvertStats> ExportTfrecord(const Dataset& dataset, const std:
         "limit; use at most ", max_prebatch));
   }
 
+  SIFT_RETURN_IF_ERROR(BeginDatasetWrite(out_dir));
   ThreadPool pool(options.threads);
   Exporter exporter(dataset, layout, &pool);
   TfrecordConvertStats stats;
@@ -591,12 +592,8 @@ StatusOr<TfrecordConvertStats> ImportTfrecord(const std::string& src_dir,
   std::vector<std::vector<std::string>> files(2);
   for (Split split : {Split::kTrain, Split::kTest}) {
     const std::string name = SplitName(split);
+    // Like the reference's loader, only the first chunk's file list is read (model-spec 6.4).
     const auto& chunks = spec.source_spec.at(name);
-    if (chunks.size() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(spec_path, ": source_spec.", name, " has ",
-                                                     chunks.size(),
-                                                     " chunks; expected exactly one"));
-    }
     if (chunks[0].type != kSourceTfrecord) {
       return absl::InvalidArgumentError(absl::StrCat(spec_path, ": source_spec.", name, ": type '",
                                                      chunks[0].type, "', expected ",
@@ -615,7 +612,7 @@ StatusOr<TfrecordConvertStats> ImportTfrecord(const std::string& src_dir,
     return absl::InvalidArgumentError(absl::StrCat(
         out_dir, ": the output directory is the TFRecord directory itself; choose another"));
   }
-  SIFT_RETURN_IF_ERROR(MakeDirs(out_dir));
+  SIFT_RETURN_IF_ERROR(BeginDatasetWrite(out_dir));
 
   ThreadPool pool(options.threads);
   TfrecordConvertStats stats;

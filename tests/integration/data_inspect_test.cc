@@ -155,6 +155,17 @@ INSTANTIATE_TEST_SUITE_P(
                "payload checksum mismatch"},
         Damage{"YamlSyntax", "feature_spec.yaml", [](std::string* b) { *b += "x: [\n"; },
                "YAML syntax error"},
+        Damage{"OddHeuristicKey", "feature_spec.yaml",
+               [](std::string* b) {
+                 const std::string key = "  heuristic_test_auc:\n";
+                 b->insert(b->find(key) + key.size(), "    ? [a, b]\n    : 0.5\n");
+               },
+               "metadata.heuristic_test_auc"},
+        Damage{"HugeHistory", "feature_spec.yaml",
+               [](std::string* b) {
+                 b->replace(b->find("dimensions: [100]"), 17, "dimensions: [100000000000]");
+               },
+               "dimensions"},
         Damage{"UnknownDtype", "feature_spec.yaml",
                [](std::string* b) { b->replace(b->find("dtype: int64"), 12, "dtype: int65"); },
                "unsupported dtype 'int65'"}),

@@ -581,7 +581,8 @@ TEST_F(LoaderTest, BenchLoaderCommandWritesJson) {
   EXPECT_EQ(checksums["1"], checksums["2"]);
 
   auto bad = sift::testing::RunSift({"bench", "loader", dir_.path(), "--order", "random"});
-  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.exit_code, 2);  // a usage error, caught while parsing
+  EXPECT_EQ(bad.out, "");       // nothing printed before the error
   EXPECT_NE(bad.err.find("order"), std::string::npos) << bad.err;
   auto missing = sift::testing::RunSift({"bench", "loader", dir_.Sub("nope")});
   EXPECT_EQ(missing.exit_code, 1);
@@ -692,7 +693,8 @@ TEST(LoaderExplicit, ExplicitSamplesDatasetLoads) {
       rec[4] = 1 + static_cast<int32_t>(rng.Below(20));
       for (int block = 0; block < 4; ++block) {
         for (int j = 20 - len; j < 20; ++j) {
-          rec[5 + block * 20 + j] = 1 + static_cast<int32_t>(rng.Below(500));
+          // Blocks: pos item, pos category, neg item, neg category; ids within cardinality.
+          rec[5 + block * 20 + j] = 1 + static_cast<int32_t>(rng.Below(block % 2 ? 20 : 500));
         }
       }
       ASSERT_TRUE(w.Add(rec.data()).ok());

@@ -115,6 +115,23 @@ TEST_F(DatasetFormatTest, CorruptPayloadCaughtByVerify) {
   EXPECT_FALSE((*ds)->Verify().ok());
 }
 
+TEST_F(DatasetFormatTest, VerifyChecksIdsAgainstCardinality) {
+  // A well-formed file (valid checksums) holding an id beyond the table: only --verify reads
+  // every id, and it names the file, the event and the feature.
+  Edit(kEventsFile, [](std::string& b) {
+    int32_t bad = 999999;
+    std::memcpy(b.data() + 64 + 4 * 5, &bad, 4);  // event 2, category
+    uint32_t crc = Crc32c(b.data() + 64, b.size() - 64);
+    std::memcpy(b.data() + 24, &crc, 4);
+    uint32_t hcrc = Crc32c(b.data(), 60);
+    std::memcpy(b.data() + 60, &hcrc, 4);
+  });
+  EXPECT_TRUE(Dataset::Open(dir_.path(), false).ok());
+  EXPECT_THAT(OpenError(/*verify=*/true),
+              AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("event 2"),
+                    HasSubstr("item_feat_1_trgt id 999999 outside [1, 7]")));
+}
+
 TEST_F(DatasetFormatTest, UnsupportedVersion) {
   Edit(kEventsFile, [](std::string& b) {
     uint32_t v = 7;
