@@ -505,23 +505,22 @@ Status ParseMetaLine(absl::string_view line, MetaRow* row) {
     return absl::InvalidArgumentError(absl::StrCat(
         "categories: expected a list of category paths, got ", PyKindName(cats->kind)));
   }
-  for (size_t i = 0; i < cats->items.size(); ++i) {
-    const PyValue& path = cats->items[i];
-    if (!IsSequence(path)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("categories[", i, "]: expected a list, got ", PyKindName(path.kind)));
-    }
-    for (size_t j = 0; j < path.items.size(); ++j) {
-      if (!path.items[j].is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "categories[", i, "][", j, "]: expected a str, got ", PyKindName(path.items[j].kind)));
-      }
-    }
+  // Like the reference, only categories[0][-1] is read: later paths are not looked at.
+  if (cats->items.empty()) return Status();
+  const PyValue& first = cats->items[0];
+  if (!IsSequence(first)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("categories[0]: expected a list, got ", PyKindName(first.kind)));
   }
-  if (!cats->items.empty() && !cats->items[0].items.empty()) {
-    row->category = cats->items[0].items.back().str;
-    row->has_category = true;
+  if (first.items.empty()) return Status();  // [[]]: no category (the reference would crash)
+  const PyValue& last = first.items.back();
+  if (!last.is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat("categories[0][", first.items.size() - 1,
+                                                   "]: expected a str, got ",
+                                                   PyKindName(last.kind)));
   }
+  row->category = last.str;
+  row->has_category = true;
   return Status();
 }
 

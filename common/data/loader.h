@@ -50,8 +50,8 @@ Status ValidateBatchLoaderOptions(const SampleSource& source, const BatchLoaderO
 
 // The reference order (model-spec 6.5), the same in every epoch. This is the record stream of an
 // export without prebatching (P = 0); with prebatched records (P > 0, and the remainder file read
-// last on rank 0) the reference's part boundaries differ, which this order does not reproduce. Number of TFRecord parts of a
-// split: 8 for train, 4 for test.
+// last on rank 0) the reference's part boundaries differ, which this order does not reproduce.
+// Number of TFRecord parts of a split: 8 for train, 4 for test.
 int ReferenceParts(Split split);
 // Sample index at `position` of the reference stream: indices 0..n-1 cut into `parts` contiguous
 // parts (the first n mod parts get one extra), interleaved part0[0], part1[0], ..., part0[1], ...

@@ -577,8 +577,11 @@ TEST(MetaLine, CategoryIsTheLastOfTheFirstPath) {
   EXPECT_THAT(error("{'asin': 7}"), HasSubstr("asin: expected a str, got int"));
   EXPECT_THAT(error("{'asin': 'a', 'categories': [['B', 3]]}"),
               HasSubstr("categories[0][1]: expected a str, got int"));
-  EXPECT_THAT(error("{'asin': 'a', 'categories': [['B'], 'C']}"),
-              HasSubstr("categories[1]: expected a list, got str"));
+  // Only categories[0][-1] is read, as in the reference: the rest may be anything.
+  ASSERT_TRUE(ParseMetaLine("{'asin': 'a', 'categories': [[3, 'B'], 'C', [None]]}", &m).ok());
+  EXPECT_EQ(m.category, "B");
+  EXPECT_THAT(error("{'asin': 'a', 'categories': ['B']}"),
+              HasSubstr("categories[0]: expected a list, got str"));
   EXPECT_THAT(error("{'asin': 'a', 'categories': None}"),
               HasSubstr("categories: expected a list of category paths, got NoneType"));
   EXPECT_THAT(error("{\"asin\": \"a\", 'categories': [['B']]"),
