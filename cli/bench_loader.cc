@@ -29,6 +29,7 @@ struct BenchLoaderFlags {
   std::string order = "shuffled";
   uint64_t seed = 1;
   int prefetch = 2;
+  int64_t reference_prebatch = 0;
   std::string json;
 };
 
@@ -43,6 +44,7 @@ Status RunBenchLoader(const BenchLoaderFlags& flags) {
   opt.seed = flags.seed;
   opt.threads = flags.threads;
   opt.prefetch = flags.prefetch;
+  opt.reference_prebatch = flags.reference_prebatch;
   opt.drop_remainder = true;
 
   SIFT_ASSIGN_OR_RETURN(std::unique_ptr<data::Dataset> ds, data::Dataset::Open(flags.dir));
@@ -146,6 +148,9 @@ void AddBenchLoader(CLI::App* bench, Action* action) {
   cmd->add_option("--seed", flags->seed, "Shuffle seed")->capture_default_str();
   cmd->add_option("--prefetch", flags->prefetch, "Batch buffers (2 = double-buffered)")
       ->capture_default_str();
+  cmd->add_option("--reference-prebatch", flags->reference_prebatch,
+                  "With --order reference: mirror TFRecords prebatched at P samples per record")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", flags->json, "Also write the results as JSON to this file");
   cmd->callback([flags, action] { *action = [flags] { return RunBenchLoader(*flags); }; });
 }

@@ -104,6 +104,21 @@ int64_t ReferenceStreamIndex(int64_t n, int parts, int64_t position) {
   return k * m + std::min<int64_t>(k, r) + round;
 }
 
+int64_t ReferenceRankSamples(int64_t n, int64_t prebatch, int rank, int world,
+                             bool drop_remainder) {
+  const int64_t P = std::max<int64_t>(1, prebatch), G = n / P;
+  if (drop_remainder) return G / world * P;
+  const int64_t records = G > rank ? (G - rank + world - 1) / world : 0;
+  return records * P + (rank == 0 ? n % P : 0);
+}
+
+int64_t ReferenceRankIndex(int64_t n, int64_t prebatch, int parts, int rank, int world, int64_t k) {
+  const int64_t P = std::max<int64_t>(1, prebatch), G = n / P;
+  const int64_t pos = rank + (k / P) * world;  // position of k's record in the record stream
+  if (pos < G) return ReferenceStreamIndex(G, parts, pos) * P + k % P;
+  return G * P + k % P;  // rank 0's remainder record, after its full records
+}
+
 void ShuffledOrder(int64_t n, uint64_t seed, int64_t epoch, std::vector<int64_t>* order) {
   order->resize(static_cast<size_t>(n));
   int64_t* a = order->data();
@@ -178,10 +193,17 @@ Status ValidateBatchLoaderOptions(const SampleSource& source, const BatchLoaderO
   if (o.split != Split::kTrain && o.split != Split::kTest) {
     return bad("unknown split ", static_cast<int>(o.split));
   }
+  if (o.reference_prebatch < 0) {
+    return bad("reference_prebatch must be >= 0, got ", o.reference_prebatch);
+  }
   const int64_t n = source.NumSamples(o.split);
-  if (o.drop_remainder && n / o.world < o.batch_size) {
+  const int64_t per_rank =
+      o.order == SampleOrder::kReference
+          ? ReferenceRankSamples(n, o.reference_prebatch, o.world - 1, o.world, true)
+          : n / o.world;
+  if (o.drop_remainder && per_rank < o.batch_size) {
     return bad("the ", SplitName(o.split), " split has ", n, " samples: ", o.world, " rank(s) get ",
-               n / o.world, " each, fewer than one batch of ", o.batch_size,
+               per_rank, " each, fewer than one batch of ", o.batch_size,
                " (drop_remainder would leave no batch)");
   }
   return absl::OkStatus();
@@ -206,6 +228,10 @@ BatchLoader::BatchLoader(const SampleSource* source, const BatchLoaderOptions& o
           ComputeRankShare(n_, options.order, options.rank, options.world, options.drop_remainder)),
       pool_(options.threads) {
   const int64_t B = options_.batch_size;
+  if (options_.order == SampleOrder::kReference) {
+    share_.count = ReferenceRankSamples(n_, options_.reference_prebatch, options_.rank,
+                                        options_.world, options_.drop_remainder);
+  }
   if (options_.drop_remainder) {
     steps_ = share_.count / B;
     samples_ = steps_ * B;
@@ -232,9 +258,11 @@ BatchLoader::~BatchLoader() {
 }
 
 int64_t BatchLoader::IndexAt(int64_t k) const {
-  const int64_t pos = share_.first + k * share_.stride;
-  if (options_.order == SampleOrder::kShuffled) return order_[static_cast<size_t>(pos)];
-  return ReferenceStreamIndex(n_, ReferenceParts(options_.split), pos);
+  if (options_.order == SampleOrder::kReference) {
+    return ReferenceRankIndex(n_, options_.reference_prebatch, ReferenceParts(options_.split),
+                              options_.rank, options_.world, k);
+  }
+  return order_[static_cast<size_t>(share_.first + k * share_.stride)];
 }
 
 void BatchLoader::StartEpoch(int64_t epoch) {

@@ -41,6 +41,11 @@ struct BatchLoaderOptions {
   bool drop_remainder = true;
   int threads = 0;   // materialisation threads; 0 = every available CPU
   int prefetch = 2;  // batch buffers, >= 1: 1 = built on demand, 2 = double-buffered, ...
+  // kReference only: the prebatch size P of the reference TFRecords being mirrored (0 or 1 = not
+  // prebatched). Records of P consecutive samples are what is split into parts, interleaved and
+  // sharded; the remainder record is read last, by rank 0 only, and only without drop_remainder
+  // (model-spec 6.3, 6.5). Use a batch size that is a multiple of P for the reference's batches.
+  int64_t reference_prebatch = 0;
 };
 
 // Checks every field against `source` (and the split's size). Errors name the option.
@@ -48,15 +53,21 @@ Status ValidateBatchLoaderOptions(const SampleSource& source, const BatchLoaderO
 
 // ---- The epoch order and the rank shares, as pure functions (also used by the tests). ----------
 
-// The reference order (model-spec 6.5), the same in every epoch. This is the record stream of an
-// export without prebatching (P = 0); with prebatched records (P > 0, and the remainder file read
-// last on rank 0) the reference's part boundaries differ, which this order does not reproduce.
+// The reference order (model-spec 6.5), the same in every epoch.
 // Number of TFRecord parts of a split: 8 for train, 4 for test.
 int ReferenceParts(Split split);
 // Sample index at `position` of the reference stream: indices 0..n-1 cut into `parts` contiguous
 // parts (the first n mod parts get one extra), interleaved part0[0], part1[0], ..., part0[1], ...
 // REQUIRES: 0 <= position < n, parts >= 1.
 int64_t ReferenceStreamIndex(int64_t n, int parts, int64_t position);
+// The reference's record stream as one rank reads it, for n samples in records of P >= 1
+// consecutive samples (P = 1: not prebatched): G = n / P full records cut into `parts` parts and
+// interleaved (ReferenceStreamIndex over records), rank r reads stream records r, r+W, ...; with
+// drop_remainder every rank reads floor(G/W) records, without it rank 0 also reads the remainder
+// record (n mod P samples) last. Samples this rank reads, and the sample index at its position k.
+int64_t ReferenceRankSamples(int64_t n, int64_t prebatch, int rank, int world, bool drop_remainder);
+int64_t ReferenceRankIndex(int64_t n, int64_t prebatch, int parts, int rank, int world, int64_t k);
+
 // The shuffled order of epoch `epoch`: a Fisher–Yates permutation of all n samples driven by
 // Rng(HashCombine(seed, epoch)), the same on every rank. Reuses `order`'s memory.
 void ShuffledOrder(int64_t n, uint64_t seed, int64_t epoch, std::vector<int64_t>* order);
