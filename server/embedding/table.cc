@@ -1,0 +1,274 @@
+#include "server/embedding/table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "common/hash.h"
+
+namespace sift::embedding {
+namespace {
+
+// Rows per arena block: a stripe grows by whole blocks, so existing rows never move.
+constexpr uint32_t kRowsPerBlock = 256;
+constexpr int kMaxDim = 65536;
+constexpr int kMaxStripes = 65536;
+// Salt of the stripe hash, so that stripes are independent of the server sharding hash.
+constexpr uint64_t kStripeSalt = 0x5eed'57a1'9e00'0001ULL;
+
+std::string TableLabel(uint32_t table_id, absl::string_view name) {
+  return absl::StrCat("table '", name, "' (id ", table_id, ")");
+}
+
+}  // namespace
+
+struct EmbeddingStore::Stripe {
+  std::mutex mu;
+  absl::flat_hash_map<uint64_t, uint32_t> index;  // id -> row number in this stripe
+  std::vector<std::unique_ptr<float[]>> blocks;   // kRowsPerBlock rows of row_floats each
+  uint32_t rows = 0;
+};
+
+struct EmbeddingStore::Table {
+  TableConfig config;
+  std::string label;
+  int state_floats = 0;
+  int row_floats = 0;  // dim + state_floats: [value | optimizer state]
+  std::unique_ptr<Stripe[]> stripes;
+  std::atomic<int64_t> last_step{-1};
+};
+
+double InitBound(uint64_t cardinality) {
+  return 1.0 / std::sqrt(static_cast<double>(cardinality) + 1.0);
+}
+
+void InitRow(uint64_t seed, uint32_t table_id, uint64_t id, uint64_t cardinality, int dim,
+             float* out) {
+  const double bound = InitBound(cardinality);
+  const uint64_t row_hash = HashCombine(HashCombine(seed, table_id), id);
+  for (int c = 0; c < dim; ++c) {
+    const double u = UnitFromHash(HashCombine(row_hash, static_cast<uint64_t>(c)));
+    out[c] = static_cast<float>((2.0 * u - 1.0) * bound);
+  }
+}
+
+EmbeddingStore::EmbeddingStore(uint64_t seed, int num_stripes)
+    : seed_(seed), num_stripes_(num_stripes) {}
+
+EmbeddingStore::~EmbeddingStore() = default;
+
+StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Create(std::vector<TableConfig> tables,
+                                                                 const StoreOptions& options) {
+  if (options.num_stripes < 1 || options.num_stripes > kMaxStripes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedding store: num_stripes ", options.num_stripes, " not in [1, ", kMaxStripes, "]"));
+  }
+  std::unique_ptr<EmbeddingStore> store(new EmbeddingStore(options.seed, options.num_stripes));
+  for (TableConfig& config : tables) {
+    const std::string label = TableLabel(config.table_id, config.name);
+    if (config.name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": empty name"));
+    }
+    if (config.dim < 1 || config.dim > kMaxDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(label, ": dim ", config.dim, " not in [1, ", kMaxDim, "]"));
+    }
+    SIFT_RETURN_IF_ERROR(Annotate(ValidateOptimizerConfig(config.optimizer), label));
+    if (store->tables_.contains(config.table_id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(label, ": table_id ", config.table_id, " used by two tables"));
+    }
+    auto table = std::make_unique<Table>();
+    table->label = label;
+    table->state_floats = StateFloats(config.optimizer, config.dim);
+    table->row_floats = config.dim + table->state_floats;
+    table->stripes = std::make_unique<Stripe[]>(static_cast<size_t>(options.num_stripes));
+    table->config = std::move(config);
+    const uint32_t id = table->config.table_id;
+    store->tables_.emplace(id, std::move(table));
+  }
+  return store;
+}
+
+const TableConfig* EmbeddingStore::FindTable(uint32_t table_id) const {
+  auto it = tables_.find(table_id);
+  return it == tables_.end() ? nullptr : &it->second->config;
+}
+
+StatusOr<EmbeddingStore::Table*> EmbeddingStore::GetTable(uint32_t table_id,
+                                                          absl::string_view op) const {
+  auto it = tables_.find(table_id);
+  if (it == tables_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": unknown table (id ", table_id, ") on this embedding server"));
+  }
+  return it->second.get();
+}
+
+uint32_t EmbeddingStore::StripeOf(uint32_t table_id, uint64_t id) const {
+  const uint64_t h = HashCombine(HashCombine(kStripeSalt, table_id), id);
+  return static_cast<uint32_t>(BoundedFromHash(h, static_cast<uint64_t>(num_stripes_)));
+}
+
+void EmbeddingStore::GroupByStripe(uint32_t table_id, absl::Span<const uint64_t> ids,
+                                   std::vector<uint32_t>& order,
+                                   std::vector<uint32_t>& offsets) const {
+  std::vector<uint32_t> stripe_of(ids.size());
+  offsets.assign(static_cast<size_t>(num_stripes_) + 1, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    stripe_of[i] = StripeOf(table_id, ids[i]);
+    ++offsets[stripe_of[i] + 1];
+  }
+  for (int s = 0; s < num_stripes_; ++s) offsets[s + 1] += offsets[s];
+  std::vector<uint32_t> next(offsets.begin(), offsets.end() - 1);
+  order.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) order[next[stripe_of[i]]++] = static_cast<uint32_t>(i);
+}
+
+StatusOr<float*> EmbeddingStore::FindOrCreateRow(const Table& table, Stripe& stripe,
+                                                 uint64_t id) const {
+  const size_t row_floats = static_cast<size_t>(table.row_floats);
+  auto it = stripe.index.find(id);
+  if (it != stripe.index.end()) {
+    const uint32_t r = it->second;
+    return stripe.blocks[r / kRowsPerBlock].get() + (r % kRowsPerBlock) * row_floats;
+  }
+  if (stripe.rows == std::numeric_limits<uint32_t>::max()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(table.label, ": a lock stripe is full (2^32 - 1 rows); use more stripes"));
+  }
+  const uint32_t r = stripe.rows;
+  if (r % kRowsPerBlock == 0) {
+    stripe.blocks.push_back(std::make_unique_for_overwrite<float[]>(kRowsPerBlock * row_floats));
+  }
+  float* row = stripe.blocks[r / kRowsPerBlock].get() + (r % kRowsPerBlock) * row_floats;
+  const TableConfig& c = table.config;
+  InitRow(seed_, c.table_id, id, c.cardinality, c.dim, row);
+  InitOptimizerState(c.optimizer, c.dim, row + c.dim);
+  stripe.index.emplace(id, r);
+  ++stripe.rows;
+  return row;
+}
+
+Status EmbeddingStore::Pull(uint32_t table_id, absl::Span<const uint64_t> ids,
+                            absl::Span<float> out) {
+  SIFT_ASSIGN_OR_RETURN(Table * table, GetTable(table_id, "pull"));
+  const size_t dim = static_cast<size_t>(table->config.dim);
+  if (ids.size() > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(table->label, ": pull of ", ids.size(), " ids exceeds 2^32 - 1"));
+  }
+  if (out.size() != ids.size() * dim) {
+    return absl::InvalidArgumentError(absl::StrCat(table->label, ": pull of ", ids.size(),
+                                                   " ids of dim ", dim, " needs ", ids.size() * dim,
+                                                   " output floats, got ", out.size()));
+  }
+  std::vector<uint32_t> order, offsets;
+  GroupByStripe(table_id, ids, order, offsets);
+  for (int s = 0; s < num_stripes_; ++s) {
+    if (offsets[s] == offsets[s + 1]) continue;
+    Stripe& stripe = table->stripes[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
+      const uint32_t i = order[k];
+      SIFT_ASSIGN_OR_RETURN(const float* row, FindOrCreateRow(*table, stripe, ids[i]));
+      std::copy(row, row + dim, out.data() + i * dim);
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status EmbeddingStore::Push(uint32_t table_id, absl::Span<const uint64_t> ids,
+                            absl::Span<const float> grads, int64_t step) {
+  SIFT_ASSIGN_OR_RETURN(Table * table, GetTable(table_id, "push"));
+  const size_t dim = static_cast<size_t>(table->config.dim);
+  if (step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(table->label, ": push with negative step ", step));
+  }
+  if (ids.size() > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(table->label, ": push of ", ids.size(), " ids exceeds 2^32 - 1"));
+  }
+  if (grads.size() != ids.size() * dim) {
+    return absl::InvalidArgumentError(absl::StrCat(table->label, ": push of ", ids.size(),
+                                                   " ids of dim ", dim, " needs ", ids.size() * dim,
+                                                   " gradient floats, got ", grads.size()));
+  }
+  absl::flat_hash_set<uint64_t> seen;
+  seen.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!seen.insert(ids[i]).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(table->label, ": push names id ", ids[i], " twice (at index ", i,
+                       "); gradients of one id must be summed by the caller"));
+    }
+  }
+  for (size_t j = 0; j < grads.size(); ++j) {
+    if (!std::isfinite(grads[j])) {
+      return absl::InvalidArgumentError(absl::StrCat(table->label, ": non-finite gradient ",
+                                                     grads[j], " for id ", ids[j / dim],
+                                                     " component ", j % dim));
+    }
+  }
+  std::vector<uint32_t> order, offsets;
+  GroupByStripe(table_id, ids, order, offsets);
+  const TableConfig& c = table->config;
+  for (int s = 0; s < num_stripes_; ++s) {
+    if (offsets[s] == offsets[s + 1]) continue;
+    Stripe& stripe = table->stripes[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
+      const uint32_t i = order[k];
+      SIFT_ASSIGN_OR_RETURN(float* row, FindOrCreateRow(*table, stripe, ids[i]));
+      ApplyOptimizer(c.optimizer, c.dim, grads.data() + i * dim, row, row + c.dim);
+    }
+  }
+  int64_t prev = table->last_step.load(std::memory_order_relaxed);
+  while (prev < step && !table->last_step.compare_exchange_weak(prev, step)) {
+  }
+  return absl::OkStatus();
+}
+
+std::vector<TableStats> EmbeddingStore::Stats() const {
+  std::vector<TableStats> result;
+  result.reserve(tables_.size());
+  for (const auto& [id, table] : tables_) {
+    TableStats st;
+    st.table_id = id;
+    st.name = table->config.name;
+    st.dim = table->config.dim;
+    st.state_floats = table->state_floats;
+    int64_t blocks = 0;
+    for (int s = 0; s < num_stripes_; ++s) {
+      Stripe& stripe = table->stripes[s];
+      std::lock_guard<std::mutex> lock(stripe.mu);
+      st.rows += stripe.rows;
+      blocks += static_cast<int64_t>(stripe.blocks.size());
+      // Slot (key, row) plus one control byte per slot of capacity.
+      st.map_bytes += static_cast<int64_t>(stripe.index.capacity()) *
+                      static_cast<int64_t>(sizeof(std::pair<const uint64_t, uint32_t>) + 1);
+    }
+    st.value_bytes = st.rows * st.dim * static_cast<int64_t>(sizeof(float));
+    st.state_bytes = st.rows * st.state_floats * static_cast<int64_t>(sizeof(float));
+    st.arena_bytes =
+        blocks * kRowsPerBlock * table->row_floats * static_cast<int64_t>(sizeof(float));
+    st.total_bytes = st.arena_bytes + st.map_bytes;
+    st.last_step = table->last_step.load();
+    result.push_back(std::move(st));
+  }
+  std::sort(result.begin(), result.end(),
+            [](const TableStats& a, const TableStats& b) { return a.table_id < b.table_id; });
+  return result;
+}
+
+int64_t EmbeddingStore::MemoryBytes() const {
+  int64_t total = 0;
+  for (const TableStats& st : Stats()) total += st.total_bytes;
+  return total;
+}
+
+}  // namespace sift::embedding

@@ -1,0 +1,118 @@
+// EmbeddingStore: the sparse embedding tables of one embedding server, in memory. Rows are created
+// on first touch, read by batched Pull and updated by batched Push through the table's sparse
+// optimizer (optimizer.h). Owns all rows. Thread-safe: any number of threads may Pull/Push at once
+// (striped locking: each table has N stripes, each a std::mutex guarding an id -> row map and the
+// row arena; a row is always read and updated whole under its stripe's lock).
+//
+// Contracts (docs/architecture.md "Semantics that are contracts"):
+// - Keys are (table_id: uint32, id: uint64). Ids are NOT required to be < cardinality (dynamic id
+//   space); cardinality only sets the init bound.
+// - Deterministic init: a row never seen before is created (by Pull or Push) with
+//     value[c] = (2 * UnitFromHash(HashCombine(HashCombine(HashCombine(seed, table_id), id), c)) -
+//     1)
+//                * 1/sqrt(cardinality + 1),   c = 0 .. dim-1,
+//   computed in double and rounded to float (InitRow). It is a pure function of
+//   (seed, table_id, id, c) — never an Rng stream — so every server, in any order of pulls, makes
+//   the same row (model-spec 2: uniform in +-1/sqrt(R), R = cardinality + 1; 13, difference 3).
+// - Push: gradients for the same id within one request must already be summed by the caller; a
+//   push naming an id twice is rejected with INVALID_ARGUMENT and changes nothing. Validation
+//   (table, sizes, duplicates, non-finite gradients) happens before any row is touched.
+// - Errors: unknown table, wrong buffer sizes, duplicate ids -> INVALID_ARGUMENT naming the table.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
+#include "common/status.h"
+#include "server/embedding/optimizer.h"
+
+namespace sift::embedding {
+
+struct TableConfig {
+  uint32_t table_id = 0;
+  std::string name;           // for messages and stats; non-empty
+  int dim = 16;               // floats per row, in [1, 65536]
+  uint64_t cardinality = 0;   // init bound 1/sqrt(cardinality + 1); not an id limit
+  OptimizerConfig optimizer;  // validated by Create
+};
+
+struct StoreOptions {
+  uint64_t seed = 0;     // the job seed of the deterministic init
+  int num_stripes = 64;  // lock stripes per table, in [1, 65536]
+};
+
+// Memory accounting of one table (bytes). value/state count live rows only; arena counts the
+// allocated row blocks (live rows plus the unused tail of each stripe's last block); map is an
+// estimate of the id -> row hash maps (capacity * (slot + control byte)).
+struct TableStats {
+  uint32_t table_id = 0;
+  std::string name;
+  int dim = 0;
+  int state_floats = 0;
+  int64_t rows = 0;
+  int64_t value_bytes = 0;
+  int64_t state_bytes = 0;
+  int64_t arena_bytes = 0;
+  int64_t map_bytes = 0;
+  int64_t total_bytes = 0;  // arena_bytes + map_bytes
+  int64_t last_step = -1;   // largest `step` pushed so far, -1 before any push
+};
+
+// The init bound 1/sqrt(cardinality + 1), in double.
+double InitBound(uint64_t cardinality);
+// Writes the deterministic initial value of row (table_id, id) to out[0 .. dim) (formula above).
+void InitRow(uint64_t seed, uint32_t table_id, uint64_t id, uint64_t cardinality, int dim,
+             float* out);
+
+class EmbeddingStore {
+ public:
+  // INVALID_ARGUMENT (naming the table) on an empty name, a bad dim, a bad optimizer config, or
+  // a repeated table_id; and on a bad num_stripes.
+  static StatusOr<std::unique_ptr<EmbeddingStore>> Create(std::vector<TableConfig> tables,
+                                                          const StoreOptions& options);
+  ~EmbeddingStore();
+  EmbeddingStore(const EmbeddingStore&) = delete;
+  EmbeddingStore& operator=(const EmbeddingStore&) = delete;
+
+  // Copies row ids[i] to out[i*dim .. (i+1)*dim), creating missing rows (deterministic init).
+  // Repeated ids are allowed. REQUIRES: out.size() == ids.size() * dim (else INVALID_ARGUMENT).
+  Status Pull(uint32_t table_id, absl::Span<const uint64_t> ids, absl::Span<float> out);
+
+  // Applies the table's optimizer to each row ids[i] with gradient grads[i*dim .. (i+1)*dim),
+  // creating missing rows first. `step` is the worker's global step (>= 0): recorded for stats and
+  // checkpoints, not used by the optimizers (adam's bias correction uses the row's own count).
+  // REQUIRES: grads.size() == ids.size() * dim; ids unique; grads finite (else INVALID_ARGUMENT,
+  // nothing applied).
+  Status Push(uint32_t table_id, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
+              int64_t step);
+
+  // One entry per table, in table_id order.
+  std::vector<TableStats> Stats() const;
+  // Sum of total_bytes over all tables.
+  int64_t MemoryBytes() const;
+  // The table's config, or nullptr when unknown.
+  const TableConfig* FindTable(uint32_t table_id) const;
+
+ private:
+  struct Stripe;
+  struct Table;
+  EmbeddingStore(uint64_t seed, int num_stripes);
+
+  StatusOr<Table*> GetTable(uint32_t table_id, absl::string_view op) const;
+  StatusOr<float*> FindOrCreateRow(const Table& table, Stripe& stripe, uint64_t id) const;
+  uint32_t StripeOf(uint32_t table_id, uint64_t id) const;
+  // Indices of `ids` grouped by stripe: order[offsets[s] .. offsets[s+1]) are those in stripe s.
+  void GroupByStripe(uint32_t table_id, absl::Span<const uint64_t> ids,
+                     std::vector<uint32_t>& order, std::vector<uint32_t>& offsets) const;
+
+  const uint64_t seed_;
+  const int num_stripes_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Table>> tables_;  // immutable after Create
+};
+
+}  // namespace sift::embedding

@@ -1,0 +1,303 @@
+#include "server/embedding/table.h"
+
+#include <cmath>
+#include <cstdint>
+#include <latch>
+#include <memory>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sift::embedding {
+namespace {
+
+using ::testing::HasSubstr;
+
+TableConfig Table(uint32_t id, std::string name, int dim, uint64_t cardinality,
+                  OptimizerKind kind = OptimizerKind::kSgd, float lr = 0.5f) {
+  TableConfig c;
+  c.table_id = id;
+  c.name = std::move(name);
+  c.dim = dim;
+  c.cardinality = cardinality;
+  c.optimizer.kind = kind;
+  c.optimizer.learning_rate = lr;
+  return c;
+}
+
+std::unique_ptr<EmbeddingStore> MakeStore(std::vector<TableConfig> tables, uint64_t seed = 42,
+                                          int stripes = 64) {
+  auto store = EmbeddingStore::Create(std::move(tables), StoreOptions{seed, stripes});
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+std::vector<float> PullOrDie(EmbeddingStore& store, uint32_t table, std::vector<uint64_t> ids,
+                             int dim) {
+  std::vector<float> out(ids.size() * dim);
+  Status s = store.Pull(table, ids, absl::MakeSpan(out));
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+TEST(EmbeddingInit, SameRowForAnyInstanceOrderAndStripeCount) {
+  std::vector<uint64_t> ids(300);
+  std::iota(ids.begin(), ids.end(), uint64_t{1});
+  ids.push_back(uint64_t{1} << 50);  // far beyond the cardinality: dynamic id space
+  auto a = MakeStore({Table(3, "item", 16, 1000)});
+  auto b = MakeStore({Table(0, "user", 8, 5), Table(3, "item_copy", 16, 1000)}, 42, 7);
+  const std::vector<float> in_order = PullOrDie(*a, 3, ids, 16);
+  // b: reverse order, in two batches, after its other table was used.
+  PullOrDie(*b, 0, {1, 2, 3}, 8);
+  std::vector<uint64_t> rev(ids.rbegin(), ids.rend());
+  std::vector<uint64_t> first(rev.begin(), rev.begin() + 100), rest(rev.begin() + 100, rev.end());
+  std::vector<float> r1 = PullOrDie(*b, 3, first, 16), r2 = PullOrDie(*b, 3, rest, 16);
+  r1.insert(r1.end(), r2.begin(), r2.end());
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const size_t i = ids.size() - 1 - k;  // rev[k] == ids[i]
+    std::vector<float> want(16);
+    InitRow(42, 3, ids[i], 1000, 16, want.data());
+    for (int c = 0; c < 16; ++c) {
+      ASSERT_EQ(in_order[i * 16 + c], want[c]) << "id " << ids[i] << " c " << c;
+      ASSERT_EQ(r1[k * 16 + c], want[c]) << "id " << ids[i] << " c " << c;
+    }
+  }
+  // A second pull returns the stored row, not a new draw.
+  EXPECT_EQ(PullOrDie(*a, 3, ids, 16), in_order);
+}
+
+TEST(EmbeddingInit, InsideBoundCenteredAndDistinct) {
+  const uint64_t cardinality = 99;  // bound 1/sqrt(100) = 0.1
+  EXPECT_DOUBLE_EQ(InitBound(cardinality), 0.1);
+  constexpr int kDim = 16, kRows = 4000;
+  std::vector<uint64_t> ids(kRows);
+  for (int i = 0; i < kRows; ++i) ids[i] = static_cast<uint64_t>(i) * 7919 + 3;
+  auto store = MakeStore({Table(1, "cat", kDim, cardinality)});
+  const std::vector<float> rows = PullOrDie(*store, 1, ids, kDim);
+  double sum = 0, sum_sq = 0;
+  for (float x : rows) {
+    ASSERT_LE(std::fabs(x), 0.1f);
+    sum += x;
+    sum_sq += double{x} * x;
+  }
+  const double n = rows.size();
+  // Uniform(-0.1, 0.1): mean 0 (standard error 0.0577/sqrt(64000) = 2.3e-4), variance 0.01/3.
+  EXPECT_NEAR(sum / n, 0.0, 2e-3);
+  EXPECT_NEAR(sum_sq / n, 0.01 / 3, 2e-4);
+  // Different ids, tables and seeds give different rows.
+  std::vector<float> x(kDim), y(kDim);
+  for (int i = 1; i < kRows; ++i) {
+    ASSERT_NE(std::vector<float>(rows.begin() + (i - 1) * kDim, rows.begin() + i * kDim),
+              std::vector<float>(rows.begin() + i * kDim, rows.begin() + (i + 1) * kDim));
+  }
+  InitRow(42, 1, 5, cardinality, kDim, x.data());
+  InitRow(42, 2, 5, cardinality, kDim, y.data());
+  EXPECT_NE(x, y);
+  InitRow(43, 1, 5, cardinality, kDim, y.data());
+  EXPECT_NE(x, y);
+  // The bound follows the cardinality (model-spec 2: item table, R = 1,209,082).
+  InitRow(42, 1, 5, 1209081, kDim, y.data());
+  for (float v : y) EXPECT_LE(std::fabs(v), static_cast<float>(1 / std::sqrt(1209082.0)));
+}
+
+TEST(EmbeddingStore, PullReturnsPushedUpdatesAndPushCreatesRows) {
+  auto store = MakeStore({Table(0, "user", 4, 100, OptimizerKind::kSgd, 0.5f)});
+  const std::vector<float> before = PullOrDie(*store, 0, {10, 20}, 4);
+  const std::vector<float> grads = {1, 2, 3, 4, -1, -2, -3, -4, 0.5f, 0.25f, 0, 8};
+  // Id 30 was never pulled: the push creates it from the deterministic init, then applies.
+  ASSERT_TRUE(store->Push(0, {20, 10, 30}, grads, 5).ok());
+  std::vector<float> init30(4);
+  InitRow(42, 0, 30, 100, 4, init30.data());
+  const std::vector<float> after = PullOrDie(*store, 0, {10, 20, 30}, 4);
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(after[c], before[c] - 0.5f * grads[4 + c]) << c;  // id 10 got the 2nd gradient
+    EXPECT_EQ(after[4 + c], before[4 + c] - 0.5f * grads[c]) << c;
+    EXPECT_EQ(after[8 + c], init30[c] - 0.5f * grads[8 + c]) << c;
+  }
+}
+
+TEST(EmbeddingStore, BadRequestsAreInvalidArgumentNamingTheTable) {
+  auto store = MakeStore({Table(4, "item", 2, 10)});
+  std::vector<float> out(4);
+  Status s = store->Pull(9, {1, 2}, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("unknown table (id 9)"));
+  s = store->Push(9, {1, 2}, out, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("id 9"));
+
+  std::vector<float> short_out(3);
+  s = store->Pull(4, {1, 2}, absl::MakeSpan(short_out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("table 'item'"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("needs 4 output floats, got 3"));
+  s = store->Push(4, {1, 2}, std::vector<float>(5), 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("table 'item'"));
+
+  const std::vector<float> before = PullOrDie(*store, 4, {1, 2, 3}, 2);
+  s = store->Push(4, {1, 2, 3, 2}, std::vector<float>(8, 1.0f), 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("table 'item'"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("id 2 twice"));
+  std::vector<float> nan_grads(6, 1.0f);
+  nan_grads[3] = NAN;
+  s = store->Push(4, {1, 2, 3}, nan_grads, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("non-finite gradient"));
+  s = store->Push(4, {1}, std::vector<float>(2, 1.0f), -1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  // A rejected push changes nothing.
+  EXPECT_EQ(PullOrDie(*store, 4, {1, 2, 3}, 2), before);
+  EXPECT_EQ(store->Stats()[0].last_step, -1);
+}
+
+TEST(EmbeddingStore, BadConfigsAreRejected) {
+  auto code = [](std::vector<TableConfig> t, int stripes = 64) {
+    return EmbeddingStore::Create(std::move(t), StoreOptions{1, stripes}).status();
+  };
+  Status s = code({Table(1, "a", 4, 10), Table(1, "b", 4, 10)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("table 'b'"));
+  EXPECT_THAT(std::string(code({Table(1, "a", 0, 10)}).message()), HasSubstr("dim 0"));
+  EXPECT_THAT(std::string(code({Table(1, "", 4, 10)}).message()), HasSubstr("empty name"));
+  s = code({Table(1, "a", 4, 10, OptimizerKind::kAdam, -1.0f)});
+  EXPECT_THAT(std::string(s.message()), HasSubstr("table 'a'"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("learning_rate"));
+  EXPECT_EQ(code({Table(1, "a", 4, 10)}, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(code({}).ok());
+}
+
+TEST(EmbeddingStore, StatsCountRowsAndBytes) {
+  constexpr int kStripes = 16;
+  auto store = MakeStore(
+      {Table(7, "adam16", 16, 100, OptimizerKind::kAdam), Table(2, "sgd4", 4, 100)}, 1, kStripes);
+  EXPECT_EQ(store->FindTable(7)->name, "adam16");
+  EXPECT_EQ(store->FindTable(8), nullptr);
+  std::vector<uint64_t> ids(1000);
+  std::iota(ids.begin(), ids.end(), uint64_t{0});
+  PullOrDie(*store, 2, ids, 4);
+  PullOrDie(*store, 2, ids, 4);  // no new rows
+  PullOrDie(*store, 7, {ids.begin(), ids.begin() + 10}, 16);
+  ASSERT_TRUE(store->Push(7, {3, 500}, std::vector<float>(32, 1.0f), 9).ok());
+  ASSERT_TRUE(store->Push(7, {4}, std::vector<float>(16, 1.0f), 8).ok());
+
+  const std::vector<TableStats> stats = store->Stats();
+  ASSERT_EQ(stats.size(), 2u);
+  const TableStats& sgd = stats[0];  // table_id order
+  const TableStats& adam = stats[1];
+  EXPECT_EQ(sgd.table_id, 2u);
+  EXPECT_EQ(sgd.name, "sgd4");
+  EXPECT_EQ(sgd.rows, 1000);
+  EXPECT_EQ(sgd.state_floats, 0);
+  EXPECT_EQ(sgd.value_bytes, 1000 * 4 * 4);
+  EXPECT_EQ(sgd.state_bytes, 0);
+  EXPECT_EQ(sgd.last_step, -1);
+  EXPECT_EQ(adam.table_id, 7u);
+  EXPECT_EQ(adam.rows, 11);  // ids 0..9 pulled, 500 created by the push
+  EXPECT_EQ(adam.state_floats, 33);
+  EXPECT_EQ(adam.value_bytes, 11 * 16 * 4);
+  EXPECT_EQ(adam.state_bytes, 11 * 33 * 4);
+  EXPECT_EQ(adam.last_step, 9);
+  for (const TableStats& st : stats) {
+    const int64_t row_bytes = (st.dim + st.state_floats) * 4;
+    // Whole 256-row blocks: at least the live rows, at most one partly used block per stripe.
+    EXPECT_GE(st.arena_bytes, st.value_bytes + st.state_bytes);
+    EXPECT_EQ(st.arena_bytes % (256 * row_bytes), 0);
+    EXPECT_LE(st.arena_bytes, st.value_bytes + st.state_bytes + kStripes * 256 * row_bytes);
+    EXPECT_GE(st.map_bytes, st.rows * 17);  // 16-byte slot + 1 control byte per row at least
+    EXPECT_EQ(st.total_bytes, st.arena_bytes + st.map_bytes);
+  }
+  // 1000 rows over 16 stripes, ~63 per stripe: each stripe holds exactly one block.
+  EXPECT_EQ(sgd.arena_bytes, kStripes * 256 * 16);
+  EXPECT_EQ(store->MemoryBytes(), sgd.total_bytes + adam.total_bytes);
+}
+
+TEST(EmbeddingStore, ConcurrentPushesLoseNoUpdate) {
+  // 8 threads, released together, push SGD gradients to the same 100 keys 1000 times each (one
+  // 100-row push per iteration; even threads walk the keys forwards, odd ones backwards, so they
+  // collide on rows) while pulling. lr = 1 and gradients are powers of two on
+  // a 2^-7 grid, so every partial sum is exact in float and the result is order-independent.
+  constexpr int kThreads = 8, kIters = 1000, kKeys = 100;
+  auto store = MakeStore({Table(1, "hot", 2, 1000, OptimizerKind::kSgd, 1.0f)});
+  std::vector<uint64_t> keys(kKeys);
+  for (int k = 0; k < kKeys; ++k) keys[k] = 1000003ULL * k + 17;
+  // Zero every row first (w -= 1 * w is exact), so the expected value is exactly -sum(grads).
+  const std::vector<float> init = PullOrDie(*store, 1, keys, 2);
+  ASSERT_TRUE(store->Push(1, keys, init, 0).ok());
+  for (float v : PullOrDie(*store, 1, keys, 2)) ASSERT_EQ(v, 0.0f);
+
+  auto grad = [](int thread, int key, int c) {
+    return std::ldexp(1.0f, -4 - (thread + key + c) % 4);  // 2^-4 .. 2^-7
+  };
+  std::vector<std::thread> threads;
+  std::vector<Status> results(kThreads);
+  std::latch start(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      std::vector<uint64_t> ids(kKeys);
+      std::vector<float> g(kKeys * 2), out(kKeys * 2);
+      for (int it = 0; it < kIters; ++it) {
+        for (int j = 0; j < kKeys; ++j) {
+          const int k = (t % 2 == 0 ? j + it : 2 * kKeys - 1 - j - it % kKeys) % kKeys;
+          ids[j] = keys[k];
+          g[2 * j] = grad(t, k, 0);
+          g[2 * j + 1] = grad(t, k, 1);
+        }
+        Status s = store->Push(1, ids, g, it + 1);
+        if (s.ok() && it % 10 == 0) s = store->Pull(1, ids, absl::MakeSpan(out));
+        if (!s.ok()) {
+          results[t] = s;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  const std::vector<float> final_rows = PullOrDie(*store, 1, keys, 2);
+  for (int k = 0; k < kKeys; ++k) {
+    for (int c = 0; c < 2; ++c) {
+      double sum = 0;
+      for (int t = 0; t < kThreads; ++t) sum += double{grad(t, k, c)} * kIters;
+      ASSERT_EQ(final_rows[2 * k + c], static_cast<float>(-sum)) << "key " << k << " c " << c;
+    }
+  }
+  EXPECT_EQ(store->Stats()[0].rows, kKeys);
+  EXPECT_EQ(store->Stats()[0].last_step, kIters);
+}
+
+TEST(EmbeddingStore, ConcurrentFirstPullsCreateEachRowOnce) {
+  constexpr int kThreads = 8, kIds = 5000;
+  auto store = MakeStore({Table(5, "fresh", 4, 50)}, 3, 8);
+  std::vector<std::vector<float>> seen(kThreads);
+  std::vector<std::thread> threads;
+  std::latch start(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      std::vector<uint64_t> ids(kIds);
+      for (int i = 0; i < kIds; ++i) ids[i] = (t % 2 == 0) ? i : kIds - 1 - i;
+      seen[t].resize(kIds * 4);
+      if (!store->Pull(5, ids, absl::MakeSpan(seen[t])).ok()) seen[t].clear();
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(store->Stats()[0].rows, kIds);
+  std::vector<float> want(4);
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_EQ(seen[t].size(), size_t{kIds} * 4);
+    for (int i = 0; i < kIds; ++i) {
+      const uint64_t id = (t % 2 == 0) ? i : kIds - 1 - i;
+      InitRow(3, 5, id, 50, 4, want.data());
+      for (int c = 0; c < 4; ++c) ASSERT_EQ(seen[t][i * 4 + c], want[c]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sift::embedding
