@@ -169,7 +169,7 @@ INSTANTIATE_TEST_SUITE_P(
         Damage{"UnknownDtype", "feature_spec.yaml",
                [](std::string* b) { b->replace(b->find("dtype: int64"), 12, "dtype: int65"); },
                "unsupported dtype 'int65'"}),
-    [](const ::testing::TestParamInfo<Damage>& info) { return std::string(info.param.name); });
+    [](const ::testing::TestParamInfo<Damage>& p) { return std::string(p.param.name); });
 
 }  // namespace
 }  // namespace sift
