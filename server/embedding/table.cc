@@ -23,6 +23,22 @@ std::string TableLabel(uint32_t table_id, absl::string_view name) {
   return absl::StrCat("table '", name, "' (id ", table_id, ")");
 }
 
+// The shape checks Pull and Push share: at most 2^32 - 1 ids (row order is kept in uint32), and
+// exactly ids x dim floats of `what` ("output", "gradient").
+Status CheckBatchShape(const std::string& label, absl::string_view op, size_t ids, size_t dim,
+                       size_t floats, absl::string_view what) {
+  if (ids > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": ", op, " of ", ids, " ids exceeds 2^32 - 1"));
+  }
+  if (floats != ids * dim) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": ", op, " of ", ids, " ids of dim ",
+                                                   dim, " needs ", ids * dim, " ", what,
+                                                   " floats, got ", floats));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct EmbeddingStore::Stripe {
@@ -157,15 +173,8 @@ Status EmbeddingStore::Pull(uint32_t table_id, absl::Span<const uint64_t> ids,
                             absl::Span<float> out) {
   SIFT_ASSIGN_OR_RETURN(Table * table, GetTable(table_id, "pull"));
   const size_t dim = static_cast<size_t>(table->config.dim);
-  if (ids.size() > std::numeric_limits<uint32_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(table->label, ": pull of ", ids.size(), " ids exceeds 2^32 - 1"));
-  }
-  if (out.size() != ids.size() * dim) {
-    return absl::InvalidArgumentError(absl::StrCat(table->label, ": pull of ", ids.size(),
-                                                   " ids of dim ", dim, " needs ", ids.size() * dim,
-                                                   " output floats, got ", out.size()));
-  }
+  SIFT_RETURN_IF_ERROR(
+      CheckBatchShape(table->label, "pull", ids.size(), dim, out.size(), "output"));
   std::vector<uint32_t> order, offsets;
   GroupByStripe(table_id, ids, order, offsets);
   for (int s = 0; s < num_stripes_; ++s) {
@@ -189,15 +198,8 @@ Status EmbeddingStore::Push(uint32_t table_id, absl::Span<const uint64_t> ids,
     return absl::InvalidArgumentError(
         absl::StrCat(table->label, ": push with negative step ", step));
   }
-  if (ids.size() > std::numeric_limits<uint32_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(table->label, ": push of ", ids.size(), " ids exceeds 2^32 - 1"));
-  }
-  if (grads.size() != ids.size() * dim) {
-    return absl::InvalidArgumentError(absl::StrCat(table->label, ": push of ", ids.size(),
-                                                   " ids of dim ", dim, " needs ", ids.size() * dim,
-                                                   " gradient floats, got ", grads.size()));
-  }
+  SIFT_RETURN_IF_ERROR(
+      CheckBatchShape(table->label, "push", ids.size(), dim, grads.size(), "gradient"));
   absl::flat_hash_set<uint64_t> seen;
   seen.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
