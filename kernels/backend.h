@@ -1,0 +1,218 @@
+// The op API of sift's dense model: every computation SIM, DIEN and DIN need (model-spec 3, 4,
+// 5.1, 8), forward and backward, as pure functions over raw float views with the workspace passed
+// in. One abstract Backend, several implementations: reference/ (naive loops, the test oracle,
+// never optimised), cpu/ (OpenBLAS + a thread pool), cuda/ (its own target, later).
+//
+// Conventions, for every op:
+// - Tensors are row-major float32; shapes are given in the argument names ([B,T,H] = B*T*H floats,
+//   contiguous unless a leading-dimension `ld*` argument says otherwise: `ld` = floats between
+//   consecutive rows).
+// - Gradients ACCUMULATE: every d* output is `+=`; the caller zeroes (Fill) what it owns. A null
+//   gradient pointer means "not needed" (skipped), where the argument says nullable.
+// - Forward outputs are overwritten. Ops do not allocate: caches and workspaces come from the
+//   caller, sized by the *Floats() functions below (enough for every backend).
+// - Results are deterministic: a backend gives bit-identical results for identical inputs and the
+//   same thread count (no float atomics, fixed reduction orders).
+// Thread-safety: one Backend is used by one thread at a time (it owns its thread pool).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "common/status.h"
+
+namespace sift::kernels {
+
+// The masked-softmax score of an invalid slot: the most negative finite fp32 (model-spec 3.1).
+inline constexpr float kMaskedScore = -3.4028235e38f;
+// EPS added to the aux probabilities (model-spec 3.7).
+inline constexpr float kAuxEps = 1e-6f;
+
+enum class Activation { kNone = 0, kSigmoid = 1, kPrelu = 2 };
+
+// A dense layer y = act(x W + b) over `rows` rows: W is [in, out] (Keras kernel layout), b [out];
+// PReLU has one slope per output unit: f(p) = p for p > 0, slope*p for p < 0, 0 for p == 0
+// (TF's relu-based form; its derivative at 0 is 0).
+struct DenseDims {
+  int64_t rows = 0;
+  int in = 0;
+  int out = 0;
+  Activation act = Activation::kNone;
+};
+
+// A recurrence over T steps for B sequences: inputs x [B,T,in], hidden size H.
+struct RnnDims {
+  int64_t batch = 0;
+  int time = 0;
+  int in = 0;
+  int hidden = 0;
+};
+
+struct AdamHyper {
+  float lr = 0.01f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-7f;
+};
+
+// Cache/workspace sizes (floats) every backend fits in.
+inline int64_t GruCacheFloats(const RnnDims& d) { return d.batch * d.time * 4 * d.hidden; }
+inline int64_t GruWorkspaceFloats(const RnnDims& d) {
+  return d.batch * d.time * 3 * d.hidden + d.batch * 6 * d.hidden;
+}
+inline int64_t AugruCacheFloats(const RnnDims& d) { return d.batch * d.time * 4 * d.hidden; }
+inline int64_t AugruWorkspaceFloats(const RnnDims& d) {
+  return d.batch * (2 * (d.in + d.hidden) + 8 * d.hidden);
+}
+inline int64_t DenseWorkspaceFloats(const DenseDims& d) { return d.rows * d.out; }
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual absl::string_view name() const = 0;
+  virtual int threads() const = 0;
+
+  // ---- Memory -------------------------------------------------------------------------------
+  // p[0..n) = value.
+  virtual void Fill(int64_t n, float value, float* p) = 0;
+  // For o < outer, r < rows, c < cols: dst[o*dst_outer + r*dst_row + c] (=|+=) src[o*src_outer +
+  // r*src_row + c]. Concatenation, slicing and their gradients. Regions must not overlap.
+  virtual void Copy(int64_t outer, int64_t rows, int64_t cols, const float* src, int64_t src_outer,
+                    int64_t src_row, float* dst, int64_t dst_outer, int64_t dst_row,
+                    bool accumulate) = 0;
+
+  // ---- Linear algebra ------------------------------------------------------------------------
+  // C[m,n] = alpha * op(A) op(B) + beta * C, op(A) [m,k], op(B) [k,n]; A stored [m,k] (or [k,m]
+  // when trans_a), B [k,n] (or [n,k] when trans_b). beta == 0 ignores C's old contents (NaN-safe).
+  virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                    int64_t ldc) = 0;
+
+  // ---- Dense layer (DenseDims) ---------------------------------------------------------------
+  // pre[rows,out] = x W + b (kept for the backward pass), y[rows,out] = act(pre). x has row stride
+  // ldx >= in. slope [out] is read only for kPrelu (nullable otherwise). pre == y is allowed for
+  // kNone.
+  virtual void DenseForward(const DenseDims& d, const float* x, int64_t ldx, const float* w,
+                            const float* b, const float* slope, float* pre, float* y) = 0;
+  // Given dy[rows,out]: dx (+=, nullable, row stride lddx), dw [in,out] (+=), db [out] (+=),
+  // dslope [out] (+=, kPrelu only). workspace: DenseWorkspaceFloats(d).
+  virtual void DenseBackward(const DenseDims& d, const float* x, int64_t ldx, const float* w,
+                             const float* slope, const float* pre, const float* y, const float* dy,
+                             float* dx, int64_t lddx, float* dw, float* db, float* dslope,
+                             float* workspace) = 0;
+
+  // ---- Embeddings ----------------------------------------------------------------------------
+  // out[i, 0..dim) (row stride ld_out) = rows[inv[i], 0..dim) * (mask ? mask[i] : 1), and zeros
+  // where inv[i] < 0 (padding). rows is [U, dim] (the batch's unique keys of one table).
+  virtual void GatherRows(int64_t n, int dim, const float* rows, const int32_t* inv,
+                          const float* mask, float* out, int64_t ld_out) = 0;
+  // The gather's gradient, segment-summed per unique key: for every i with inv[i] >= 0,
+  // drows[inv[i]] += dout[i] * (mask ? mask[i] : 1). Deterministic: each key's terms are added in
+  // increasing i. inv values < num_unique.
+  virtual void SegmentSumRows(int64_t n, int dim, const float* dout, int64_t ld_dout,
+                              const int32_t* inv, const float* mask, int64_t num_unique,
+                              float* drows) = 0;
+
+  // ---- Attention (model-spec 3.1 - 3.5) ------------------------------------------------------
+  // Per batch row b: s_j = <q_b, k_bj> for j < n (k [B,n,d]), s_j = kMaskedScore where
+  // mask[b,j] == 0, alpha[b] = softmax(s) [B,n], out_b = sum_j alpha_bj k_bj (row stride ldout).
+  // q has row stride ldq. An all-masked row gets uniform alpha (and out = 0 for zero keys).
+  virtual void DotAttentionForward(int64_t batch, int n, int d, const float* q, int64_t ldq,
+                                   const float* k, const float* mask, float* alpha, float* out,
+                                   int64_t ldout) = 0;
+  // Given dout (row stride lddout): dq (+=, row stride lddq, nullable), dk [B,n,d] (+=,
+  // nullable). No gradient reaches masked scores (they are constants).
+  virtual void DotAttentionBackward(int64_t batch, int n, int d, const float* q, int64_t ldq,
+                                    const float* k, const float* mask, const float* alpha,
+                                    const float* dout, int64_t lddout, float* dq, int64_t lddq,
+                                    float* dk) = 0;
+  // Top-k retrieval mask (3.3), kept in place of a gather (3.3.6): rho[b,j] = 1 when slot j is
+  // among the k largest alpha[b,:] (ties: the lower index wins) and alpha[b,j] > 0, else 0.
+  // k >= n selects every slot. No gradient.
+  virtual void TopKMask(int64_t batch, int n, int k, const float* alpha, float* rho) = 0;
+  // Damped mean (3.5): out_b = sum_j rho_bj x_bj / (sum_j rho_bj + 1), x [B,n,d].
+  virtual void DampedMeanForward(int64_t batch, int n, int d, const float* x, const float* rho,
+                                 float* out, int64_t ldout) = 0;
+  // dx [B,n,d] += rho_bj * dout_b / (sum_j rho_bj + 1).
+  virtual void DampedMeanBackward(int64_t batch, int n, int d, const float* rho, const float* dout,
+                                  int64_t lddout, float* dx) = 0;
+  // Masked softmax over n slots per row: p[rows,n] = softmax(mask ? s : kMaskedScore).
+  virtual void MaskedSoftmaxForward(int64_t rows, int n, const float* scores, const float* mask,
+                                    float* p) = 0;
+  // dscores (+=) = p * (dp - sum_j p_j dp_j), and 0 at masked slots.
+  virtual void MaskedSoftmaxBackward(int64_t rows, int n, const float* p, const float* mask,
+                                     const float* dp, float* dscores) = 0;
+  // DIEN attention features (3.6 b): c[b,t] = [qp_b; h_bt; qp_b - h_bt; qp_b * h_bt] (4H wide),
+  // rows b*T + t; qp [B,H], h [B,T,H], c [B,T,4H].
+  virtual void AttentionFeaturesForward(int64_t batch, int time, int hidden, const float* qp,
+                                        const float* h, float* c) = 0;
+  // dqp [B,H] (+=, nullable), dh [B,T,H] (+=, nullable) from dc [B,T,4H].
+  virtual void AttentionFeaturesBackward(int64_t batch, int time, int hidden, const float* qp,
+                                         const float* h, const float* dc, float* dqp,
+                                         float* dh) = 0;
+
+  // ---- Recurrences (model-spec 3.6) ---------------------------------------------------------
+  // Keras reset-after GRU from h_0 = 0 over all T steps (no masking): w_in [in,3H], w_rec [H,3H],
+  // b_in [3H], b_rec [3H], columns [z | r | n]. Writes every state h [B,T,H] and the cache
+  // (GruCacheFloats) the backward pass reads. workspace: GruWorkspaceFloats.
+  virtual void GruForward(const RnnDims& d, const float* x, const float* w_in, const float* w_rec,
+                          const float* b_in, const float* b_rec, float* h, float* cache,
+                          float* workspace) = 0;
+  // Given dh [B,T,H] (the loss gradient w.r.t. every state, read only): dx [B,T,in] (+=,
+  // nullable), dw_in, dw_rec, db_in, db_rec (+=).
+  virtual void GruBackward(const RnnDims& d, const float* x, const float* w_in, const float* w_rec,
+                           const float* h, const float* cache, const float* dh, float* dx,
+                           float* dw_in, float* dw_rec, float* db_in, float* db_rec,
+                           float* workspace) = 0;
+  // AUGRU with the original-code gating (3.6 c) from h'_0 = 0 over all T steps: inputs x [B,T,in]
+  // (in = H in the model), attention att [B,T]; gates [gamma | u] = sigmoid([x_t; h'] G + g_b),
+  // G [(in+H), 2H]; candidate c = tanh([x_t; gamma * h'] C + c_b), C [(in+H), H];
+  // u' = (1 - att_t) u; h'_t = u' h' + (1 - u') c. Writes every state hs [B,T,H] (the model uses
+  // the last) and the cache (AugruCacheFloats). workspace: AugruWorkspaceFloats.
+  virtual void AugruForward(const RnnDims& d, const float* x, const float* att, const float* g_w,
+                            const float* g_b, const float* c_w, const float* c_b, float* hs,
+                            float* cache, float* workspace) = 0;
+  // Given dlast [B,H] (the gradient w.r.t. the final state only): dx [B,T,in] (+=, nullable),
+  // datt [B,T] (+=, nullable), dg_w, dg_b, dc_w, dc_b (+=).
+  virtual void AugruBackward(const RnnDims& d, const float* x, const float* att, const float* g_w,
+                             const float* c_w, const float* hs, const float* cache,
+                             const float* dlast, float* dx, float* datt, float* dg_w, float* dg_b,
+                             float* dc_w, float* dc_b, float* workspace) = 0;
+
+  // ---- Losses (model-spec 4, 13) -------------------------------------------------------------
+  // Returns sum_i BCE(y_i, l_i) = max(l,0) - l*y + log(1 + exp(-|l|)), accumulated in double.
+  // When dlogits is non-null: dlogits[i] += scale * (sigmoid(l_i) - y_i).
+  virtual double BceWithLogits(int64_t n, const float* logits, const float* labels, float scale,
+                               float* dlogits) = 0;
+  // DIEN aux loss (3.7, 13 difference 2), summed over the n pairs with mask[i] != 0 (masked pairs
+  // contribute exactly 0, also for non-finite logits):
+  //   -log(sigmoid(lp) + kAuxEps) - log(max(sigmoid(-ln) - kAuxEps, kAuxEps))
+  // (= the reference's -log(1 - p-) with p- = sigmoid(ln) + EPS, clamped so it stays finite; the
+  // clamped branch has zero gradient). Accumulated in double. When dpos/dneg are non-null they
+  // get += scale * d(term)/d(logit).
+  virtual double AuxLoss(int64_t n, const float* pos_logits, const float* neg_logits,
+                         const float* mask, float scale, float* dpos, float* dneg) = 0;
+
+  // ---- Optimizer (model-spec 5.1, Keras form) -------------------------------------------------
+  // Step t >= 1: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+  // param -= lr_t * m / (sqrt(v) + eps), lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t) (in double,
+  // rounded to float once).
+  virtual void AdamUpdate(int64_t n, const AdamHyper& h, int64_t t, const float* grad, float* param,
+                          float* m, float* v) = 0;
+};
+
+// The naive reference backend (kernels/reference): the test oracle.
+std::unique_ptr<Backend> CreateReferenceBackend();
+// The CPU backend (kernels/cpu): OpenBLAS GEMMs and a thread pool of `threads` (<= 0: every
+// available CPU); OpenBLAS is set to the same thread count.
+std::unique_ptr<Backend> CreateCpuBackend(int threads);
+
+// "reference", "cpu" (and "cuda" once that backend exists): the backends this build offers, in
+// that order; `threads` is passed to the CPU backend.
+std::vector<std::string> AvailableBackendNames();
+StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view name, int threads);
+
+}  // namespace sift::kernels
