@@ -235,6 +235,70 @@ Status EmbeddingStore::Push(uint32_t table_id, absl::Span<const uint64_t> ids,
   return absl::OkStatus();
 }
 
+StatusOr<EmbeddingStore::TableDump> EmbeddingStore::DumpTable(uint32_t table_id) const {
+  SIFT_ASSIGN_OR_RETURN(Table * table, GetTable(table_id, "dump"));
+  const size_t row_floats = static_cast<size_t>(table->row_floats);
+  std::vector<std::pair<uint64_t, std::vector<float>::size_type>> order;  // (id, offset in rows)
+  std::vector<float> rows;
+  for (int s = 0; s < num_stripes_; ++s) {
+    Stripe& stripe = table->stripes[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (const auto& [id, r] : stripe.index) {
+      const float* row = stripe.blocks[r / kRowsPerBlock].get() + (r % kRowsPerBlock) * row_floats;
+      order.emplace_back(id, rows.size());
+      rows.insert(rows.end(), row, row + row_floats);
+    }
+  }
+  std::sort(order.begin(), order.end());
+  TableDump dump;
+  dump.table_id = table_id;
+  dump.row_floats = table->row_floats;
+  dump.ids.reserve(order.size());
+  dump.data.resize(order.size() * row_floats);
+  for (size_t i = 0; i < order.size(); ++i) {
+    dump.ids.push_back(order[i].first);
+    std::copy_n(rows.data() + order[i].second, row_floats, dump.data.data() + i * row_floats);
+  }
+  return dump;
+}
+
+Status EmbeddingStore::LoadRows(uint32_t table_id, int row_floats, absl::Span<const uint64_t> ids,
+                                absl::Span<const float> data) {
+  SIFT_ASSIGN_OR_RETURN(Table * table, GetTable(table_id, "load"));
+  if (row_floats != table->row_floats) {
+    return absl::InvalidArgumentError(absl::StrCat(table->label, ": rows of ", row_floats,
+                                                   " floats given, the table has ",
+                                                   table->row_floats, " (dim + optimizer state)"));
+  }
+  const size_t rf = static_cast<size_t>(row_floats);
+  if (data.size() != ids.size() * rf) {
+    return absl::InvalidArgumentError(absl::StrCat(table->label, ": load of ", ids.size(),
+                                                   " rows needs ", ids.size() * rf, " floats, got ",
+                                                   data.size()));
+  }
+  absl::flat_hash_set<uint64_t> seen;
+  seen.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!seen.insert(ids[i]).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(table->label, ": load names id ", ids[i], " twice (at index ", i, ")"));
+    }
+  }
+  std::vector<uint32_t> order, offsets;
+  GroupByStripe(table_id, ids, order, offsets);
+  for (int s = 0; s < num_stripes_; ++s) {
+    if (offsets[s] == offsets[s + 1]) continue;
+    Stripe& stripe = table->stripes[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
+      const uint32_t i = order[k];
+      SIFT_ASSIGN_OR_RETURN(float* row, FindOrCreateRow(*table, stripe, ids[i]));
+      std::copy_n(data.data() + i * rf, rf, row);
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<TableStats> EmbeddingStore::Stats() const {
   std::vector<TableStats> result;
   result.reserve(tables_.size());

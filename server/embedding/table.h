@@ -91,6 +91,24 @@ class EmbeddingStore {
   Status Push(uint32_t table_id, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
               int64_t step);
 
+  // Every row of one table with its optimizer state (checkpoints and snapshots): ids sorted
+  // ascending, data[i*row_floats .. (i+1)*row_floats) = [weights (dim) | optimizer state] of
+  // ids[i], row_floats = dim + StateFloats. Consistent per stripe (each stripe is copied under its
+  // lock); take it between pushes for a consistent table. INVALID_ARGUMENT for an unknown table.
+  struct TableDump {
+    uint32_t table_id = 0;
+    int row_floats = 0;
+    std::vector<uint64_t> ids;
+    std::vector<float> data;
+  };
+  StatusOr<TableDump> DumpTable(uint32_t table_id) const;
+  // Writes rows (creating or overwriting them) from a dump of a table with the same dim and
+  // optimizer: data.size() == ids.size() * row_floats. INVALID_ARGUMENT (naming the table) on an
+  // unknown table, a row_floats mismatch, a size mismatch or a duplicate id; nothing is written
+  // then.
+  Status LoadRows(uint32_t table_id, int row_floats, absl::Span<const uint64_t> ids,
+                  absl::Span<const float> data);
+
   // One entry per table, in table_id order.
   std::vector<TableStats> Stats() const;
   // Sum of total_bytes over all tables.
