@@ -61,11 +61,11 @@ struct AdamHyper {
 // Cache/workspace sizes (floats) every backend fits in.
 inline int64_t GruCacheFloats(const RnnDims& d) { return d.batch * d.time * 4 * d.hidden; }
 inline int64_t GruWorkspaceFloats(const RnnDims& d) {
-  return d.batch * d.time * 3 * d.hidden + d.batch * 6 * d.hidden;
+  return d.batch * d.time * 6 * d.hidden + d.batch * 6 * d.hidden;
 }
 inline int64_t AugruCacheFloats(const RnnDims& d) { return d.batch * d.time * 4 * d.hidden; }
 inline int64_t AugruWorkspaceFloats(const RnnDims& d) {
-  return d.batch * (2 * (d.in + d.hidden) + 8 * d.hidden);
+  return d.batch * d.time * 3 * d.hidden + d.batch * 4 * d.hidden;
 }
 inline int64_t DenseWorkspaceFloats(const DenseDims& d) { return d.rows * d.out; }
 
