@@ -1,0 +1,181 @@
+#include "worker/checkpoint.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
+#include "common/data/binary_file.h"
+#include "common/file_util.h"
+#include "nlohmann/json.hpp"
+
+namespace sift::worker {
+namespace {
+
+constexpr char kDenseMagic[] = "SIFTDENS";
+constexpr char kTableMagic[] = "SIFTTABL";
+constexpr char kManifest[] = "manifest.json";
+constexpr char kFormat[] = "sift-checkpoint";
+constexpr int kVersion = 1;
+
+std::string TableFile(uint32_t table_id) { return absl::StrCat("table_", table_id, ".bin"); }
+
+// Size and CRC32C of a whole file, for the manifest.
+StatusOr<nlohmann::json> FileEntry(const std::string& dir, const std::string& name) {
+  SIFT_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(JoinPath(dir, name)));
+  return nlohmann::json{
+      {"name", name}, {"bytes", bytes.size()}, {"crc32c", Crc32c(bytes.data(), bytes.size())}};
+}
+
+Status WriteDense(const std::string& path, const CheckpointState& s) {
+  const uint64_t n = s.params.size();
+  if (s.adam_m.size() != n || s.adam_v.size() != n) {
+    return absl::InvalidArgumentError("checkpoint: Adam state size differs from the parameters");
+  }
+  data::BinaryFileWriter w;
+  SIFT_RETURN_IF_ERROR(w.Begin(path, kDenseMagic, {n, 0, 0}));
+  SIFT_RETURN_IF_ERROR(w.Section(s.params.data(), n * sizeof(float)));
+  SIFT_RETURN_IF_ERROR(w.Section(s.adam_m.data(), n * sizeof(float)));
+  SIFT_RETURN_IF_ERROR(w.Section(s.adam_v.data(), n * sizeof(float)));
+  return w.Finish();
+}
+
+Status WriteTable(const std::string& path, const embedding::EmbeddingStore::TableDump& d) {
+  data::BinaryFileWriter w;
+  const uint64_t n = d.ids.size();
+  SIFT_RETURN_IF_ERROR(
+      w.Begin(path, kTableMagic,
+              {n, static_cast<uint64_t>(d.row_floats), static_cast<uint64_t>(d.table_id)}));
+  SIFT_RETURN_IF_ERROR(w.Section(d.ids.data(), n * sizeof(uint64_t)));
+  SIFT_RETURN_IF_ERROR(w.Section(d.data.data(), d.data.size() * sizeof(float)));
+  return w.Finish();
+}
+
+StatusOr<const nlohmann::json*> Field(const nlohmann::json& j, const char* key,
+                                      const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    return absl::DataLossError(absl::StrCat(where, ": missing field '", key, "'"));
+  }
+  return &*it;
+}
+
+}  // namespace
+
+Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
+                      const embedding::EmbeddingStore& store) {
+  SIFT_RETURN_IF_ERROR(MakeDirs(dir));
+  const std::string manifest = JoinPath(dir, kManifest);
+  if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) {
+    return absl::InternalError(absl::StrCat(manifest, ": cannot remove: ", std::strerror(errno)));
+  }
+  nlohmann::json files = nlohmann::json::array();
+  SIFT_RETURN_IF_ERROR(WriteDense(JoinPath(dir, "dense.bin"), state));
+  SIFT_ASSIGN_OR_RETURN(nlohmann::json dense_entry, FileEntry(dir, "dense.bin"));
+  files.push_back(dense_entry);
+  nlohmann::json tables = nlohmann::json::array();
+  for (const embedding::TableStats& t : store.Stats()) {
+    SIFT_ASSIGN_OR_RETURN(embedding::EmbeddingStore::TableDump d, store.DumpTable(t.table_id));
+    const std::string name = TableFile(t.table_id);
+    SIFT_RETURN_IF_ERROR(WriteTable(JoinPath(dir, name), d));
+    SIFT_ASSIGN_OR_RETURN(nlohmann::json entry, FileEntry(dir, name));
+    files.push_back(entry);
+    tables.push_back({{"table_id", t.table_id},
+                      {"name", t.name},
+                      {"rows", d.ids.size()},
+                      {"row_floats", d.row_floats},
+                      {"file", name}});
+  }
+  nlohmann::json m = {{"format", kFormat},
+                      {"version", kVersion},
+                      {"epochs_done", state.epochs_done},
+                      {"global_step", state.global_step},
+                      {"adam_t", state.adam_t},
+                      {"seed", state.seed},
+                      {"model", state.model},
+                      {"dense_params", state.params.size()},
+                      {"tables", tables},
+                      {"files", files}};
+  return WriteFileAtomic(manifest, m.dump(2) + "\n");
+}
+
+Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
+                      int64_t expect_params, CheckpointState* state,
+                      embedding::EmbeddingStore* store) {
+  const std::string manifest_path = JoinPath(dir, kManifest);
+  if (!PathExists(manifest_path)) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": not a checkpoint (no ", kManifest,
+                                                      "; an interrupted save leaves none)"));
+  }
+  SIFT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(manifest_path));
+  nlohmann::json m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object()) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": not valid JSON"));
+  }
+  try {
+    if (m.value("format", "") != kFormat || m.value("version", 0) != kVersion) {
+      return absl::DataLossError(
+          absl::StrCat(manifest_path, ": not a ", kFormat, " version ", kVersion, " manifest"));
+    }
+    SIFT_ASSIGN_OR_RETURN(const nlohmann::json* model, Field(m, "model", manifest_path));
+    if (model->get<std::string>() != expect_model) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(manifest_path, ": field 'model': the checkpoint holds '",
+                       model->get<std::string>(), "' but this run builds '", expect_model, "'"));
+    }
+    SIFT_ASSIGN_OR_RETURN(const nlohmann::json* files, Field(m, "files", manifest_path));
+    for (const nlohmann::json& f : *files) {
+      const std::string name = f.at("name").get<std::string>();
+      SIFT_ASSIGN_OR_RETURN(nlohmann::json actual, FileEntry(dir, name));
+      if (actual["bytes"] != f.at("bytes") || actual["crc32c"] != f.at("crc32c")) {
+        return absl::DataLossError(absl::StrCat(JoinPath(dir, name), ": size/CRC32C ",
+                                                actual["bytes"].dump(), "/",
+                                                actual["crc32c"].dump(), " != manifest ",
+                                                f.at("bytes").dump(), "/", f.at("crc32c").dump()));
+      }
+    }
+    state->epochs_done = m.at("epochs_done").get<int64_t>();
+    state->global_step = m.at("global_step").get<int64_t>();
+    state->adam_t = m.at("adam_t").get<int64_t>();
+    state->seed = m.at("seed").get<uint64_t>();
+    state->model = model->get<std::string>();
+
+    const std::string dense_path = JoinPath(dir, "dense.bin");
+    SIFT_ASSIGN_OR_RETURN(data::BinaryFile dense, data::BinaryFile::Open(dense_path, kDenseMagic,
+                                                                         /*verify=*/true));
+    const uint64_t n = dense.header().counts[0];
+    if (static_cast<int64_t>(n) != expect_params) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dense_path, ": ", n, " dense parameters, the model has ", expect_params));
+    }
+    data::SectionReader r(dense);
+    for (std::vector<float>* v : {&state->params, &state->adam_m, &state->adam_v}) {
+      SIFT_ASSIGN_OR_RETURN(const uint8_t* p, r.NextArray(n, sizeof(float)));
+      v->resize(n);
+      std::memcpy(v->data(), p, n * sizeof(float));
+    }
+    SIFT_ASSIGN_OR_RETURN(const nlohmann::json* tables, Field(m, "tables", manifest_path));
+    for (const nlohmann::json& t : *tables) {
+      const std::string path = JoinPath(dir, t.at("file").get<std::string>());
+      SIFT_ASSIGN_OR_RETURN(data::BinaryFile tf,
+                            data::BinaryFile::Open(path, kTableMagic, /*verify=*/true));
+      const auto& c = tf.header().counts;
+      data::SectionReader tr(tf);
+      SIFT_ASSIGN_OR_RETURN(const uint8_t* ids, tr.NextArray(c[0], sizeof(uint64_t)));
+      SIFT_ASSIGN_OR_RETURN(const uint8_t* rows, tr.NextArray(c[0], sizeof(float), c[1]));
+      if (c[1] > (1u << 20)) return absl::DataLossError(absl::StrCat(path, ": bad row size"));
+      Status s =
+          store->LoadRows(static_cast<uint32_t>(c[2]), static_cast<int>(c[1]),
+                          absl::MakeConstSpan(reinterpret_cast<const uint64_t*>(ids), c[0]),
+                          absl::MakeConstSpan(reinterpret_cast<const float*>(rows), c[0] * c[1]));
+      if (!s.ok()) return Annotate(s, path);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sift::worker

@@ -1,0 +1,44 @@
+// Training checkpoints of the single-process trainer: the dense parameters with their Adam state,
+// every embedding table's rows with their optimizer state, and where training stands (completed
+// epochs, global step). A checkpoint is a directory:
+//   dense.bin          SIFTDENS binary file (common/data/binary_file.h): params, adam m, adam v
+//   table_<id>.bin     SIFTTABL binary file per table: ids (uint64), rows [n, row_floats]
+//   manifest.json      written LAST: format, version, epoch, step, adam_t, seed, model summary,
+//                      every file with its size and CRC32C — the commit point: a directory
+//                      without a manifest is not a checkpoint.
+// Every file is written to a temp name, fsynced and renamed (AtomicFileWriter). Saving over an
+// existing checkpoint removes its manifest first, so a crash mid-save leaves no valid-looking mix.
+// Loading checks the manifest, each file's size and CRC, and the shapes against the caller's model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/embedding/table.h"
+
+namespace sift::worker {
+
+struct CheckpointState {
+  int64_t epochs_done = 0;  // completed epochs; training resumes at this epoch index
+  int64_t global_step = 0;  // optimizer steps taken so far
+  int64_t adam_t = 0;       // dense Adam step count
+  uint64_t seed = 0;
+  std::string model;  // a summary string of the model config; must match on load
+  std::vector<float> params, adam_m, adam_v;
+};
+
+// Writes `state` and every table of `store` to `dir` (created if missing).
+Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
+                      const embedding::EmbeddingStore& store);
+
+// Reads the checkpoint in `dir` into `state` and loads its table rows into `store` (whose tables
+// must have the same ids and row sizes). FAILED_PRECONDITION / DATA_LOSS / INVALID_ARGUMENT
+// naming the file and field on a missing manifest, a size or CRC mismatch, a model mismatch
+// (`expect_model` != saved summary) or a parameter count mismatch.
+Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
+                      int64_t expect_params, CheckpointState* state,
+                      embedding::EmbeddingStore* store);
+
+}  // namespace sift::worker

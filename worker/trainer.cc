@@ -1,0 +1,466 @@
+#include "worker/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/auc.h"
+#include "common/data/dataset.h"
+#include "common/dllogger.h"
+#include "common/file_util.h"
+#include "common/hash.h"
+#include "kernels/backend.h"
+#include "server/embedding/table.h"
+#include "worker/batch_keys.h"
+#include "worker/checkpoint.h"
+
+namespace sift::worker {
+namespace {
+
+double Now() { return SteadyClockSeconds(); }
+
+// Adds the wall time of a scope to a counter.
+class ScopedTimer {
+ public:
+  explicit ScopedTimer(double* sink) : sink_(sink), start_(Now()) {}
+  ~ScopedTimer() { *sink_ += Now() - start_; }
+
+ private:
+  double* sink_;
+  double start_;
+};
+
+std::string FormatDuration(double s) {
+  if (!std::isfinite(s) || s < 0) return "--";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
+  if (t >= 60) return absl::StrFormat("%dm%02ds", t / 60, t % 60);
+  return absl::StrFormat("%ds", t);
+}
+
+// A one-line progress bar on stderr, redrawn at most every 0.25 s.
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, std::string label, int64_t total)
+      : enabled_(enabled), label_(std::move(label)), total_(total), start_(Now()) {}
+  void Update(int64_t done, int64_t samples) {
+    if (!enabled_) return;
+    const double now = Now();
+    if (done < total_ && now - last_ < 0.25) return;
+    last_ = now;
+    const double el = now - start_;
+    const double rate = el > 0 ? samples / el : 0;
+    const double frac = total_ > 0 ? static_cast<double>(done) / total_ : 1;
+    const int width = 30, fill = static_cast<int>(frac * width);
+    const double eta = frac > 0 ? el * (1 - frac) / frac : -1;
+    std::fprintf(stderr, "\r%s [%s%s] %3d%% %lld/%lld | %.0f samples/s | ETA %s   ", label_.c_str(),
+                 std::string(fill, '#').c_str(), std::string(width - fill, ' ').c_str(),
+                 static_cast<int>(frac * 100), static_cast<long long>(done),
+                 static_cast<long long>(total_), rate, FormatDuration(eta).c_str());
+    std::fflush(stderr);
+  }
+  void Finish() {
+    if (!enabled_) return;
+    std::fprintf(stderr, "\r%*s\r", 110, "");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool enabled_;
+  std::string label_;
+  int64_t total_;
+  double start_;
+  double last_ = -1;
+};
+
+// Dense Adam in the Keras form (model-spec 5.1) over the model's flat parameter buffer.
+struct DenseAdam {
+  kernels::AdamHyper hyper;
+  int64_t t = 0;
+  std::vector<float> m, v;
+  void Step(kernels::Backend* backend, absl::Span<float> params, absl::Span<const float> grads) {
+    ++t;
+    backend->AdamUpdate(static_cast<int64_t>(params.size()), hyper, t, grads.data(), params.data(),
+                        m.data(), v.data());
+  }
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainerOptions& o) : o_(o) {}
+
+  Status Setup(RunMode mode);
+  StatusOr<RunResult> Run(RunMode mode);
+
+ private:
+  // One training step on `batch`; returns the losses.
+  StatusOr<Losses> TrainStep(const data::Batch& batch, int64_t epoch, int64_t step);
+  // Pulls every table's rows for `keys`.
+  Status Pull(BatchKeys* keys);
+  // AUC and sample-weighted total loss over `max_samples` (0 = all) of a split.
+  Status Evaluate(data::Split split, int64_t max_samples, double* auc, double* loss);
+  Status LogBoth(const DllStep& step, const DllMetrics& data);
+  Status SaveCheckpointNow(int64_t epochs_done);
+
+  const TrainerOptions& o_;
+  RunMode mode_ = RunMode::kTrain;
+  std::unique_ptr<data::Dataset> ds_;
+  data::HistoryOptions history_;
+  ModelConfig config_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<embedding::EmbeddingStore> store_;
+  DenseAdam adam_;
+  BatchKeys keys_;
+  std::unique_ptr<DLLogger> json_log_, stdout_log_;
+  RunResult result_;
+  int64_t epochs_done_ = 0;
+  int64_t global_step_ = 0;
+};
+
+Status Trainer::Setup(RunMode mode) {
+  mode_ = mode;
+  if (o_.epochs < 1) return absl::InvalidArgumentError("--epochs must be >= 1");
+  if (o_.batch_size < 1) return absl::InvalidArgumentError("--batch-size must be >= 1");
+  if (o_.eval_batch_size < 0) return absl::InvalidArgumentError("--eval-batch-size must be >= 0");
+  if (!(o_.lr > 0) || !std::isfinite(o_.lr)) {
+    return absl::InvalidArgumentError("--lr must be a finite number > 0");
+  }
+  if (o_.benchmark_steps < 0) return absl::InvalidArgumentError("--benchmark-steps must be >= 0");
+  if (o_.train_eval_samples < 0) {
+    return absl::InvalidArgumentError("--train-eval-samples must be >= 0");
+  }
+  SIFT_ASSIGN_OR_RETURN(ds_, data::Dataset::Open(o_.dataset));
+  const data::SampleSource& src = ds_->samples();
+  config_ = o_.model;
+  config_.user_features = src.num_user_features();
+  config_.item_features = src.num_item_features();
+  SIFT_RETURN_IF_ERROR(ValidateModelConfig(config_));
+  history_.max_history = config_.long_len + config_.short_len;
+  history_.short_history = config_.short_len;
+
+  SIFT_ASSIGN_OR_RETURN(backend_, kernels::CreateBackend(o_.backend, o_.threads));
+  const int64_t eval_b = o_.eval_batch_size > 0 ? o_.eval_batch_size : o_.batch_size;
+  SIFT_ASSIGN_OR_RETURN(model_,
+                        Model::Create(config_, backend_.get(), std::max(o_.batch_size, eval_b)));
+  model_->InitParameters(o_.seed);
+
+  // The embedding tables: one per user feature, then one per item feature (the feature spec's
+  // table order), each with the sparse optimizer.
+  SIFT_ASSIGN_OR_RETURN(embedding::OptimizerKind kind,
+                        embedding::ParseOptimizerKind(o_.sparse_optimizer));
+  const std::vector<int64_t> cards = ds_->spec().TableCardinalities();
+  const int num_tables = config_.user_features + config_.item_features;
+  if (static_cast<int>(cards.size()) != num_tables) {
+    return absl::InvalidArgumentError(absl::StrCat(o_.dataset, ": the feature spec declares ",
+                                                   cards.size(), " tables, expected ", num_tables));
+  }
+  std::vector<embedding::TableConfig> tables;
+  for (int t = 0; t < num_tables; ++t) {
+    embedding::TableConfig c;
+    c.table_id = static_cast<uint32_t>(t);
+    c.name = t < config_.user_features ? absl::StrCat("user_feat_", t)
+                                       : absl::StrCat("item_feat_", t - config_.user_features);
+    c.dim = config_.embedding_dim;
+    c.cardinality = static_cast<uint64_t>(std::max<int64_t>(cards[t], 0));
+    c.optimizer.kind = kind;
+    c.optimizer.learning_rate = o_.lr;
+    tables.push_back(std::move(c));
+  }
+  SIFT_ASSIGN_OR_RETURN(store_, embedding::EmbeddingStore::Create(
+                                    std::move(tables), embedding::StoreOptions{o_.seed, 64}));
+
+  adam_.hyper.lr = o_.lr;
+  const size_t np = model_->parameters().size();
+  adam_.m.assign(np, 0.0f);
+  adam_.v.assign(np, 0.0f);
+  result_.dense_params = static_cast<int64_t>(np);
+  result_.threads = backend_->threads();
+  result_.backend = std::string(backend_->name());
+  if (ds_->spec().metadata["oracle_test_auc"]) {
+    result_.oracle_test_auc = ds_->spec().metadata["oracle_test_auc"].as<double>(-1);
+  }
+
+  if (!o_.load_checkpoint.empty()) {
+    CheckpointState st;
+    SIFT_RETURN_IF_ERROR(LoadCheckpoint(o_.load_checkpoint, ModelSummary(config_),
+                                        static_cast<int64_t>(np), &st, store_.get()));
+    std::copy(st.params.begin(), st.params.end(), model_->parameters().begin());
+    adam_.m = std::move(st.adam_m);
+    adam_.v = std::move(st.adam_v);
+    adam_.t = st.adam_t;
+    epochs_done_ = st.epochs_done;
+    global_step_ = st.global_step;
+  }
+
+  // Logs: every record to the JSON file; stdout gets epoch and summary records (and every
+  // log_every-th step record).
+  if (!o_.results_dir.empty()) {
+    SIFT_RETURN_IF_ERROR(MakeDirs(o_.results_dir));
+    SIFT_ASSIGN_OR_RETURN(auto sink, FileLineSink::Open(JoinPath(o_.results_dir, o_.log_filename)));
+    json_log_ = std::make_unique<DLLogger>(std::move(sink), nullptr);
+    SIFT_RETURN_IF_ERROR(json_log_->WriteReferenceMetadata());
+  }
+  stdout_log_ = std::make_unique<DLLogger>(nullptr, std::make_unique<StdoutLineSink>());
+  return stdout_log_->WriteReferenceMetadata();
+}
+
+Status Trainer::LogBoth(const DllStep& step, const DllMetrics& data) {
+  if (json_log_) SIFT_RETURN_IF_ERROR(json_log_->Log(step, data));
+  return stdout_log_->Log(step, data);
+}
+
+Status Trainer::Pull(BatchKeys* keys) {
+  const size_t dim = static_cast<size_t>(config_.embedding_dim);
+  for (size_t t = 0; t < keys->tables.size(); ++t) {
+    TableKeys& tk = keys->tables[t];
+    SIFT_RETURN_IF_ERROR(store_->Pull(static_cast<uint32_t>(t), tk.keys,
+                                      absl::MakeSpan(tk.rows.data(), tk.keys.size() * dim)));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<Losses> Trainer::TrainStep(const data::Batch& batch, int64_t epoch, int64_t step) {
+  PhaseTimes& ph = result_.phases;
+  {
+    ScopedTimer t(&ph.dedup);
+    SIFT_RETURN_IF_ERROR(BuildBatchKeys(batch, model_->key_usage(ForwardMode::kTrain),
+                                        config_.embedding_dim, &keys_));
+  }
+  {
+    ScopedTimer t(&ph.pull);
+    SIFT_RETURN_IF_ERROR(Pull(&keys_));
+  }
+  Losses losses;
+  {
+    ScopedTimer t(&ph.forward);
+    SIFT_ASSIGN_OR_RETURN(losses, model_->Forward(batch, keys_, ForwardMode::kTrain));
+  }
+  if (!std::isfinite(losses.total)) {
+    return absl::InternalError(absl::StrFormat(
+        "non-finite training loss %g at epoch %d step %d (classification %g, aux %g)", losses.total,
+        epoch, step, losses.classification, losses.aux));
+  }
+  {
+    ScopedTimer t(&ph.backward);
+    SIFT_RETURN_IF_ERROR(model_->Backward(&keys_));
+  }
+  {
+    ScopedTimer t(&ph.dense_opt);
+    adam_.Step(backend_.get(), model_->parameters(), model_->gradients());
+  }
+  {
+    ScopedTimer t(&ph.push);
+    const size_t dim = static_cast<size_t>(config_.embedding_dim);
+    for (size_t tb = 0; tb < keys_.tables.size(); ++tb) {
+      const TableKeys& tk = keys_.tables[tb];
+      SIFT_RETURN_IF_ERROR(store_->Push(static_cast<uint32_t>(tb), tk.keys,
+                                        absl::MakeConstSpan(tk.grads.data(), tk.keys.size() * dim),
+                                        global_step_));
+    }
+  }
+  ++global_step_;
+  return losses;
+}
+
+Status Trainer::Evaluate(data::Split split, int64_t max_samples, double* auc, double* loss) {
+  data::BatchLoaderOptions lo;
+  lo.split = split;
+  lo.batch_size = o_.eval_batch_size > 0 ? o_.eval_batch_size : o_.batch_size;
+  lo.history = history_;
+  // A fixed sample of the training split: the first positions of one seeded permutation.
+  lo.order = max_samples > 0 ? data::SampleOrder::kShuffled : data::SampleOrder::kReference;
+  lo.seed = HashCombine(o_.seed, 0x5eed0e7a1ull);
+  lo.drop_remainder = false;
+  lo.threads = o_.threads;
+  SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(&ds_->samples(), lo));
+  loader->StartEpoch(0);
+  std::vector<float> scores, labels;
+  double loss_sum = 0;
+  const int64_t n = ds_->samples().NumSamples(split);
+  const int64_t want = max_samples > 0 ? std::min(max_samples, n) : n;
+  ProgressBar bar(o_.progress, absl::StrCat("eval ", data::SplitName(split)), want);
+  BatchKeys keys;
+  while (static_cast<int64_t>(scores.size()) < want) {
+    const data::Batch* b = loader->Next();
+    if (b == nullptr) break;
+    SIFT_RETURN_IF_ERROR(
+        BuildBatchKeys(*b, model_->key_usage(ForwardMode::kEval), config_.embedding_dim, &keys));
+    SIFT_RETURN_IF_ERROR(Pull(&keys));
+    SIFT_ASSIGN_OR_RETURN(Losses l, model_->Forward(*b, keys, ForwardMode::kEval));
+    loss_sum += l.total * static_cast<double>(b->size);
+    absl::Span<const float> logits = model_->logits();
+    for (int64_t i = 0; i < b->size; ++i) {
+      scores.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(logits[i])))));
+      labels.push_back(b->label[i]);
+    }
+    bar.Update(static_cast<int64_t>(scores.size()), static_cast<int64_t>(scores.size()));
+  }
+  bar.Finish();
+  *auc = ExactAuc(absl::MakeConstSpan(scores), absl::MakeConstSpan(labels));
+  *loss = scores.empty() ? 0 : loss_sum / static_cast<double>(scores.size());
+  return absl::OkStatus();
+}
+
+Status Trainer::SaveCheckpointNow(int64_t epochs_done) {
+  CheckpointState st;
+  st.epochs_done = epochs_done;
+  st.global_step = global_step_;
+  st.adam_t = adam_.t;
+  st.seed = o_.seed;
+  st.model = ModelSummary(config_);
+  st.params.assign(model_->parameters().begin(), model_->parameters().end());
+  st.adam_m = adam_.m;
+  st.adam_v = adam_.v;
+  return SaveCheckpoint(o_.save_checkpoint, st, *store_);
+}
+
+StatusOr<RunResult> Trainer::Run(RunMode mode) {
+  const bool inference = mode == RunMode::kBenchInference;
+  const bool bench = mode != RunMode::kTrain;
+  data::BatchLoaderOptions lo;
+  lo.split = data::Split::kTrain;
+  lo.batch_size = o_.batch_size;
+  lo.history = history_;
+  lo.order = o_.order;
+  lo.seed = o_.seed;
+  lo.drop_remainder = true;  // as the reference's run scripts (model-spec 0)
+  lo.threads = o_.threads;
+  SIFT_RETURN_IF_ERROR(data::ValidateBatchLoaderOptions(ds_->samples(), lo));
+  SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(&ds_->samples(), lo));
+  int64_t steps_per_epoch = loader->steps_per_epoch();
+  if (o_.max_steps_per_epoch > 0)
+    steps_per_epoch = std::min(steps_per_epoch, o_.max_steps_per_epoch);
+  if (steps_per_epoch == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--batch-size ", o_.batch_size, " is larger than the training split (",
+                     ds_->samples().NumSamples(data::Split::kTrain), " samples): no full batch"));
+  }
+  result_.samples_per_step = o_.batch_size;
+  const int64_t first_epoch = inference ? 0 : epochs_done_;
+  if (first_epoch >= o_.epochs) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint already completed ", first_epoch,
+                                                   " epoch(s); --epochs ", o_.epochs,
+                                                   " leaves nothing to train"));
+  }
+  PerfStatsOptions po;
+  po.warmup_steps = o_.warmup_steps;
+  po.total_steps = bench && o_.benchmark_steps > 0 ? o_.warmup_steps + o_.benchmark_steps : 0;
+  po.planned_steps = (o_.epochs - first_epoch) * steps_per_epoch;
+  if (po.total_steps > 0) po.planned_steps = std::min(po.planned_steps, po.total_steps);
+  PerfStats perf(po);
+  const bool is_din = config_.type == ModelType::kDin;
+
+  for (int64_t epoch = first_epoch; epoch < o_.epochs && !perf.completed(); ++epoch) {
+    loader->StartEpoch(epoch);
+    perf.StartEpoch();
+    const double epoch_start = Now();
+    ProgressBar bar(
+        o_.progress,
+        absl::StrFormat("%s epoch %d/%d", inference ? "inference" : "train", epoch + 1, o_.epochs),
+        steps_per_epoch);
+    int64_t step = 0;
+    for (; step < steps_per_epoch && !perf.completed(); ++step) {
+      const data::Batch* b;
+      {
+        ScopedTimer t(&result_.phases.load);
+        b = loader->Next();
+      }
+      if (b == nullptr) break;
+      DllMetrics m;
+      if (inference) {
+        {
+          ScopedTimer t(&result_.phases.dedup);
+          SIFT_RETURN_IF_ERROR(BuildBatchKeys(*b, model_->key_usage(ForwardMode::kInference),
+                                              config_.embedding_dim, &keys_));
+        }
+        {
+          ScopedTimer t(&result_.phases.pull);
+          SIFT_RETURN_IF_ERROR(Pull(&keys_));
+        }
+        ScopedTimer t(&result_.phases.forward);
+        SIFT_RETURN_IF_ERROR(model_->Forward(*b, keys_, ForwardMode::kInference).status());
+      } else {
+        SIFT_ASSIGN_OR_RETURN(Losses l, TrainStep(*b, epoch, step));
+        result_.step_losses.push_back(l.total);
+        m.emplace_back("total_loss", l.total);
+        if (!is_din) {
+          m.emplace_back("classification_loss", l.classification);
+          m.emplace_back("dien_aux_loss", l.aux);
+        }
+      }
+      const double sps = perf.Step(b->size);
+      m.emplace_back("samples/s", sps);
+      const DllStep s = {inference ? 0 : epoch, step};
+      if (json_log_) SIFT_RETURN_IF_ERROR(json_log_->Log(s, m));
+      if (o_.log_every > 0 && step % o_.log_every == 0)
+        SIFT_RETURN_IF_ERROR(stdout_log_->Log(s, m));
+      ++result_.steps;
+      bar.Update(step + 1, (step + 1) * o_.batch_size);
+    }
+    bar.Finish();
+    EpochMetrics em;
+    em.epoch = epoch;
+    em.steps = step;
+    em.train_time_s = Now() - epoch_start;
+    em.perf = perf.Results();
+    result_.time_to_train_s += em.train_time_s;
+    if (bench) continue;
+    SIFT_RETURN_IF_ERROR(
+        Evaluate(data::Split::kTrain, o_.train_eval_samples, &em.train_auc, &em.train_loss));
+    SIFT_RETURN_IF_ERROR(Evaluate(data::Split::kTest, 0, &em.test_auc, &em.test_loss));
+    epochs_done_ = epoch + 1;
+    if (!o_.save_checkpoint.empty()) SIFT_RETURN_IF_ERROR(SaveCheckpointNow(epochs_done_));
+    DllMetrics m = perf.SummaryMetrics();
+    m.emplace_back("train_auc", em.train_auc);
+    m.emplace_back("train_loss", em.train_loss);
+    m.emplace_back("test_auc", em.test_auc);
+    m.emplace_back("test_loss", em.test_loss);
+    if (result_.oracle_test_auc > 0) {
+      m.emplace_back("oracle_test_auc", result_.oracle_test_auc);
+      m.emplace_back("test_auc_to_oracle", em.test_auc / result_.oracle_test_auc);
+    }
+    SIFT_RETURN_IF_ERROR(LogBoth({epoch}, m));
+    result_.epochs.push_back(em);
+  }
+  result_.perf = perf.Results();
+  if (bench) {
+    SIFT_RETURN_IF_ERROR(LogBoth({}, perf.SummaryMetrics()));
+  } else {
+    const EpochMetrics& last = result_.epochs.back();
+    DllMetrics m = {{"time_to_train", result_.time_to_train_s},
+                    {"train_auc", last.train_auc},
+                    {"train_loss", last.train_loss},
+                    {"test_auc", last.test_auc},
+                    {"test_loss", last.test_loss}};
+    SIFT_RETURN_IF_ERROR(LogBoth({}, m));
+  }
+  return std::move(result_);
+}
+
+}  // namespace
+
+std::string ModelSummary(const ModelConfig& c) {
+  return absl::StrCat(
+      ModelTypeName(c.type), " D=", c.embedding_dim, " UF=", c.user_features,
+      " F=", c.item_features, " long=", c.long_len, " short=", c.short_len, " top_k=", c.top_k,
+      " gru=", c.gru_hidden > 0 ? c.gru_hidden : 6 * c.embedding_dim,
+      " stage1=", absl::StrJoin(c.stage_one_mlp, ","),
+      " stage2=", absl::StrJoin(c.stage_two_mlp, ","), " aux=", absl::StrJoin(c.aux_mlp, ","),
+      " att=", absl::StrJoin(c.attention_mlp, ","));
+}
+
+StatusOr<RunResult> RunTrainer(const TrainerOptions& options, RunMode mode) {
+  Trainer trainer(options);
+  SIFT_RETURN_IF_ERROR(trainer.Setup(mode));
+  return trainer.Run(mode);
+}
+
+}  // namespace sift::worker
