@@ -6,6 +6,7 @@
 // 0 is padding. Row b of every array describes sample index[b] of the split.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
