@@ -1,0 +1,217 @@
+// Whole-model finite-difference gradient checks of SIM, DIEN and DIN on the reference backend:
+// Model::Backward's dense and embedding gradients against central differences of
+// Forward(kTrain).total, along random directions and for single coordinates of every tensor.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "tests/unit/worker/model_test_util.h"
+#include "worker/batch_keys.h"
+#include "worker/model.h"
+
+namespace sift::worker {
+namespace {
+
+using model_testing::FillRows;
+using model_testing::InitNoisy;
+using model_testing::MakeBatch;
+using model_testing::SmallConfig;
+
+struct Case {
+  ModelType type;
+  std::vector<int> hist_lens;  // per row; T = T_L + T_S = 10
+  uint64_t seed;
+  const char* name;
+};
+
+// The rows cover: full history, an all-empty long history (3 <= T_S), fewer valid long items than
+// top_k (5 -> 1 long item, 7 -> 3), more than top_k (10 -> 6), a short history with padding (2).
+const Case kCases[] = {
+    {ModelType::kSim, {10, 3, 7, 5, 2}, 11, "sim"}, {ModelType::kSim, {8}, 12, "sim_batch1"},
+    {ModelType::kDien, {10, 3, 7, 2}, 13, "dien"},  {ModelType::kDien, {9}, 14, "dien_batch1"},
+    {ModelType::kDin, {10, 3, 7, 5, 2}, 15, "din"}, {ModelType::kDin, {6}, 16, "din_batch1"},
+};
+
+class ModelGradientTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    const Case& c = GetParam();
+    config_ = SmallConfig(c.type);
+    backend_ = kernels::CreateReferenceBackend();
+    auto model = Model::Create(config_, backend_.get(), 8);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(model).value();
+    batch_ = MakeBatch(config_, c.hist_lens, c.seed);
+    ASSERT_TRUE(BuildBatchKeys(batch_, model_->key_usage(ForwardMode::kTrain),
+                               config_.embedding_dim, &keys_)
+                    .ok());
+    // Rows and parameters larger than the reference's init so that every path carries a
+    // gradient well above float noise.
+    FillRows(&keys_, c.seed + 100, 0.5f);
+    InitNoisy(model_.get(), c.seed + 200, 0.1f);
+  }
+
+  double Loss() {
+    auto losses = model_->Forward(batch_, keys_, ForwardMode::kTrain);
+    EXPECT_TRUE(losses.ok()) << losses.status();
+    return losses.ok() ? losses->total : 0.0;
+  }
+
+  // Runs Forward + Backward; copies the dense and embedding gradients out.
+  void Gradients(std::vector<float>* dense, std::vector<std::vector<float>>* emb) {
+    Loss();
+    ASSERT_TRUE(model_->Backward(&keys_).ok());
+    dense->assign(model_->gradients().begin(), model_->gradients().end());
+    emb->clear();
+    for (const TableKeys& t : keys_.tables) emb->push_back(t.grads);
+  }
+
+  // Central difference of the loss along v (applied to the floats `x`).
+  double DirectionalFd(float* x, const std::vector<float>& v, double eps) {
+    std::vector<float> saved(x, x + v.size());
+    for (size_t i = 0; i < v.size(); ++i) x[i] = saved[i] + static_cast<float>(eps * v[i]);
+    const double plus = Loss();
+    for (size_t i = 0; i < v.size(); ++i) x[i] = saved[i] - static_cast<float>(eps * v[i]);
+    const double minus = Loss();
+    std::copy(saved.begin(), saved.end(), x);
+    return (plus - minus) / (2 * eps);
+  }
+
+  ModelConfig config_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<Model> model_;
+  data::Batch batch_;
+  BatchKeys keys_;
+};
+
+// Tolerances. The model is float and piecewise smooth: PReLU has a kink at 0 (and top-k a jump
+// where the selection changes), so a central difference whose step straddles a kink returns a
+// one-sided average, not the derivative; with a batch of one row, a hidden unit within ~1e-2 of
+// its kink is common. Each check therefore tries a step of 1e-3 and, if that disagrees, 1e-4 (a
+// step small enough to resolve any kink these fixed inputs have). The loss is a double sum of
+// float terms, so its rounding noise is ~1e-9 here (measured) and a central difference carries
+// ~1e-6 / eps of noise, well below the absolute floor. A real gradient bug (a missed term, a
+// wrong factor or slot) is off by far more than 1% at every step size.
+constexpr double kSteps[] = {1e-3, 1e-4};
+constexpr double kRelTol = 1e-2;
+constexpr double kAbsTol = 5e-5;
+
+// Central difference of the loss along v applied to the floats x, with the smallest error
+// against `analytic` over kSteps; returns that error (and the fd value).
+template <typename LossFn>
+double BestFdError(LossFn&& loss, float* x, const std::vector<float>& v, double analytic,
+                   double* fd_out) {
+  std::vector<float> saved(x, x + v.size());
+  double best = 1e300;
+  for (double eps : kSteps) {
+    for (size_t i = 0; i < v.size(); ++i) x[i] = saved[i] + static_cast<float>(eps * v[i]);
+    const double plus = loss();
+    for (size_t i = 0; i < v.size(); ++i) x[i] = saved[i] - static_cast<float>(eps * v[i]);
+    const double minus = loss();
+    std::copy(saved.begin(), saved.end(), x);
+    const double fd = (plus - minus) / (2 * eps);
+    if (std::abs(fd - analytic) < best) {
+      best = std::abs(fd - analytic);
+      *fd_out = fd;
+    }
+    if (best <= kRelTol * std::abs(analytic) + kAbsTol) break;
+  }
+  return best;
+}
+
+// Directions over every dense parameter at once and over every table's pulled rows, with
+// uniform(-1, 1) components.
+TEST_P(ModelGradientTest, DirectionalDerivativesMatch) {
+  std::vector<float> dense;
+  std::vector<std::vector<float>> emb;
+  Gradients(&dense, &emb);
+  Rng rng(GetParam().seed + 300);
+  auto loss = [this] { return Loss(); };
+  double worst = 0;
+  auto check = [&](float* x, const std::vector<float>& g, const std::string& what) {
+    std::vector<float> v(g.size());
+    for (float& e : v) e = static_cast<float>(2.0 * rng.Uniform() - 1.0);
+    double analytic = 0;
+    for (size_t i = 0; i < v.size(); ++i) analytic += static_cast<double>(g[i]) * v[i];
+    double fd = 0;
+    const double err = BestFdError(loss, x, v, analytic, &fd);
+    worst = std::max(worst, err / std::max(std::abs(analytic), 1e-12));
+    EXPECT_LE(err, kRelTol * std::abs(analytic) + kAbsTol)
+        << what << ": fd " << fd << " analytic " << analytic;
+  };
+  for (int dir = 0; dir < 3; ++dir) {
+    check(model_->parameters().data(), dense, "dense direction " + std::to_string(dir));
+    for (size_t t = 0; t < keys_.tables.size(); ++t) {
+      check(keys_.tables[t].rows.data(), emb[t],
+            "table " + std::to_string(t) + " direction " + std::to_string(dir));
+    }
+  }
+  std::printf("[%s] directional FD: max relative error %.3g\n", GetParam().name, worst);
+}
+
+// Single coordinates: for every dense tensor its largest-gradient element and two random ones,
+// and for every table its largest-gradient element and one random one.
+TEST_P(ModelGradientTest, CoordinatesMatch) {
+  std::vector<float> dense;
+  std::vector<std::vector<float>> emb;
+  Gradients(&dense, &emb);
+  Rng rng(GetParam().seed + 400);
+  auto loss = [this] { return Loss(); };
+  double worst = 0;
+  const std::vector<float> one = {1.0f};
+  auto check = [&](float* x, double analytic, const std::string& what) {
+    double fd = 0;
+    const double err = BestFdError(loss, x, one, analytic, &fd);
+    if (std::abs(analytic) > 1e-3) worst = std::max(worst, err / std::abs(analytic));
+    EXPECT_LE(err, kRelTol * std::abs(analytic) + kAbsTol)
+        << what << ": fd " << fd << " analytic " << analytic;
+  };
+  auto argmax_abs = [](const float* g, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i) {
+      if (std::abs(g[i]) > std::abs(g[best])) best = i;
+    }
+    return best;
+  };
+  int nonzero_tensors = 0;
+  for (const ParamTensor& t : model_->param_layout()) {
+    const int64_t best = argmax_abs(dense.data() + t.offset, t.size());
+    if (dense[t.offset + best] != 0.0f) ++nonzero_tensors;
+    for (int64_t i : {best, static_cast<int64_t>(rng.Below(t.size())),
+                      static_cast<int64_t>(rng.Below(t.size()))}) {
+      check(model_->parameters().data() + t.offset + i, dense[t.offset + i],
+            t.name + "[" + std::to_string(i) + "]");
+    }
+  }
+  // Every tensor receives some gradient (no block is disconnected from the loss). With one row a
+  // PReLU whose units all see positive inputs legitimately has a zero slope gradient.
+  if (batch_.size > 1) {
+    EXPECT_EQ(nonzero_tensors, static_cast<int>(model_->param_layout().size()));
+  }
+  for (size_t t = 0; t < keys_.tables.size(); ++t) {
+    const std::vector<float>& g = emb[t];
+    ASSERT_FALSE(g.empty());
+    const int64_t n = static_cast<int64_t>(g.size());
+    const int64_t best = argmax_abs(g.data(), n);
+    EXPECT_NE(g[best], 0.0f) << "table " << t;
+    for (int64_t i : {best, static_cast<int64_t>(rng.Below(n))}) {
+      check(keys_.tables[t].rows.data() + i, g[i],
+            "table " + std::to_string(t) + " row float " + std::to_string(i));
+    }
+  }
+  std::printf("[%s] coordinate FD: max relative error %.3g (|grad| > 1e-3)\n", GetParam().name,
+              worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModels, ModelGradientTest, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& p) {
+                           return std::string(p.param.name);
+                         });
+
+}  // namespace
+}  // namespace sift::worker

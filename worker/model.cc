@@ -1,0 +1,678 @@
+// SIM, DIEN and DIN (model-spec 2-4, 8) over the op API. One Impl serves all three: the blocks a
+// model type does not use are simply not built. See worker/README.md for the parameter layout.
+#include "worker/model.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/model_parts.h"
+
+namespace sift::worker {
+
+using internal::InitKind;
+using internal::Mlp;
+using internal::ParamRegistry;
+using kernels::Activation;
+using kernels::DenseDims;
+using kernels::RnnDims;
+
+const char* ModelTypeName(ModelType type) {
+  switch (type) {
+    case ModelType::kSim:
+      return "sim";
+    case ModelType::kDien:
+      return "dien";
+    case ModelType::kDin:
+      return "din";
+  }
+  return "unknown";
+}
+
+StatusOr<ModelType> ParseModelType(absl::string_view name) {
+  if (name == "sim") return ModelType::kSim;
+  if (name == "dien") return ModelType::kDien;
+  if (name == "din") return ModelType::kDin;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model type '", name, "' (expected sim, dien or din)"));
+}
+
+int64_t ParamTensor::size() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+namespace {
+
+// Upper bound on every width and length, so that no size computation can overflow.
+constexpr int kMaxDim = 1 << 16;
+
+Status CheckDim(const char* field, int value, int min) {
+  if (value < min || value > kMaxDim) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: ", field, " must be in [", min,
+                                                   ", ", kMaxDim, "], got ", value));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckMlp(const char* field, const std::vector<int>& dims) {
+  if (dims.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: ", field, " must list at least one hidden width"));
+  }
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 1 || dims[i] > kMaxDim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: ", field, "[", i, "] must be in [1, ", kMaxDim, "], got ", dims[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool UsesLong(ModelType t) { return t != ModelType::kDien; }
+bool UsesDien(ModelType t) { return t != ModelType::kDin; }
+
+}  // namespace
+
+Status ValidateModelConfig(const ModelConfig& c) {
+  SIFT_RETURN_IF_ERROR(CheckDim("embedding_dim", c.embedding_dim, 1));
+  SIFT_RETURN_IF_ERROR(CheckDim("user_features", c.user_features, 1));
+  SIFT_RETURN_IF_ERROR(CheckDim("item_features", c.item_features, 1));
+  SIFT_RETURN_IF_ERROR(CheckDim("long_len", c.long_len, UsesLong(c.type) ? 1 : 0));
+  SIFT_RETURN_IF_ERROR(CheckDim("short_len", c.short_len, UsesDien(c.type) ? 2 : 0));
+  if (static_cast<int64_t>(c.embedding_dim) * c.item_features > kMaxDim ||
+      static_cast<int64_t>(c.embedding_dim) * c.user_features > kMaxDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: embedding_dim * item_features/user_features must be <= ", kMaxDim));
+  }
+  if (c.type == ModelType::kSim) {
+    SIFT_RETURN_IF_ERROR(CheckDim("top_k", c.top_k, 1));
+    SIFT_RETURN_IF_ERROR(CheckMlp("stage_one_mlp", c.stage_one_mlp));
+  }
+  if (UsesDien(c.type)) {
+    SIFT_RETURN_IF_ERROR(CheckDim("gru_hidden", c.gru_hidden, 0));
+    if (c.gru_hidden == 0 && 6 * c.embedding_dim > kMaxDim) {
+      return absl::InvalidArgumentError("model config: gru_hidden = 6 * embedding_dim is too big");
+    }
+    SIFT_RETURN_IF_ERROR(CheckMlp("aux_mlp", c.aux_mlp));
+    SIFT_RETURN_IF_ERROR(CheckMlp("attention_mlp", c.attention_mlp));
+  }
+  SIFT_RETURN_IF_ERROR(CheckMlp("stage_two_mlp", c.stage_two_mlp));
+  return absl::OkStatus();
+}
+
+class Model::Impl {
+ public:
+  Impl(const ModelConfig& config, kernels::Backend* backend, int64_t max_batch);
+
+  KeyUsage key_usage(ForwardMode mode) const {
+    KeyUsage u;
+    u.long_history = UsesLong(type_);
+    u.short_history = true;
+    u.short_negatives = UsesDien(type_) && mode != ForwardMode::kInference;
+    return u;
+  }
+  StatusOr<Losses> Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode);
+  Status Backward(BatchKeys* keys);
+
+  ModelConfig config_;
+  kernels::Backend* be_;
+  ParamRegistry registry_;
+  std::vector<float> params_, grads_;
+  const float* logits_ = nullptr;  // ESU / final logits of the last Forward
+  int64_t last_batch_ = 0;
+
+ private:
+  using Vec = std::vector<float>;
+  static Vec Alloc(int64_t n) { return Vec(static_cast<size_t>(std::max<int64_t>(n, 0))); }
+
+  Status CheckInputs(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode) const;
+  void GatherEmbeddings(const data::Batch& batch, const BatchKeys& keys, bool negatives);
+  void ScatterEmbeddingGrads(const data::Batch& batch, BatchKeys* keys);
+  // DIEN block (3.6): GRU, query projection, attention unit, AUGRU; the final state -> dst
+  // (row stride lddst).
+  void DienForward(const float* short_mask, float* dst, int64_t lddst);
+  // Aux branch (3.7): returns the masked sum of the pair losses (unnormalised).
+  double AuxForward(const float* short_mask);
+  // Given dd [B,H] (gradient of the final AUGRU state) and the aux loss scale: dq (+=),
+  // de_short, de_neg (+=), parameter gradients.
+  void DienBackward(const float* short_mask, float aux_scale);
+
+  const ModelType type_;
+  const int64_t max_batch_;
+  const int D_, UF_, F_, I_, P_, TL_, TS_, K_, H_;
+  int64_t B_ = 0;  // rows of the current batch
+  ForwardMode mode_ = ForwardMode::kInference;
+  bool can_backward_ = false;
+  const data::Batch* batch_ = nullptr;
+  const BatchKeys* keys_ = nullptr;
+
+  // Parameter offsets.
+  int64_t gru_w_in_ = 0, gru_w_rec_ = 0, gru_b_in_ = 0, gru_b_rec_ = 0;
+  int64_t query_w_ = 0, query_b_ = 0, query_slope_ = 0;
+  int64_t augru_gw_ = 0, augru_gb_ = 0, augru_cw_ = 0, augru_cb_ = 0;
+  Mlp gsu_mlp_, classifier_mlp_, attention_mlp_, aux_mlp_;
+
+  // Widths of the classifier inputs.
+  int z1w_ = 0;  // SIM GSU [q; g; p]
+  int zw_ = 0;   // classifier input: SIM [a; v; q; d; p], DIEN [q; d; p], DIN [q; g; p]
+
+  // Activations [max_batch, ...].
+  Vec q_, p_, x_long_, e_short_, e_neg_, hist_, hist_mask_, alpha_, rho_, alpha2_, z1_, z_;
+  Vec h_, gru_cache_, qp_pre_, qp_, c_, beta_, hs_, augru_cache_, aux_in_, aux_mask_;
+  const float* logit1_ = nullptr;
+  const float* aux_logits_ = nullptr;  // [2N]: positives then negatives
+  // Gradients.
+  Vec dq_, dp_, dx_long_, de_short_, de_neg_, dhist_, dz1_, dz_, dh_, dd_, dbeta_, dscores_, dc_;
+  Vec dqp_, daux_in_, dlogit1_, dlogit2_, daux_logits_;
+  Vec workspace_;
+};
+
+Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t max_batch)
+    : config_(config),
+      be_(backend),
+      type_(config.type),
+      max_batch_(max_batch),
+      D_(config.embedding_dim),
+      UF_(config.user_features),
+      F_(config.item_features),
+      I_(config.embedding_dim * config.item_features),
+      P_(config.embedding_dim * config.user_features),
+      TL_(UsesLong(config.type) ? config.long_len : 0),
+      TS_(config.short_len),
+      K_(config.top_k),
+      H_(config.gru_hidden > 0 ? config.gru_hidden : 6 * config.embedding_dim) {
+  const int64_t B = max_batch;
+  const bool sim = type_ == ModelType::kSim, din = type_ == ModelType::kDin;
+  const bool dien = UsesDien(type_);
+  const int64_t N = dien ? B * (TS_ - 1) : 0;  // aux pairs
+  int64_t ws = 0;
+
+  // ---- Parameters, in layout order (worker/README.md). ----
+  if (sim) {
+    z1w_ = 2 * I_ + P_;
+    gsu_mlp_.Build("gsu_mlp", z1w_, config.stage_one_mlp, Activation::kPrelu, B, &registry_);
+    ws = std::max(ws, gsu_mlp_.WorkspaceFloats());
+  }
+  zw_ = sim ? 3 * I_ + H_ + P_ : dien ? I_ + H_ + P_ : 2 * I_ + P_;
+  classifier_mlp_.Build("classifier_mlp", zw_, config.stage_two_mlp, Activation::kPrelu, B,
+                        &registry_);
+  ws = std::max(ws, classifier_mlp_.WorkspaceFloats());
+  if (dien) {
+    aux_mlp_.Build("aux_mlp", H_ + I_, config.aux_mlp, Activation::kSigmoid, 2 * N, &registry_);
+    ws = std::max(ws, aux_mlp_.WorkspaceFloats());
+    gru_w_in_ = registry_.Add("gru/input_kernel", {I_, 3 * H_}, InitKind::kGlorotUniform);
+    gru_w_rec_ = registry_.Add("gru/recurrent_kernel", {H_, 3 * H_}, InitKind::kOrthogonal);
+    gru_b_in_ = registry_.Add("gru/input_bias", {3 * H_}, InitKind::kConstant, 0.0f);
+    gru_b_rec_ = registry_.Add("gru/recurrent_bias", {3 * H_}, InitKind::kConstant, 0.0f);
+    query_w_ = registry_.Add("query_dense/kernel", {I_, H_}, InitKind::kGlorotUniform);
+    query_b_ = registry_.Add("query_dense/bias", {H_}, InitKind::kConstant, 0.0f);
+    query_slope_ = registry_.Add("query_dense/prelu_slope", {H_}, InitKind::kConstant, 0.1f);
+    attention_mlp_.Build("attention_mlp", 4 * H_, config.attention_mlp, Activation::kSigmoid,
+                         B * TS_, &registry_);
+    ws = std::max(ws, attention_mlp_.WorkspaceFloats());
+    augru_gw_ = registry_.Add("augru/gate_kernel", {2 * H_, 2 * H_}, InitKind::kGlorotUniform);
+    augru_gb_ = registry_.Add("augru/gate_bias", {2 * H_}, InitKind::kConstant, 1.0f);
+    augru_cw_ = registry_.Add("augru/candidate_kernel", {2 * H_, H_}, InitKind::kGlorotUniform);
+    augru_cb_ = registry_.Add("augru/candidate_bias", {H_}, InitKind::kConstant, 0.0f);
+
+    const RnnDims gru{B, TS_, I_, H_}, augru{B, TS_, H_, H_};
+    ws = std::max({ws, kernels::GruWorkspaceFloats(gru), kernels::AugruWorkspaceFloats(augru),
+                   kernels::DenseWorkspaceFloats(DenseDims{B, I_, H_, Activation::kPrelu})});
+    h_ = Alloc(B * TS_ * H_);
+    gru_cache_ = Alloc(kernels::GruCacheFloats(gru));
+    qp_pre_ = Alloc(B * H_);
+    qp_ = Alloc(B * H_);
+    c_ = Alloc(B * TS_ * 4 * H_);
+    beta_ = Alloc(B * TS_);
+    hs_ = Alloc(B * TS_ * H_);
+    augru_cache_ = Alloc(kernels::AugruCacheFloats(augru));
+    aux_in_ = Alloc(2 * N * (H_ + I_));
+    aux_mask_ = Alloc(N);
+    e_neg_ = Alloc(B * TS_ * I_);
+    dh_ = Alloc(B * TS_ * H_);
+    dd_ = Alloc(B * H_);
+    dbeta_ = Alloc(B * TS_);
+    dscores_ = Alloc(B * TS_);
+    dc_ = Alloc(B * TS_ * 4 * H_);
+    dqp_ = Alloc(B * H_);
+    daux_in_ = Alloc(2 * N * (H_ + I_));
+    daux_logits_ = Alloc(2 * N);
+    de_neg_ = Alloc(B * TS_ * I_);
+  }
+  params_.assign(static_cast<size_t>(registry_.total()), 0.0f);
+  grads_.assign(static_cast<size_t>(registry_.total()), 0.0f);
+
+  // ---- Shared activations. ----
+  q_ = Alloc(B * I_);
+  p_ = Alloc(B * P_);
+  dq_ = Alloc(B * I_);
+  dp_ = Alloc(B * P_);
+  e_short_ = Alloc(B * TS_ * I_);
+  de_short_ = Alloc(B * TS_ * I_);
+  if (UsesLong(type_)) {
+    x_long_ = Alloc(B * TL_ * I_);
+    dx_long_ = Alloc(B * TL_ * I_);
+  }
+  if (sim) {
+    alpha_ = Alloc(B * TL_);
+    rho_ = Alloc(B * TL_);
+    alpha2_ = Alloc(B * TL_);
+    z1_ = Alloc(B * z1w_);
+    dz1_ = Alloc(B * z1w_);
+    dlogit1_ = Alloc(B);
+  }
+  if (din) {
+    const int64_t T = TL_ + TS_;
+    hist_ = Alloc(B * T * I_);
+    dhist_ = Alloc(B * T * I_);
+    hist_mask_ = Alloc(B * T);
+    alpha_ = Alloc(B * T);
+  }
+  z_ = Alloc(B * zw_);
+  dz_ = Alloc(B * zw_);
+  dlogit2_ = Alloc(B);
+  workspace_ = Alloc(ws);
+}
+
+Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys,
+                                ForwardMode mode) const {
+  const int64_t B = batch.size;
+  if (B < 1 || B > max_batch_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch size ", B, " is outside [1, max_batch = ", max_batch_, "]"));
+  }
+  if (batch.num_user_features != UF_ || batch.num_item_features != F_ || batch.short_len != TS_ ||
+      (UsesLong(type_) && batch.long_len != TL_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch shape (user features ", batch.num_user_features, ", item features ",
+                     batch.num_item_features, ", long_len ", batch.long_len, ", short_len ",
+                     batch.short_len, ") does not match the model config (", UF_, ", ", F_, ", ",
+                     config_.long_len, ", ", TS_, ")"));
+  }
+  const size_t cap = static_cast<size_t>(batch.capacity);
+  if (batch.label.size() < cap || batch.short_mask.size() < cap * TS_ ||
+      batch.long_mask.size() < cap * TL_ || B > batch.capacity) {
+    return absl::InvalidArgumentError("batch arrays are smaller than its capacity says");
+  }
+  if (keys.batch != B || keys.num_user_features != UF_ || keys.num_item_features != F_ ||
+      keys.tables.size() != static_cast<size_t>(UF_ + F_)) {
+    return absl::InvalidArgumentError(absl::StrCat("batch keys were built for another batch (rows ",
+                                                   keys.batch, " vs ", B, ", tables ",
+                                                   keys.tables.size(), " vs ", UF_ + F_, ")"));
+  }
+  const KeyUsage need = key_usage(mode);
+  struct Inv {
+    const char* what;
+    const std::vector<int32_t>* inv;
+    int64_t per_feature;  // slots per feature
+    int features;
+    int first_table;
+    bool needed;
+  };
+  const Inv invs[] = {
+      {"user", &keys.user_inv, B, UF_, 0, true},
+      {"target", &keys.target_inv, B, F_, UF_, true},
+      {"long history", &keys.long_inv, B * TL_, F_, UF_, need.long_history},
+      {"short history", &keys.short_inv, B * TS_, F_, UF_, need.short_history},
+      {"short negatives", &keys.short_neg_inv, B * TS_, F_, UF_, need.short_negatives},
+  };
+  for (size_t t = 0; t < keys.tables.size(); ++t) {
+    const TableKeys& tk = keys.tables[t];
+    if (tk.rows.size() != tk.keys.size() * static_cast<size_t>(D_)) {
+      return absl::InvalidArgumentError(absl::StrCat("batch keys: table ", t, " has ",
+                                                     tk.rows.size(), " row floats for ",
+                                                     tk.keys.size(), " keys of dim ", D_));
+    }
+  }
+  for (const Inv& v : invs) {
+    if (!v.needed) continue;
+    if (v.inv->size() != static_cast<size_t>(v.per_feature * v.features)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch keys: ", v.what, " inverse has ", v.inv->size(), " entries, expected ",
+          v.per_feature * v.features, " (built with a KeyUsage that omits it?)"));
+    }
+    for (int f = 0; f < v.features; ++f) {
+      const int64_t unique = static_cast<int64_t>(keys.tables[v.first_table + f].keys.size());
+      const int32_t* p = v.inv->data() + f * v.per_feature;
+      for (int64_t i = 0; i < v.per_feature; ++i) {
+        if (p[i] < -1 || p[i] >= unique) {
+          return absl::InvalidArgumentError(absl::StrCat("batch keys: ", v.what, " feature ", f,
+                                                         " slot ", i, " has inverse ", p[i],
+                                                         " outside [-1, ", unique, ")"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Model::Impl::GatherEmbeddings(const data::Batch& batch, const BatchKeys& keys,
+                                   bool negatives) {
+  const int64_t B = B_;
+  for (int k = 0; k < UF_; ++k) {
+    be_->GatherRows(B, D_, keys.tables[k].rows.data(), keys.user_inv.data() + k * B, nullptr,
+                    p_.data() + k * D_, P_);
+  }
+  for (int f = 0; f < F_; ++f) {
+    const float* rows = keys.tables[UF_ + f].rows.data();
+    be_->GatherRows(B, D_, rows, keys.target_inv.data() + f * B, nullptr, q_.data() + f * D_, I_);
+    if (TL_ > 0) {
+      be_->GatherRows(B * TL_, D_, rows, keys.long_inv.data() + f * B * TL_, batch.long_mask.data(),
+                      x_long_.data() + f * D_, I_);
+    }
+    be_->GatherRows(B * TS_, D_, rows, keys.short_inv.data() + f * B * TS_, batch.short_mask.data(),
+                    e_short_.data() + f * D_, I_);
+    if (negatives) {
+      be_->GatherRows(B * TS_, D_, rows, keys.short_neg_inv.data() + f * B * TS_,
+                      batch.short_mask.data(), e_neg_.data() + f * D_, I_);
+    }
+  }
+}
+
+void Model::Impl::DienForward(const float* short_mask, float* dst, int64_t lddst) {
+  const int64_t B = B_;
+  const float* params = params_.data();
+  const RnnDims gru{B, TS_, I_, H_}, augru{B, TS_, H_, H_};
+  be_->GruForward(gru, e_short_.data(), params + gru_w_in_, params + gru_w_rec_, params + gru_b_in_,
+                  params + gru_b_rec_, h_.data(), gru_cache_.data(), workspace_.data());
+  be_->DenseForward(DenseDims{B, I_, H_, Activation::kPrelu}, q_.data(), I_, params + query_w_,
+                    params + query_b_, params + query_slope_, qp_pre_.data(), qp_.data());
+  be_->AttentionFeaturesForward(B, TS_, H_, qp_.data(), h_.data(), c_.data());
+  const float* scores = attention_mlp_.Forward(be_, B * TS_, c_.data(), 4 * H_, params);
+  be_->MaskedSoftmaxForward(B, TS_, scores, short_mask, beta_.data());
+  be_->AugruForward(augru, h_.data(), beta_.data(), params + augru_gw_, params + augru_gb_,
+                    params + augru_cw_, params + augru_cb_, hs_.data(), augru_cache_.data(),
+                    workspace_.data());
+  // d = the last AUGRU state.
+  be_->Copy(B, 1, H_, hs_.data() + (TS_ - 1) * H_, TS_ * H_, 0, dst, lddst, 0, false);
+}
+
+double Model::Impl::AuxForward(const float* short_mask) {
+  const int64_t B = B_, N = B * (TS_ - 1);
+  const int W = H_ + I_;
+  float* pos = aux_in_.data();
+  float* neg = aux_in_.data() + N * W;
+  // Pair (b, t), t < T_S - 1, is row b * (T_S - 1) + t: [h_t ; e_{t+1}] and [h_t ; e-_{t+1}].
+  for (float* dst : {pos, neg}) {
+    be_->Copy(B, TS_ - 1, H_, h_.data(), TS_ * H_, H_, dst, (TS_ - 1) * W, W, false);
+  }
+  be_->Copy(B, TS_ - 1, I_, e_short_.data() + I_, TS_ * I_, I_, pos + H_, (TS_ - 1) * W, W, false);
+  be_->Copy(B, TS_ - 1, I_, e_neg_.data() + I_, TS_ * I_, I_, neg + H_, (TS_ - 1) * W, W, false);
+  // Pair mask = the short mask of slot t + 1.
+  be_->Copy(B, 1, TS_ - 1, short_mask + 1, TS_, 0, aux_mask_.data(), TS_ - 1, 0, false);
+  aux_logits_ = aux_mlp_.Forward(be_, 2 * N, aux_in_.data(), W, params_.data());
+  return be_->AuxLoss(N, aux_logits_, aux_logits_ + N, aux_mask_.data(), 1.0f, nullptr, nullptr);
+}
+
+StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys& keys,
+                                      ForwardMode mode) {
+  can_backward_ = false;
+  logits_ = nullptr;
+  last_batch_ = 0;
+  SIFT_RETURN_IF_ERROR(CheckInputs(batch, keys, mode));
+  B_ = batch.size;
+  mode_ = mode;
+  batch_ = &batch;
+  keys_ = &keys;
+  const int64_t B = B_;
+  const bool aux = UsesDien(type_) && mode != ForwardMode::kInference;
+  const float* params = params_.data();
+  const float* labels = batch.label.data();
+  GatherEmbeddings(batch, keys, aux);
+
+  Losses losses;
+  float* z = z_.data();
+  switch (type_) {
+    case ModelType::kSim: {
+      // GSU (3.2): g = Attn(q, long, m_L); z1 = [q; g; p] -> logit1.
+      float* z1 = z1_.data();
+      be_->Copy(1, B, I_, q_.data(), 0, I_, z1, 0, z1w_, false);
+      be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), batch.long_mask.data(),
+                               alpha_.data(), z1 + I_, z1w_);
+      be_->Copy(1, B, P_, p_.data(), 0, P_, z1 + 2 * I_, 0, z1w_, false);
+      logit1_ = gsu_mlp_.Forward(be_, B, z1, z1w_, params);
+      // Top-k (3.3) as a mask; ESU attention (3.4) and damped mean (3.5).
+      be_->TopKMask(B, TL_, K_, alpha_.data(), rho_.data());
+      be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho_.data(),
+                               alpha2_.data(), z, zw_);
+      be_->DampedMeanForward(B, TL_, I_, x_long_.data(), rho_.data(), z + I_, zw_);
+      be_->Copy(1, B, I_, q_.data(), 0, I_, z + 2 * I_, 0, zw_, false);
+      DienForward(batch.short_mask.data(), z + 3 * I_, zw_);
+      be_->Copy(1, B, P_, p_.data(), 0, P_, z + 3 * I_ + H_, 0, zw_, false);
+      break;
+    }
+    case ModelType::kDien:
+      be_->Copy(1, B, I_, q_.data(), 0, I_, z, 0, zw_, false);
+      DienForward(batch.short_mask.data(), z + I_, zw_);
+      be_->Copy(1, B, P_, p_.data(), 0, P_, z + I_ + H_, 0, zw_, false);
+      break;
+    case ModelType::kDin: {
+      // History = long then short in time order (8).
+      const int T = TL_ + TS_;
+      be_->Copy(B, TL_, I_, x_long_.data(), TL_ * I_, I_, hist_.data(), T * I_, I_, false);
+      be_->Copy(B, TS_, I_, e_short_.data(), TS_ * I_, I_, hist_.data() + TL_ * I_, T * I_, I_,
+                false);
+      be_->Copy(1, B, TL_, batch.long_mask.data(), 0, TL_, hist_mask_.data(), 0, T, false);
+      be_->Copy(1, B, TS_, batch.short_mask.data(), 0, TS_, hist_mask_.data() + TL_, 0, T, false);
+      be_->Copy(1, B, I_, q_.data(), 0, I_, z, 0, zw_, false);
+      be_->DotAttentionForward(B, T, I_, q_.data(), I_, hist_.data(), hist_mask_.data(),
+                               alpha_.data(), z + I_, zw_);
+      be_->Copy(1, B, P_, p_.data(), 0, P_, z + 2 * I_, 0, zw_, false);
+      break;
+    }
+  }
+  logits_ = classifier_mlp_.Forward(be_, B, z, zw_, params);
+
+  const double bce2 = be_->BceWithLogits(B, logits_, labels, 0.0f, nullptr) / B;
+  if (type_ == ModelType::kSim) {
+    const double bce1 = be_->BceWithLogits(B, logit1_, labels, 0.0f, nullptr) / B;
+    losses.classification = 0.5 * (bce1 + bce2);
+  } else {
+    losses.classification = bce2;
+  }
+  if (aux) losses.aux = AuxForward(batch.short_mask.data()) / static_cast<double>(B * (TS_ - 1));
+  losses.total = losses.classification + losses.aux;
+  last_batch_ = B;
+  can_backward_ = mode == ForwardMode::kTrain;
+  return losses;
+}
+
+void Model::Impl::DienBackward(const float* short_mask, float aux_scale) {
+  const int64_t B = B_;
+  const float* params = params_.data();
+  float* grads = grads_.data();
+  float* ws = workspace_.data();
+  const RnnDims gru{B, TS_, I_, H_}, augru{B, TS_, H_, H_};
+  be_->Fill(B * TS_ * H_, 0.0f, dh_.data());
+  be_->Fill(B * TS_, 0.0f, dbeta_.data());
+  be_->AugruBackward(augru, h_.data(), beta_.data(), params + augru_gw_, params + augru_cw_,
+                     hs_.data(), augru_cache_.data(), dd_.data(), dh_.data(), dbeta_.data(),
+                     grads + augru_gw_, grads + augru_gb_, grads + augru_cw_, grads + augru_cb_,
+                     ws);
+  be_->Fill(B * TS_, 0.0f, dscores_.data());
+  be_->MaskedSoftmaxBackward(B, TS_, beta_.data(), short_mask, dbeta_.data(), dscores_.data());
+  be_->Fill(B * TS_ * 4 * H_, 0.0f, dc_.data());
+  attention_mlp_.Backward(be_, B * TS_, c_.data(), 4 * H_, params, dscores_.data(), grads,
+                          dc_.data(), 4 * H_, ws);
+  be_->Fill(B * H_, 0.0f, dqp_.data());
+  be_->AttentionFeaturesBackward(B, TS_, H_, qp_.data(), h_.data(), dc_.data(), dqp_.data(),
+                                 dh_.data());
+  be_->DenseBackward(DenseDims{B, I_, H_, Activation::kPrelu}, q_.data(), I_, params + query_w_,
+                     params + query_slope_, qp_pre_.data(), qp_.data(), dqp_.data(), dq_.data(), I_,
+                     grads + query_w_, grads + query_b_, grads + query_slope_, ws);
+  if (mode_ != ForwardMode::kInference) {
+    const int64_t N = B * (TS_ - 1);
+    const int W = H_ + I_;
+    be_->Fill(2 * N, 0.0f, daux_logits_.data());
+    be_->AuxLoss(N, aux_logits_, aux_logits_ + N, aux_mask_.data(), aux_scale, daux_logits_.data(),
+                 daux_logits_.data() + N);
+    be_->Fill(2 * N * W, 0.0f, daux_in_.data());
+    aux_mlp_.Backward(be_, 2 * N, aux_in_.data(), W, params, daux_logits_.data(), grads,
+                      daux_in_.data(), W, ws);
+    const float* dpos = daux_in_.data();
+    const float* dneg = daux_in_.data() + N * W;
+    for (const float* src : {dpos, dneg}) {
+      be_->Copy(B, TS_ - 1, H_, src, (TS_ - 1) * W, W, dh_.data(), TS_ * H_, H_, true);
+    }
+    be_->Copy(B, TS_ - 1, I_, dpos + H_, (TS_ - 1) * W, W, de_short_.data() + I_, TS_ * I_, I_,
+              true);
+    be_->Fill(B * TS_ * I_, 0.0f, de_neg_.data());
+    be_->Copy(B, TS_ - 1, I_, dneg + H_, (TS_ - 1) * W, W, de_neg_.data() + I_, TS_ * I_, I_,
+              false);
+  }
+  be_->GruBackward(gru, e_short_.data(), params + gru_w_in_, params + gru_w_rec_, h_.data(),
+                   gru_cache_.data(), dh_.data(), de_short_.data(), grads + gru_w_in_,
+                   grads + gru_w_rec_, grads + gru_b_in_, grads + gru_b_rec_, ws);
+}
+
+Status Model::Impl::Backward(BatchKeys* keys) {
+  if (!can_backward_) {
+    return absl::FailedPreconditionError(
+        "Model::Backward needs a successful kTrain Forward first (and only one Backward per "
+        "Forward)");
+  }
+  bool same_keys =
+      keys != nullptr && keys->batch == B_ && keys->tables.size() == keys_->tables.size();
+  for (size_t t = 0; same_keys && t < keys->tables.size(); ++t) {
+    same_keys = keys->tables[t].keys.size() == keys_->tables[t].keys.size();
+  }
+  if (!same_keys) {
+    return absl::FailedPreconditionError(
+        "Model::Backward: keys differ from those of the last Forward");
+  }
+  can_backward_ = false;
+  const int64_t B = B_;
+  const data::Batch& batch = *batch_;
+  const float* params = params_.data();
+  float* grads = grads_.data();
+  float* ws = workspace_.data();
+  const float* labels = batch.label.data();
+  be_->Fill(registry_.total(), 0.0f, grads);
+  const float cls_scale =
+      static_cast<float>((type_ == ModelType::kSim ? 0.5 : 1.0) / static_cast<double>(B));
+
+  // Final classifier -> dz.
+  be_->Fill(B, 0.0f, dlogit2_.data());
+  be_->BceWithLogits(B, logits_, labels, cls_scale, dlogit2_.data());
+  be_->Fill(B * zw_, 0.0f, dz_.data());
+  classifier_mlp_.Backward(be_, B, z_.data(), zw_, params, dlogit2_.data(), grads, dz_.data(), zw_,
+                           ws);
+  float* dz = dz_.data();
+  if (!e_short_.empty()) be_->Fill(B * TS_ * I_, 0.0f, de_short_.data());
+  if (!x_long_.empty()) be_->Fill(B * TL_ * I_, 0.0f, dx_long_.data());
+  const float aux_scale = UsesDien(type_) ? 1.0f / static_cast<float>(B * (TS_ - 1)) : 0.0f;
+
+  switch (type_) {
+    case ModelType::kSim: {
+      // dz = [da; dv; dq; dd; dp].
+      be_->Copy(1, B, I_, dz + 2 * I_, 0, zw_, dq_.data(), 0, I_, false);
+      be_->Copy(1, B, P_, dz + 3 * I_ + H_, 0, zw_, dp_.data(), 0, P_, false);
+      be_->Copy(B, 1, H_, dz + 3 * I_, zw_, 0, dd_.data(), H_, 0, false);
+      be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho_.data(),
+                                alpha2_.data(), dz, zw_, dq_.data(), I_, dx_long_.data());
+      be_->DampedMeanBackward(B, TL_, I_, rho_.data(), dz + I_, zw_, dx_long_.data());
+      DienBackward(batch.short_mask.data(), aux_scale);
+      // GSU head: dz1 = [dq; dg; dp].
+      be_->Fill(B, 0.0f, dlogit1_.data());
+      be_->BceWithLogits(B, logit1_, labels, cls_scale, dlogit1_.data());
+      be_->Fill(B * z1w_, 0.0f, dz1_.data());
+      gsu_mlp_.Backward(be_, B, z1_.data(), z1w_, params, dlogit1_.data(), grads, dz1_.data(), z1w_,
+                        ws);
+      const float* dz1 = dz1_.data();
+      be_->Copy(1, B, I_, dz1, 0, z1w_, dq_.data(), 0, I_, true);
+      be_->Copy(1, B, P_, dz1 + 2 * I_, 0, z1w_, dp_.data(), 0, P_, true);
+      be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), batch.long_mask.data(),
+                                alpha_.data(), dz1 + I_, z1w_, dq_.data(), I_, dx_long_.data());
+      break;
+    }
+    case ModelType::kDien:
+      be_->Copy(1, B, I_, dz, 0, zw_, dq_.data(), 0, I_, false);
+      be_->Copy(1, B, P_, dz + I_ + H_, 0, zw_, dp_.data(), 0, P_, false);
+      be_->Copy(B, 1, H_, dz + I_, zw_, 0, dd_.data(), H_, 0, false);
+      DienBackward(batch.short_mask.data(), aux_scale);
+      break;
+    case ModelType::kDin: {
+      const int T = TL_ + TS_;
+      be_->Copy(1, B, I_, dz, 0, zw_, dq_.data(), 0, I_, false);
+      be_->Copy(1, B, P_, dz + 2 * I_, 0, zw_, dp_.data(), 0, P_, false);
+      be_->Fill(B * T * I_, 0.0f, dhist_.data());
+      be_->DotAttentionBackward(B, T, I_, q_.data(), I_, hist_.data(), hist_mask_.data(),
+                                alpha_.data(), dz + I_, zw_, dq_.data(), I_, dhist_.data());
+      be_->Copy(B, TL_, I_, dhist_.data(), T * I_, I_, dx_long_.data(), TL_ * I_, I_, false);
+      be_->Copy(B, TS_, I_, dhist_.data() + TL_ * I_, T * I_, I_, de_short_.data(), TS_ * I_, I_,
+                false);
+      break;
+    }
+  }
+  ScatterEmbeddingGrads(batch, keys);
+  return absl::OkStatus();
+}
+
+void Model::Impl::ScatterEmbeddingGrads(const data::Batch& batch, BatchKeys* keys) {
+  const int64_t B = B_;
+  const bool negatives = UsesDien(type_);
+  for (int k = 0; k < UF_; ++k) {
+    TableKeys& t = keys->tables[k];
+    const int64_t U = static_cast<int64_t>(t.keys.size());
+    t.grads.resize(static_cast<size_t>(U) * D_);
+    be_->Fill(U * D_, 0.0f, t.grads.data());
+    be_->SegmentSumRows(B, D_, dp_.data() + k * D_, P_, keys->user_inv.data() + k * B, nullptr, U,
+                        t.grads.data());
+  }
+  for (int f = 0; f < F_; ++f) {
+    TableKeys& t = keys->tables[UF_ + f];
+    const int64_t U = static_cast<int64_t>(t.keys.size());
+    t.grads.resize(static_cast<size_t>(U) * D_);
+    float* g = t.grads.data();
+    be_->Fill(U * D_, 0.0f, g);
+    be_->SegmentSumRows(B, D_, dq_.data() + f * D_, I_, keys->target_inv.data() + f * B, nullptr, U,
+                        g);
+    if (TL_ > 0) {
+      be_->SegmentSumRows(B * TL_, D_, dx_long_.data() + f * D_, I_,
+                          keys->long_inv.data() + f * B * TL_, batch.long_mask.data(), U, g);
+    }
+    be_->SegmentSumRows(B * TS_, D_, de_short_.data() + f * D_, I_,
+                        keys->short_inv.data() + f * B * TS_, batch.short_mask.data(), U, g);
+    if (negatives) {
+      be_->SegmentSumRows(B * TS_, D_, de_neg_.data() + f * D_, I_,
+                          keys->short_neg_inv.data() + f * B * TS_, batch.short_mask.data(), U, g);
+    }
+  }
+}
+
+// ---- Model --------------------------------------------------------------------------------
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::~Model() = default;
+
+StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, kernels::Backend* backend,
+                                               int64_t max_batch) {
+  SIFT_RETURN_IF_ERROR(ValidateModelConfig(config));
+  if (backend == nullptr) return absl::InvalidArgumentError("Model::Create: null backend");
+  if (max_batch < 1 || max_batch > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Model::Create: max_batch must be in [1, 2^24], got ", max_batch));
+  }
+  return std::unique_ptr<Model>(new Model(std::make_unique<Impl>(config, backend, max_batch)));
+}
+
+const ModelConfig& Model::config() const { return impl_->config_; }
+KeyUsage Model::key_usage(ForwardMode mode) const { return impl_->key_usage(mode); }
+void Model::InitParameters(uint64_t seed) {
+  impl_->registry_.Initialise(seed, impl_->params_.data());
+}
+absl::Span<float> Model::parameters() { return absl::MakeSpan(impl_->params_); }
+absl::Span<float> Model::gradients() { return absl::MakeSpan(impl_->grads_); }
+const std::vector<ParamTensor>& Model::param_layout() const { return impl_->registry_.layout(); }
+StatusOr<Losses> Model::Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode) {
+  return impl_->Forward(batch, keys, mode);
+}
+absl::Span<const float> Model::logits() const {
+  if (impl_->logits_ == nullptr) return {};
+  return absl::MakeConstSpan(impl_->logits_, static_cast<size_t>(impl_->last_batch_));
+}
+Status Model::Backward(BatchKeys* keys) { return impl_->Backward(keys); }
+
+}  // namespace sift::worker

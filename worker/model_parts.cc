@@ -1,0 +1,173 @@
+#include "worker/model_parts.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/hash.h"
+#include "common/rng.h"
+
+namespace sift::worker::internal {
+namespace {
+
+uint64_t NameHash(const std::string& name) {
+  uint64_t h = 0x5349465450524d53ULL;  // "SIFTPRMS"
+  for (unsigned char c : name) h = HashCombine(h, c);
+  return HashCombine(h, name.size());
+}
+
+}  // namespace
+
+int64_t ParamRegistry::Add(const std::string& name, std::vector<int64_t> shape, InitKind kind,
+                           float value) {
+  ParamTensor t;
+  t.name = name;
+  t.offset = total_;
+  t.shape = std::move(shape);
+  total_ += t.size();
+  layout_.push_back(std::move(t));
+  inits_.push_back({kind, value});
+  return layout_.back().offset;
+}
+
+void OrthogonalInit(uint64_t stream_seed, int64_t rows, int64_t cols, float* out) {
+  const int64_t m = std::max(rows, cols), n = std::min(rows, cols);
+  Rng rng(stream_seed);
+  // a is (m, n) row-major: a[i * n + j]; its columns are orthonormalised in place.
+  std::vector<double> a(static_cast<size_t>(m * n));
+  for (double& x : a) x = rng.Normal();
+  for (int64_t j = 0; j < n; ++j) {
+    // Two passes of modified Gram-Schmidt against the previous columns ("twice is enough").
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int64_t k = 0; k < j; ++k) {
+        double dot = 0;
+        for (int64_t i = 0; i < m; ++i) dot += a[i * n + k] * a[i * n + j];
+        for (int64_t i = 0; i < m; ++i) a[i * n + j] -= dot * a[i * n + k];
+      }
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < m; ++i) norm += a[i * n + j] * a[i * n + j];
+    norm = std::sqrt(norm);
+    // Gram-Schmidt's R has a positive diagonal (the residual norms), which is the sign convention
+    // Keras forces on the Householder QR with `q *= sign(diag(r))`.
+    for (int64_t i = 0; i < m; ++i) a[i * n + j] /= norm;
+  }
+  if (rows >= cols) {  // out = q, (rows, cols) = (m, n)
+    for (int64_t i = 0; i < m * n; ++i) out[i] = static_cast<float>(a[i]);
+  } else {  // out = q^T, (rows, cols) = (n, m)
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < m; ++c) out[r * m + c] = static_cast<float>(a[c * n + r]);
+    }
+  }
+}
+
+void ParamRegistry::Initialise(uint64_t seed, float* params) const {
+  for (size_t t = 0; t < layout_.size(); ++t) {
+    const ParamTensor& p = layout_[t];
+    float* dst = params + p.offset;
+    const uint64_t stream = HashCombine(seed, NameHash(p.name));
+    switch (inits_[t].kind) {
+      case InitKind::kConstant:
+        std::fill(dst, dst + p.size(), inits_[t].value);
+        break;
+      case InitKind::kGlorotUniform: {
+        const double fan_in = static_cast<double>(p.shape[0]);
+        const double fan_out = static_cast<double>(p.shape.size() > 1 ? p.shape[1] : 1);
+        const double limit = std::sqrt(6.0 / (fan_in + fan_out));
+        Rng rng(stream);
+        for (int64_t i = 0; i < p.size(); ++i) {
+          dst[i] = static_cast<float>((2.0 * rng.Uniform() - 1.0) * limit);
+        }
+        break;
+      }
+      case InitKind::kOrthogonal:
+        OrthogonalInit(stream, p.shape[0], p.shape[1], dst);
+        break;
+    }
+  }
+}
+
+void Mlp::Build(const std::string& name, int in, const std::vector<int>& hidden,
+                kernels::Activation act, int64_t max_rows, ParamRegistry* registry) {
+  in_ = in;
+  max_rows_ = max_rows;
+  layers_.clear();
+  int width = in;
+  const size_t n = hidden.size() + 1;
+  for (size_t i = 0; i < n; ++i) {
+    const bool last = i + 1 == n;
+    Layer l;
+    l.dims.in = width;
+    l.dims.out = last ? 1 : hidden[i];
+    l.dims.act = last ? kernels::Activation::kNone : act;
+    const std::string prefix = absl::StrCat(name, "/dense_", i, "/");
+    l.w = registry->Add(prefix + "kernel", {l.dims.in, l.dims.out}, InitKind::kGlorotUniform);
+    l.b = registry->Add(prefix + "bias", {l.dims.out}, InitKind::kConstant, 0.0f);
+    if (l.dims.act == kernels::Activation::kPrelu) {
+      l.slope = registry->Add(prefix + "prelu_slope", {l.dims.out}, InitKind::kConstant, 0.1f);
+    }
+    const size_t floats = static_cast<size_t>(max_rows) * static_cast<size_t>(l.dims.out);
+    l.pre.resize(floats);
+    if (!last) {
+      l.y.resize(floats);
+      l.dy.resize(floats);
+    }
+    width = l.dims.out;
+    layers_.push_back(std::move(l));
+  }
+}
+
+const float* Mlp::Forward(kernels::Backend* be, int64_t rows, const float* x, int64_t ldx,
+                          const float* params) {
+  const float* in = x;
+  int64_t ld = ldx;
+  for (Layer& l : layers_) {
+    l.dims.rows = rows;
+    float* y = l.y.empty() ? l.pre.data() : l.y.data();  // the linear output layer: pre == y
+    be->DenseForward(l.dims, in, ld, params + l.w, params + l.b,
+                     l.slope >= 0 ? params + l.slope : nullptr, l.pre.data(), y);
+    in = y;
+    ld = l.dims.out;
+  }
+  return in;
+}
+
+void Mlp::Backward(kernels::Backend* be, int64_t rows, const float* x, int64_t ldx,
+                   const float* params, const float* dout, float* grads, float* dx, int64_t lddx,
+                   float* workspace) {
+  const float* dy = dout;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    Layer& l = layers_[i];
+    l.dims.rows = rows;
+    const float* in = i == 0 ? x : layers_[i - 1].y.data();
+    const int64_t ld = i == 0 ? ldx : layers_[i - 1].dims.out;
+    float* din = nullptr;
+    int64_t lddin = 0;
+    if (i == 0) {
+      din = dx;
+      lddin = lddx;
+    } else {
+      din = layers_[i - 1].dy.data();
+      lddin = layers_[i - 1].dims.out;
+      be->Fill(rows * layers_[i - 1].dims.out, 0.0f, din);
+    }
+    const float* y = l.y.empty() ? l.pre.data() : l.y.data();
+    be->DenseBackward(l.dims, in, ld, params + l.w, l.slope >= 0 ? params + l.slope : nullptr,
+                      l.pre.data(), y, dy, din, lddin, grads + l.w, grads + l.b,
+                      l.slope >= 0 ? grads + l.slope : nullptr, workspace);
+    dy = din;
+  }
+}
+
+int64_t Mlp::WorkspaceFloats() const {
+  int64_t ws = 0;
+  for (const Layer& l : layers_) {
+    kernels::DenseDims d = l.dims;
+    d.rows = max_rows_;
+    ws = std::max(ws, kernels::DenseWorkspaceFloats(d));
+  }
+  return ws;
+}
+
+}  // namespace sift::worker::internal

@@ -1,0 +1,79 @@
+// Building blocks of worker/model.cc (internal to sift_worker): the parameter registry that lays
+// out the flat parameter buffer and initialises it, and an MLP of Dense layers over the op API.
+// Plain objects owned by one Model; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "worker/model.h"
+
+namespace sift::worker::internal {
+
+// How a tensor is initialised (model-spec 3.6, 3.9).
+enum class InitKind {
+  kGlorotUniform = 0,  // U(+-sqrt(6 / (fan_in + fan_out))), fans = the 2-D shape
+  kConstant = 1,       // every element = value
+  kOrthogonal = 2,     // Keras Orthogonal(gain 1) of a 2-D shape [rows, cols]
+};
+
+// The flat parameter layout: tensors appended in call order, packed (no padding).
+class ParamRegistry {
+ public:
+  // Appends a tensor; returns its offset in the flat buffer.
+  int64_t Add(const std::string& name, std::vector<int64_t> shape, InitKind kind,
+              float value = 0.0f);
+  int64_t total() const { return total_; }
+  const std::vector<ParamTensor>& layout() const { return layout_; }
+  // Writes every tensor's initial values into params[0, total()). Each tensor draws from its own
+  // Rng stream seeded by HashCombine(seed, hash of its name), so a tensor's values depend only on
+  // the seed, its name and its shape.
+  void Initialise(uint64_t seed, float* params) const;
+
+ private:
+  struct Init {
+    InitKind kind;
+    float value;
+  };
+  std::vector<ParamTensor> layout_;
+  std::vector<Init> inits_;
+  int64_t total_ = 0;
+};
+
+// Fills out[rows, cols] (row-major) with a Keras-style orthogonal matrix drawn from rng: a normal
+// matrix of shape (max, min) -> QR (modified Gram-Schmidt in double, R's diagonal made positive)
+// -> Q, transposed when rows < cols. Rows (rows <= cols) or columns (rows > cols) are orthonormal.
+void OrthogonalInit(uint64_t stream_seed, int64_t rows, int64_t cols, float* out);
+
+// An MLP: `hidden` Dense layers with activation `act`, then a linear Dense layer with 1 output.
+// Owns its activations for up to max_rows rows; parameters live in the model's flat buffer.
+class Mlp {
+ public:
+  // Registers layers "<name>/dense_<i>/{kernel,bias[,prelu_slope]}" (output layer last).
+  void Build(const std::string& name, int in, const std::vector<int>& hidden,
+             kernels::Activation act, int64_t max_rows, ParamRegistry* registry);
+  // Forward over `rows` rows of x (row stride ldx); returns the logits [rows] (owned by the MLP).
+  const float* Forward(kernels::Backend* be, int64_t rows, const float* x, int64_t ldx,
+                       const float* params);
+  // Backward of the last Forward given dout [rows]: parameter gradients += into grads (same
+  // layout as params), dx += (row stride lddx; nullable). workspace: WorkspaceFloats().
+  void Backward(kernels::Backend* be, int64_t rows, const float* x, int64_t ldx,
+                const float* params, const float* dout, float* grads, float* dx, int64_t lddx,
+                float* workspace);
+  int64_t WorkspaceFloats() const;  // for max_rows
+  int in() const { return in_; }
+
+ private:
+  struct Layer {
+    kernels::DenseDims dims;  // rows set per call
+    int64_t w = 0, b = 0, slope = -1;
+    std::vector<float> pre, y, dy;  // [max_rows, out]; dy unused for the output layer
+  };
+  std::vector<Layer> layers_;
+  int in_ = 0;
+  int64_t max_rows_ = 0;
+};
+
+}  // namespace sift::worker::internal
