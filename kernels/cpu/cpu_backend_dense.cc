@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -387,21 +388,39 @@ void CpuBackend::DotAttentionBackward(int64_t batch, int n, int d, const float* 
 }
 
 void CpuBackend::TopKMask(int64_t batch, int n, int k, const float* alpha, float* rho) {
-  ParallelRows(pool_, batch, int64_t{n} * n, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const float* a = alpha + b * n;
-      float* r = rho + b * n;
-      if (k >= n) {
-        for (int j = 0; j < n; ++j) r[j] = a[j] > 0.0f ? 1.0f : 0.0f;
-        continue;
-      }
-      for (int j = 0; j < n; ++j) {
-        // rank = slots ahead of j: larger ones, and equal ones with a lower index.
-        const float aj = a[j];
-        int rank = 0;
-        for (int l = 0; l < j; ++l) rank += a[l] >= aj ? 1 : 0;
-        for (int l = j + 1; l < n; ++l) rank += a[l] > aj ? 1 : 0;
-        r[j] = (rank < k && aj > 0.0f) ? 1.0f : 0.0f;
+  if (batch <= 0 || n <= 0) return;
+  // Per row: the k-th largest value thr (nth_element on a copy, O(n)); slots above thr are in,
+  // and of the slots equal to thr the lowest-indexed (k - #above) are in.
+  constexpr int64_t kRowsPerBlock = 16;
+  const int64_t blocks = (batch + kRowsPerBlock - 1) / kRowsPerBlock;
+  Reserve(&reduce_scratch_f_, static_cast<size_t>(blocks * n));
+  float* scratch = reduce_scratch_f_.data();
+  ParallelRows(pool_, blocks, kRowsPerBlock * 8 * n, [&](int64_t k0, int64_t k1) {
+    for (int64_t blk = k0; blk < k1; ++blk) {
+      float* sorted = scratch + blk * n;
+      const int64_t b1 = std::min(batch, (blk + 1) * kRowsPerBlock);
+      for (int64_t b = blk * kRowsPerBlock; b < b1; ++b) {
+        const float* a = alpha + b * n;
+        float* r = rho + b * n;
+        if (k >= n) {
+          for (int j = 0; j < n; ++j) r[j] = a[j] > 0.0f ? 1.0f : 0.0f;
+          continue;
+        }
+        if (k <= 0) {
+          std::fill(r, r + n, 0.0f);
+          continue;
+        }
+        std::memcpy(sorted, a, static_cast<size_t>(n) * sizeof(float));
+        std::nth_element(sorted, sorted + (k - 1), sorted + n, std::greater<float>());
+        const float thr = sorted[k - 1];
+        int above = 0;
+        for (int j = 0; j < n; ++j) above += a[j] > thr ? 1 : 0;
+        int ties_left = k - above;
+        for (int j = 0; j < n; ++j) {
+          const bool tie_in = a[j] == thr && ties_left > 0;
+          ties_left -= tie_in ? 1 : 0;
+          r[j] = ((a[j] > thr || tie_in) && a[j] > 0.0f) ? 1.0f : 0.0f;
+        }
       }
     }
   });
