@@ -146,7 +146,7 @@ class Model::Impl {
   ForwardMode mode_ = ForwardMode::kInference;
   bool can_backward_ = false;
   const data::Batch* batch_ = nullptr;
-  const BatchKeys* keys_ = nullptr;
+  std::vector<size_t> key_counts_;  // per table, of the last Forward's keys (a Backward check)
 
   // Parameter offsets.
   int64_t gru_w_in_ = 0, gru_w_rec_ = 0, gru_b_in_ = 0, gru_b_rec_ = 0;
@@ -241,6 +241,7 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
     daux_logits_ = Alloc(2 * N);
     de_neg_ = Alloc(B * TS_ * I_);
   }
+  key_counts_.assign(static_cast<size_t>(UF_ + F_), 0);
   params_.assign(static_cast<size_t>(registry_.total()), 0.0f);
   grads_.assign(static_cast<size_t>(registry_.total()), 0.0f);
 
@@ -415,7 +416,7 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
   B_ = batch.size;
   mode_ = mode;
   batch_ = &batch;
-  keys_ = &keys;
+  for (size_t t = 0; t < key_counts_.size(); ++t) key_counts_[t] = keys.tables[t].keys.size();
   const int64_t B = B_;
   const bool aux = UsesDien(type_) && mode != ForwardMode::kInference;
   const float* params = params_.data();
@@ -534,9 +535,9 @@ Status Model::Impl::Backward(BatchKeys* keys) {
         "Forward)");
   }
   bool same_keys =
-      keys != nullptr && keys->batch == B_ && keys->tables.size() == keys_->tables.size();
-  for (size_t t = 0; same_keys && t < keys->tables.size(); ++t) {
-    same_keys = keys->tables[t].keys.size() == keys_->tables[t].keys.size();
+      keys != nullptr && keys->batch == B_ && keys->tables.size() == key_counts_.size();
+  for (size_t t = 0; same_keys && t < key_counts_.size(); ++t) {
+    same_keys = keys->tables[t].keys.size() == key_counts_[t];
   }
   if (!same_keys) {
     return absl::FailedPreconditionError(

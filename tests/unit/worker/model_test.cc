@@ -476,6 +476,25 @@ TEST(ModelTest, ConfigValidationNamesTheField) {
   EXPECT_FALSE(Model::Create(ModelConfig{}, nullptr, 4).ok());
 }
 
+// DIN reads any history split, including no short part at all.
+TEST(ModelTest, DinWithoutShortHistory) {
+  ModelConfig c = SmallConfig(ModelType::kDin);
+  c.long_len = 7;
+  c.short_len = 0;
+  auto be = kernels::CreateReferenceBackend();
+  auto m = MustCreate(c, be.get(), 3);
+  m->InitParameters(71);
+  data::Batch batch = MakeBatch(c, {7, 2, 0}, 72);
+  BatchKeys keys;
+  ASSERT_TRUE(BuildBatchKeys(batch, m->key_usage(ForwardMode::kTrain), 4, &keys).ok());
+  FillRows(&keys, 73, 0.5f);
+  const Outcome r = ForwardBackward(m.get(), batch, &keys);
+  EXPECT_TRUE(std::isfinite(r.losses.total));
+  EXPECT_EQ(r.losses.aux, 0.0);
+  ASSERT_EQ(r.logits.size(), 3u);
+  EXPECT_TRUE(std::any_of(r.emb[1].begin(), r.emb[1].end(), [](float g) { return g != 0.0f; }));
+}
+
 TEST(ModelTest, ModelTypeNames) {
   for (ModelType t : {ModelType::kSim, ModelType::kDien, ModelType::kDin}) {
     auto parsed = ParseModelType(ModelTypeName(t));
