@@ -13,12 +13,15 @@ namespace sift::cli {
 
 using Action = std::function<Status()>;
 
-void AddDataGen(CLI::App* data, Action* action);       // sift data gen
-void AddDataAmazon(CLI::App* data, Action* action);    // sift data amazon
-void AddDataConvert(CLI::App* data, Action* action);   // sift data convert
-void AddDataInspect(CLI::App* data, Action* action);   // sift data inspect
-void AddBenchLoader(CLI::App* bench, Action* action);  // sift bench loader
-void AddDevice(CLI::App* app, Action* action);         // sift device
+void AddDataGen(CLI::App* data, Action* action);          // sift data gen
+void AddDataAmazon(CLI::App* data, Action* action);       // sift data amazon
+void AddDataConvert(CLI::App* data, Action* action);      // sift data convert
+void AddDataInspect(CLI::App* data, Action* action);      // sift data inspect
+void AddBenchLoader(CLI::App* bench, Action* action);     // sift bench loader
+void AddDevice(CLI::App* app, Action* action);            // sift device
+void AddTrain(CLI::App* app, Action* action);             // sift train
+void AddBenchTrain(CLI::App* bench, Action* action);      // sift bench train
+void AddBenchInference(CLI::App* bench, Action* action);  // sift bench inference
 
 // The full command line, as typed (benchmarks print it).
 const std::string& CommandLine();

@@ -36,8 +36,11 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   AddBenchLoader(bench, &action);
+  AddBenchTrain(bench, &action);
+  AddBenchInference(bench, &action);
 
   AddDevice(&app, &action);
+  AddTrain(&app, &action);
 
   try {
     app.parse(argc, argv);

@@ -146,6 +146,12 @@ Status Trainer::Setup(RunMode mode) {
   history_.max_history = config_.long_len + config_.short_len;
   history_.short_history = config_.short_len;
 
+  const int64_t n_train = src.NumSamples(data::Split::kTrain);
+  if (o_.batch_size > n_train) {
+    return absl::InvalidArgumentError(absl::StrCat("--batch-size ", o_.batch_size,
+                                                   " is larger than the training split (",
+                                                   n_train, " samples): no full batch"));
+  }
   SIFT_ASSIGN_OR_RETURN(backend_, kernels::CreateBackend(o_.backend, o_.threads));
   const int64_t eval_b = o_.eval_batch_size > 0 ? o_.eval_batch_size : o_.batch_size;
   SIFT_ASSIGN_OR_RETURN(model_,

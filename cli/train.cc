@@ -1,0 +1,247 @@
+// sift train, sift bench train, sift bench inference: one set of flags (the reference's, where it
+// has them) parsed into worker::TrainerOptions, then worker::RunTrainer. Prints a summary; the
+// DLLL records go to stdout and <results-dir>/log.json as the trainer writes them.
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cli/commands.h"
+#include "common/file_util.h"
+#include "common/perf_stats.h"
+#include "common/sysinfo.h"
+#include "kernels/backend.h"
+#include "nlohmann/json.hpp"
+#include "worker/trainer.h"
+
+namespace sift::cli {
+namespace {
+
+struct TrainFlags {
+  worker::TrainerOptions opt;
+  std::string model = "sim";
+  std::string order = "shuffled";
+  std::string progress = "auto";
+  std::string json;
+};
+
+void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
+  worker::TrainerOptions& o = f->opt;
+  worker::ModelConfig& m = o.model;
+  cmd->add_option("--dataset", o.dataset, "Dataset directory (sift data gen / convert)")
+      ->required();
+  cmd->add_option("--model", f->model, "Model: sim, dien or din")
+      ->check(CLI::IsMember({"sim", "dien", "din"}))
+      ->capture_default_str();
+  cmd->add_option("--backend", o.backend, "Kernel backend: cpu or reference")
+      ->check(CLI::IsMember(kernels::AvailableBackendNames()))
+      ->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Backend and loader threads (0 = every CPU)")
+      ->capture_default_str();
+  cmd->add_option("--epochs", o.epochs, "Passes over the training split")->capture_default_str();
+  cmd->add_option("--batch-size", o.batch_size, "Samples per training step")->capture_default_str();
+  cmd->add_option("--eval-batch-size", o.eval_batch_size,
+                  "Samples per evaluation batch (0 = --batch-size)")
+      ->capture_default_str();
+  cmd->add_option("--lr", o.lr, "Learning rate of dense Adam and the sparse optimizer")
+      ->capture_default_str();
+  cmd->add_option("--sparse-optimizer", o.sparse_optimizer,
+                  "Embedding-row optimizer: adam (lazy), adagrad or sgd")
+      ->check(CLI::IsMember({"adam", "adagrad", "sgd"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the dense and embedding init and the shuffling")
+      ->capture_default_str();
+  cmd->add_option("--order", f->order,
+                  "Sample order: shuffled (per-epoch permutation) or reference (model-spec 6.5)")
+      ->check(CLI::IsMember({"shuffled", "reference"}))
+      ->capture_default_str();
+  cmd->add_option("--max-steps-per-epoch", o.max_steps_per_epoch,
+                  "Stop each epoch after this many steps (0 = the whole split)")
+      ->capture_default_str();
+  cmd->add_option("--results-dir", o.results_dir, "Directory of the DLLL log (log.json)");
+  cmd->add_option("--log-filename", o.log_filename, "Log file name in --results-dir")
+      ->capture_default_str();
+  cmd->add_option("--log-every", o.log_every,
+                  "Also print every N-th per-step record on stdout (0 = none)")
+      ->capture_default_str();
+  cmd->add_option("--progress", f->progress, "Progress bar on stderr: auto (a terminal), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--load-checkpoint", o.load_checkpoint, "Resume from this checkpoint directory");
+  if (!bench) {
+    cmd->add_option("--save-checkpoint", o.save_checkpoint,
+                    "Save a checkpoint into this directory after every epoch");
+    cmd->add_option("--train-eval-samples", o.train_eval_samples,
+                    "Train AUC on a fixed sample of this many training samples (0 = all)")
+        ->capture_default_str();
+  } else {
+    cmd->add_option("--benchmark-steps", o.benchmark_steps,
+                    "Measured steps after the warm-up (0 = every step of every epoch)")
+        ->capture_default_str();
+    cmd->add_option("--warmup-steps", o.warmup_steps, "Warm-up steps excluded from the numbers")
+        ->capture_default_str();
+    cmd->add_option("--json", f->json, "Also write the results as one JSON object to this file");
+  }
+  // Model dimensions (defaults: the reference's).
+  cmd->add_option("--embedding-dim", m.embedding_dim, "Embedding width D")->capture_default_str();
+  cmd->add_option("--long-seq-length", m.long_len, "Long history slots (SIM GSU, DIN)")
+      ->capture_default_str();
+  cmd->add_option("--short-seq-length", m.short_len, "Short history slots (DIEN part)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", m.top_k, "SIM: long-history items retrieved for the ESU")
+      ->capture_default_str();
+  cmd->add_option("--gru-hidden", m.gru_hidden, "GRU/AUGRU units (0 = 6 x embedding dim)")
+      ->capture_default_str();
+  cmd->add_option("--stage-one-mlp-dims", m.stage_one_mlp, "SIM GSU head hidden widths")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--stage-two-mlp-dims", m.stage_two_mlp, "Final classifier hidden widths")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--aux-mlp-dims", m.aux_mlp, "DIEN aux net hidden widths")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--attention-mlp-dims", m.attention_mlp, "DIEN attention unit hidden widths")
+      ->delimiter(',')
+      ->capture_default_str();
+}
+
+// Flags that need parsing beyond CLI11's; usage errors.
+Status ResolveFlags(TrainFlags* f) {
+  SIFT_ASSIGN_OR_RETURN(f->opt.model.type, worker::ParseModelType(f->model));
+  SIFT_ASSIGN_OR_RETURN(f->opt.order, data::ParseSampleOrder(f->order));
+  if (f->progress == "auto") {
+    f->opt.progress = ::isatty(STDERR_FILENO) != 0;
+  } else if (f->progress == "on" || f->progress == "off") {
+    f->opt.progress = f->progress == "on";
+  } else {
+    return absl::InvalidArgumentError("--progress must be auto, on or off");
+  }
+  return absl::OkStatus();
+}
+
+void PrintPhases(const worker::PhaseTimes& p) {
+  const double total = p.Total();
+  if (total <= 0) return;
+  auto pct = [&](double x) { return 100.0 * x / total; };
+  std::printf(
+      "  time split: load %.1f%%, dedup %.1f%%, pull %.1f%%, forward %.1f%%, backward %.1f%%, "
+      "dense adam %.1f%%, push %.1f%% (of %.2f s)\n",
+      pct(p.load), pct(p.dedup), pct(p.pull), pct(p.forward), pct(p.backward), pct(p.dense_opt),
+      pct(p.push), total);
+}
+
+Status RunTrain(TrainFlags* f) {
+  SIFT_RETURN_IF_ERROR(ResolveFlags(f));
+  SIFT_ASSIGN_OR_RETURN(worker::RunResult r, worker::RunTrainer(f->opt, worker::RunMode::kTrain));
+  std::printf("\nsift train: %s on %s, %lld steps of %lld, backend %s (%d threads)\n",
+              f->model.c_str(), f->opt.dataset.c_str(), static_cast<long long>(r.steps),
+              static_cast<long long>(r.samples_per_step), r.backend.c_str(), r.threads);
+  std::printf("  %-6s %-10s %-10s %-10s %-10s %-12s %-10s\n", "epoch", "train_auc", "train_loss",
+              "test_auc", "test_loss", "samples/s", "to_oracle");
+  for (const worker::EpochMetrics& e : r.epochs) {
+    std::string ratio = r.oracle_test_auc > 0
+                            ? absl::StrFormat("%.4f", e.test_auc / r.oracle_test_auc)
+                            : std::string("-");
+    std::printf("  %-6lld %-10.4f %-10.4f %-10.4f %-10.4f %-12.0f %-10s\n",
+                static_cast<long long>(e.epoch), e.train_auc, e.train_loss, e.test_auc, e.test_loss,
+                e.perf.throughput, ratio.c_str());
+  }
+  if (r.oracle_test_auc > 0) std::printf("  oracle_test_auc %.4f\n", r.oracle_test_auc);
+  std::printf("  time_to_train %.1f s\n", r.time_to_train_s);
+  PrintPhases(r.phases);
+  return absl::OkStatus();
+}
+
+Status RunBench(TrainFlags* f, worker::RunMode mode) {
+  SIFT_RETURN_IF_ERROR(ResolveFlags(f));
+  const bool train = mode == worker::RunMode::kBenchTrain;
+  const MachineInfo machine = GetMachineInfo();
+  const FmaPeakEstimate peak = EstimateFp32FmaPeak(f->opt.threads > 0 ? f->opt.threads : 0);
+  std::printf("sift bench %s\n", train ? "train" : "inference");
+  std::printf("  command:    %s\n", CommandLine().c_str());
+  std::printf("  machine:    %s, %d CPUs, host %s\n", machine.cpu_model.c_str(), machine.cpus,
+              machine.hostname.c_str());
+  std::printf("  build:      %s\n", SIFT_BUILD_TYPE);
+  std::fflush(stdout);
+  SIFT_ASSIGN_OR_RETURN(worker::RunResult r, worker::RunTrainer(f->opt, mode));
+  const double mflop = train ? kTrainMflopPerSample : kInferenceMflopPerSample;
+  const double gflops = GflopsPerSecond(r.perf.throughput, mflop);
+  std::printf("  model:      %s, batch %lld, backend %s (%d threads), %lld dense parameters\n",
+              f->model.c_str(), static_cast<long long>(r.samples_per_step), r.backend.c_str(),
+              r.threads, static_cast<long long>(r.dense_params));
+  std::printf("  steps:      %lld run (warm-up %lld excluded when steps remain)\n",
+              static_cast<long long>(r.steps), static_cast<long long>(f->opt.warmup_steps));
+  std::printf("  throughput: %.0f samples/s\n", r.perf.throughput);
+  std::printf("  latency:    mean %.1f ms, p90 %.1f ms, p95 %.1f ms, p99 %.1f ms\n",
+              r.perf.latency_mean_ms, r.perf.latency_p90_ms, r.perf.latency_p95_ms,
+              r.perf.latency_p99_ms);
+  std::printf("  compute:    %.1f GFLOP/s at %.1f MFLOP/sample = %.1f%% of the FP32 FMA peak\n",
+              gflops, mflop, peak.gflops > 0 ? 100.0 * gflops / peak.gflops : 0.0);
+  std::printf("  peak:       %s\n", peak.Describe().c_str());
+  PrintPhases(r.phases);
+  if (!f->json.empty()) {
+    nlohmann::json j;
+    j["benchmark"] = train ? "train" : "inference";
+    j["command"] = CommandLine();
+    j["machine"] = {
+        {"cpu_model", machine.cpu_model}, {"cpus", machine.cpus}, {"hostname", machine.hostname}};
+    j["build_type"] = SIFT_BUILD_TYPE;
+    j["model"] = f->model;
+    j["backend"] = r.backend;
+    j["threads"] = r.threads;
+    j["batch_size"] = r.samples_per_step;
+    j["steps"] = r.steps;
+    j["throughput"] = r.perf.throughput;
+    j["latency_mean_ms"] = r.perf.latency_mean_ms;
+    j["latency_p90_ms"] = r.perf.latency_p90_ms;
+    j["latency_p95_ms"] = r.perf.latency_p95_ms;
+    j["latency_p99_ms"] = r.perf.latency_p99_ms;
+    j["gflops"] = gflops;
+    j["mflop_per_sample"] = mflop;
+    j["peak_gflops_estimate"] = peak.gflops;
+    j["phases_s"] = {{"load", r.phases.load},         {"dedup", r.phases.dedup},
+                     {"pull", r.phases.pull},         {"forward", r.phases.forward},
+                     {"backward", r.phases.backward}, {"dense_adam", r.phases.dense_opt},
+                     {"push", r.phases.push}};
+    SIFT_RETURN_IF_ERROR(WriteFileAtomic(f->json, j.dump(2) + "\n"));
+    std::printf("  json:       %s\n", f->json.c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddTrain(CLI::App* app, Action* action) {
+  auto f = std::make_shared<TrainFlags>();
+  CLI::App* cmd = app->add_subcommand(
+      "train", "Train SIM, DIEN or DIN on a dataset in this process (in-process embedding table)");
+  AddTrainerFlags(cmd, f.get(), /*bench=*/false);
+  cmd->callback([f, action] { *action = [f] { return RunTrain(f.get()); }; });
+}
+
+void AddBenchTrain(CLI::App* bench, Action* action) {
+  auto f = std::make_shared<TrainFlags>();
+  CLI::App* cmd = bench->add_subcommand(
+      "train", "Training throughput (samples/s, latency percentiles, GFLOP/s vs FP32 peak)");
+  AddTrainerFlags(cmd, f.get(), /*bench=*/true);
+  cmd->callback(
+      [f, action] { *action = [f] { return RunBench(f.get(), worker::RunMode::kBenchTrain); }; });
+}
+
+void AddBenchInference(CLI::App* bench, Action* action) {
+  auto f = std::make_shared<TrainFlags>();
+  CLI::App* cmd = bench->add_subcommand(
+      "inference", "Inference throughput (forward only, no aux branch, on the training split)");
+  AddTrainerFlags(cmd, f.get(), /*bench=*/true);
+  f->opt.epochs = 1;
+  cmd->callback([f, action] {
+    *action = [f] { return RunBench(f.get(), worker::RunMode::kBenchInference); };
+  });
+}
+
+}  // namespace sift::cli

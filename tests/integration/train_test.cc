@@ -1,0 +1,261 @@
+// `sift train` and `sift bench train|inference` end to end on the tiny preset, CPU backend:
+// DLLL records with the reference's metric names, determinism (same seed and threads -> the same
+// loss curve, bit for bit), checkpoint resume == an uninterrupted run, every model, lr 0.1
+// without NaN, benchmark output, and usage errors.
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/dllogger.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/test_util.h"
+
+namespace sift {
+namespace {
+
+using sift::testing::ReadAll;
+using sift::testing::RunSift;
+using sift::testing::TempDir;
+using ::testing::HasSubstr;
+
+bool Has(const DllRecord& r, const std::string& key) {
+  for (const auto& [k, v] : r.data) {
+    if (k == key) return true;
+  }
+  return false;
+}
+double Get(const DllRecord& r, const std::string& key) {
+  for (const auto& [k, v] : r.data) {
+    if (k == key) return v;
+  }
+  ADD_FAILURE() << "no metric " << key;
+  return 0;
+}
+
+class TrainTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto r = RunSift({"data", "gen", "--preset", "tiny", "--seed", "5", "--out", Tiny()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Tiny() { return dir_->Sub("tiny"); }
+  static std::string Dir(const std::string& name) { return dir_->Sub(name); }
+
+  // A short run: batch 512, 8 steps per epoch, small train-AUC sample, 2 threads.
+  static std::vector<std::string> TrainArgs(const std::string& model, int epochs,
+                                            const std::string& results) {
+    return {"train",
+            "--dataset",
+            Tiny(),
+            "--model",
+            model,
+            "--epochs",
+            std::to_string(epochs),
+            "--batch-size",
+            "512",
+            "--max-steps-per-epoch",
+            "8",
+            "--threads",
+            "2",
+            "--seed",
+            "11",
+            "--train-eval-samples",
+            "2048",
+            "--progress",
+            "off",
+            "--results-dir",
+            results};
+  }
+
+  // The records of a DLLL log, by step text ("[0, 3]", "[1]", "[]").
+  static std::vector<DllRecord> Records(const std::string& results) {
+    auto recs = ReadDllLogFile(results + "/log.json");
+    EXPECT_TRUE(recs.ok()) << recs.status();
+    return recs.ok() ? *recs : std::vector<DllRecord>{};
+  }
+  static std::vector<double> StepLosses(const std::vector<DllRecord>& recs, int64_t epoch) {
+    std::vector<double> out;
+    for (const DllRecord& r : recs) {
+      if (r.type == DllRecord::Type::kLog && r.step.size() == 2 && r.step[0] == epoch) {
+        out.push_back(Get(r, "total_loss"));
+      }
+    }
+    return out;
+  }
+  static const DllRecord* EpochRecord(const std::vector<DllRecord>& recs, int64_t epoch) {
+    for (const DllRecord& r : recs) {
+      if (r.type == DllRecord::Type::kLog && r.step.size() == 1 && r.step[0] == epoch) return &r;
+    }
+    return nullptr;
+  }
+
+  static TempDir* dir_;
+};
+TempDir* TrainTest::dir_ = nullptr;
+
+TEST_F(TrainTest, SimLogsReferenceMetricsAndIsDeterministic) {
+  auto a = RunSift(TrainArgs("sim", 2, Dir("sim_a")));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  auto b = RunSift(TrainArgs("sim", 2, Dir("sim_b")));
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const auto ra = Records(Dir("sim_a")), rb = Records(Dir("sim_b"));
+  for (int64_t e : {0, 1}) {
+    const std::vector<double> la = StepLosses(ra, e), lb = StepLosses(rb, e);
+    ASSERT_EQ(la.size(), 8u) << "epoch " << e;
+    EXPECT_EQ(la, lb) << "same seed and threads must give the same loss curve, bit for bit";
+  }
+  // Per-step records carry the reference's names.
+  bool saw_step = false;
+  for (const DllRecord& r : ra) {
+    if (r.type == DllRecord::Type::kLog && r.step.size() == 2) {
+      saw_step = true;
+      for (const char* k : {"total_loss", "classification_loss", "dien_aux_loss", "samples/s"}) {
+        EXPECT_TRUE(Has(r, k)) << k;
+      }
+      EXPECT_NEAR(Get(r, "total_loss"), Get(r, "classification_loss") + Get(r, "dien_aux_loss"),
+                  1e-5);
+    }
+  }
+  EXPECT_TRUE(saw_step);
+  const DllRecord* e1 = EpochRecord(ra, 1);
+  ASSERT_NE(e1, nullptr);
+  for (const char* k : {"throughput", "time", "latency_mean", "latency_p90", "latency_p95",
+                        "latency_p99", "train_auc", "train_loss", "test_auc", "test_loss",
+                        "oracle_test_auc", "test_auc_to_oracle"}) {
+    EXPECT_TRUE(Has(*e1, k)) << k;
+  }
+  EXPECT_GT(Get(*e1, "test_auc"), 0.5);
+  EXPECT_LT(Get(*e1, "test_auc"), 1.0);
+  EXPECT_NEAR(Get(*e1, "test_auc_to_oracle"), Get(*e1, "test_auc") / Get(*e1, "oracle_test_auc"),
+              1e-9);
+  // The summary record and the readable table on stdout.
+  bool saw_summary = false;
+  for (const DllRecord& r : ra) {
+    if (r.type == DllRecord::Type::kLog && r.step.empty()) {
+      saw_summary = true;
+      EXPECT_TRUE(Has(r, "time_to_train"));
+      EXPECT_EQ(Get(r, "test_auc"), Get(*e1, "test_auc"));
+    }
+  }
+  EXPECT_TRUE(saw_summary);
+  EXPECT_THAT(a.out, HasSubstr("DLL "));
+  EXPECT_THAT(a.out, HasSubstr("test_auc"));
+  EXPECT_THAT(a.out, HasSubstr("oracle_test_auc"));
+}
+
+TEST_F(TrainTest, ResumeFromCheckpointMatchesAnUninterruptedRun) {
+  auto full = RunSift(TrainArgs("sim", 2, Dir("full")));
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  auto first = TrainArgs("sim", 1, Dir("first"));
+  first.insert(first.end(), {"--save-checkpoint", Dir("ckpt")});
+  auto r1 = RunSift(first);
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  EXPECT_THAT(ReadAll(Dir("ckpt") + "/manifest.json"), HasSubstr("\"epochs_done\": 1"));
+  auto second = TrainArgs("sim", 2, Dir("second"));
+  second.insert(second.end(), {"--load-checkpoint", Dir("ckpt")});
+  auto r2 = RunSift(second);
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+
+  const auto rf = Records(Dir("full")), r_first = Records(Dir("first")),
+             r_second = Records(Dir("second"));
+  EXPECT_EQ(StepLosses(r_first, 0), StepLosses(rf, 0));
+  EXPECT_TRUE(StepLosses(r_second, 0).empty()) << "the resumed run starts at epoch 1";
+  EXPECT_EQ(StepLosses(r_second, 1), StepLosses(rf, 1));
+  const DllRecord *ef = EpochRecord(rf, 1), *es = EpochRecord(r_second, 1);
+  ASSERT_NE(ef, nullptr);
+  ASSERT_NE(es, nullptr);
+  EXPECT_EQ(Get(*ef, "test_auc"), Get(*es, "test_auc"));
+  EXPECT_EQ(Get(*ef, "test_loss"), Get(*es, "test_loss"));
+}
+
+TEST_F(TrainTest, CorruptCheckpointIsRejectedNamingTheFile) {
+  auto first = TrainArgs("din", 1, Dir("din_ck_run"));
+  first.insert(first.end(), {"--save-checkpoint", Dir("din_ck")});
+  ASSERT_EQ(RunSift(first).exit_code, 0);
+  std::string dense = ReadAll(Dir("din_ck") + "/dense.bin");
+  dense[dense.size() / 2] ^= 0x5a;
+  sift::testing::WriteAll(Dir("din_ck") + "/dense.bin", dense);
+  auto again = TrainArgs("din", 2, Dir("din_ck_run2"));
+  again.insert(again.end(), {"--load-checkpoint", Dir("din_ck")});
+  auto r = RunSift(again);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("dense.bin"));
+
+  // A different model cannot load it.
+  auto other = TrainArgs("dien", 2, Dir("dien_from_din"));
+  other.insert(other.end(), {"--load-checkpoint", Dir("din_ck")});
+  r = RunSift(other);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("model"));
+}
+
+TEST_F(TrainTest, DienAndDinTrainAndLogTheirMetrics) {
+  for (const std::string model : {"dien", "din"}) {
+    auto r = RunSift(TrainArgs(model, 1, Dir(model)));
+    ASSERT_EQ(r.exit_code, 0) << model << ": " << r.err;
+    const auto recs = Records(Dir(model));
+    const DllRecord* e0 = EpochRecord(recs, 0);
+    ASSERT_NE(e0, nullptr) << model;
+    EXPECT_GT(Get(*e0, "test_auc"), 0.5) << model;
+    for (const DllRecord& rec : recs) {
+      if (rec.type == DllRecord::Type::kLog && rec.step.size() == 2) {
+        EXPECT_TRUE(Has(rec, "total_loss"));
+        EXPECT_EQ(Has(rec, "dien_aux_loss"), model == "dien") << model;
+      }
+    }
+  }
+}
+
+TEST_F(TrainTest, HighLearningRateStaysFinite) {
+  auto args = TrainArgs("sim", 1, Dir("lr01"));
+  args.insert(args.end(), {"--lr", "0.1"});
+  auto r = RunSift(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;  // a non-finite loss is an error naming the step
+  for (double l : StepLosses(Records(Dir("lr01")), 0)) EXPECT_TRUE(std::isfinite(l));
+}
+
+TEST_F(TrainTest, BenchTrainAndInferenceReportThroughputAndPeak) {
+  auto r = RunSift({"bench", "train", "--dataset", Tiny(), "--model", "sim", "--batch-size", "256",
+                    "--benchmark-steps", "4", "--warmup-steps", "2", "--threads", "2", "--progress",
+                    "off", "--json", Dir("bench.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("throughput:"));
+  EXPECT_THAT(r.out, HasSubstr("GFLOP/s"));
+  EXPECT_THAT(r.out, HasSubstr("ESTIMATE"));
+  EXPECT_THAT(r.out, HasSubstr("time split:"));
+  auto j = nlohmann::json::parse(ReadAll(Dir("bench.json")));
+  EXPECT_EQ(j["steps"], 6);
+  EXPECT_GT(j["throughput"].get<double>(), 0);
+  EXPECT_GT(j["gflops"].get<double>(), 0);
+
+  for (const std::string model : {"sim", "dien", "din"}) {
+    r = RunSift({"bench", "inference", "--dataset", Tiny(), "--model", model, "--batch-size", "256",
+                 "--benchmark-steps", "3", "--warmup-steps", "1", "--progress", "off"});
+    ASSERT_EQ(r.exit_code, 0) << model << ": " << r.err;
+    EXPECT_THAT(r.out, HasSubstr("2.7 MFLOP/sample"));
+  }
+}
+
+TEST_F(TrainTest, UsageAndInputErrors) {
+  auto r = RunSift({"train", "--dataset", Tiny(), "--model", "transformer"});
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunSift({"train", "--model", "sim"});
+  EXPECT_EQ(r.exit_code, 2);  // --dataset is required
+  r = RunSift({"train", "--dataset", Dir("nope"), "--progress", "off"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("nope"));
+  r = RunSift({"train", "--dataset", Tiny(), "--stage-two-mlp-dims", "200,0", "--progress", "off"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("stage_two_mlp"));
+  r = RunSift({"train", "--dataset", Tiny(), "--batch-size", "100000000", "--progress", "off"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--batch-size"));
+}
+
+}  // namespace
+}  // namespace sift
