@@ -207,7 +207,7 @@ class Backend {
 // The naive reference backend (kernels/reference): the test oracle.
 std::unique_ptr<Backend> CreateReferenceBackend();
 // The CPU backend (kernels/cpu): OpenBLAS GEMMs and a thread pool of `threads` (<= 0: every
-// available CPU); OpenBLAS is set to the same thread count.
+// available CPU); GEMMs run as single-threaded OpenBLAS calls split over that pool.
 std::unique_ptr<Backend> CreateCpuBackend(int threads);
 
 // "reference", "cpu" (and "cuda" once that backend exists): the backends this build offers, in

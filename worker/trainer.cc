@@ -149,8 +149,8 @@ Status Trainer::Setup(RunMode mode) {
   const int64_t n_train = src.NumSamples(data::Split::kTrain);
   if (o_.batch_size > n_train) {
     return absl::InvalidArgumentError(absl::StrCat("--batch-size ", o_.batch_size,
-                                                   " is larger than the training split (",
-                                                   n_train, " samples): no full batch"));
+                                                   " is larger than the training split (", n_train,
+                                                   " samples): no full batch"));
   }
   SIFT_ASSIGN_OR_RETURN(backend_, kernels::CreateBackend(o_.backend, o_.threads));
   const int64_t eval_b = o_.eval_batch_size > 0 ? o_.eval_batch_size : o_.batch_size;
@@ -180,8 +180,9 @@ Status Trainer::Setup(RunMode mode) {
     c.optimizer.learning_rate = o_.lr;
     tables.push_back(std::move(c));
   }
-  SIFT_ASSIGN_OR_RETURN(store_, embedding::EmbeddingStore::Create(
-                                    std::move(tables), embedding::StoreOptions{o_.seed, 64}));
+  SIFT_ASSIGN_OR_RETURN(
+      store_, embedding::EmbeddingStore::Create(
+                  std::move(tables), embedding::StoreOptions{o_.seed, 64, backend_->threads()}));
 
   adam_.hyper.lr = o_.lr;
   const size_t np = model_->parameters().size();

@@ -19,7 +19,8 @@ namespace sift::kernels {
 
 class CpuBackend final : public Backend {
  public:
-  // threads <= 0: every available CPU. Sets OpenBLAS to the same number of threads.
+  // threads <= 0: every available CPU. Sets OpenBLAS to one thread: GEMMs are split over the
+  // pool instead (parallel_gemm.h).
   explicit CpuBackend(int threads);
   absl::string_view name() const override { return "cpu"; }
   int threads() const override { return pool_.num_threads(); }

@@ -1,6 +1,6 @@
 // CpuBackend: memory, GEMM, dense, embedding, attention, softmax, loss and Adam ops.
-// - GEMMs (Gemm, the dense layer's x W, dx += dpre W^T, dW += x^T dpre) are single cblas_sgemm
-//   calls over all rows (OpenBLAS runs them on `threads` threads).
+// - GEMMs (Gemm, the dense layer's x W, dx += dpre W^T, dW += x^T dpre) are ParallelSgemm calls:
+//   single-threaded OpenBLAS on blocks of C rows/columns, one per pool thread.
 // - Element-wise and per-row work runs over rows on the thread pool (inline when the op is small),
 //   with contiguous, branch-free inner loops that vectorise, and FastExp/FastSigmoid.
 // - Reductions across rows (bias / slope gradients, losses) use fixed chunks of rows whose
@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/parallel_gemm.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/reference/dense_ops.h"
 
@@ -130,7 +131,8 @@ std::unique_ptr<Backend> CreateCpuBackend(int threads) {
 }
 
 CpuBackend::CpuBackend(int threads) : pool_(threads) {
-  openblas_set_num_threads(pool_.num_threads());
+  // Single-threaded OpenBLAS calls, parallelised by ParallelSgemm on pool_ (parallel_gemm.h).
+  openblas_set_num_threads(1);
 }
 
 void CpuBackend::Fill(int64_t n, float value, float* p) {
@@ -174,10 +176,7 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     // OpenBLAS treats beta == 0 as "overwrite", but make the NaN-safety independent of that.
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
-              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  ParallelSgemm(pool_, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void CpuBackend::DenseForward(const DenseDims& d, const float* x, int64_t ldx, const float* w,

@@ -7,12 +7,12 @@
 // rows after the time loop. Bias gradients are summed per fixed chunk of batch rows (partials
 // independent of the thread count) and combined in chunk order: bit-identical for a fixed thread
 // count (OpenBLAS's partition is fixed by its thread count).
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/parallel_gemm.h"
 #include "kernels/cpu/vector_math.h"
 
 namespace sift::kernels {
@@ -22,9 +22,10 @@ namespace {
 // rows [c * kRowGrain, (c + 1) * kRowGrain) and its bias partials do not depend on the threads.
 constexpr int64_t kRowGrain = 32;
 
-// C = alpha op(A) op(B) + beta C, row-major.
-void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+// C = op(A) op(B) + beta C, row-major, on the pool (parallel_gemm.h).
+void Sgemm(ThreadPool& pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     for (int64_t i = 0; i < m; ++i) {
@@ -32,10 +33,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const fl
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
-              c, static_cast<int>(ldc));
+  ParallelSgemm(pool, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
 int64_t NumChunks(int64_t rows) { return (rows + kRowGrain - 1) / kRowGrain; }
@@ -228,10 +226,10 @@ void CpuBackend::GruForward(const RnnDims& d, const float* x, const float* w_in,
   float* hu = xw + B * T * G;  // [B, 3H] = h_{t-1} U of the current step
   float* zero = hu + B * G;    // [H] zeros: the state before step 0
   std::memset(zero, 0, sizeof(float) * H);
-  Sgemm(false, false, B * T, G, I, x, I, w_in, G, 0.0f, xw, G);
+  Sgemm(pool_, false, false, B * T, G, I, x, I, w_in, G, 0.0f, xw, G);
   for (int64_t t = 0; t < T; ++t) {
     if (t > 0) {
-      Sgemm(false, false, B, G, H, h + (t - 1) * H, T * H, w_rec, G, 0.0f, hu, G);
+      Sgemm(pool_, false, false, B, G, H, h + (t - 1) * H, T * H, w_rec, G, 0.0f, hu, G);
     } else {
       std::memset(hu, 0, sizeof(float) * B * G);  // h_{-1} = 0: only the biases remain
     }
@@ -280,12 +278,12 @@ void CpuBackend::GruBackward(const RnnDims& d, const float* x, const float* w_in
       }
     });
     // carry += gh_t U^T (the recurrent path into h_{t-1}).
-    if (t > 0) Sgemm(false, true, B, H, G, gh + t * G, T * G, w_rec, G, 1.0f, carry, H);
+    if (t > 0) Sgemm(pool_, false, true, B, H, G, gh + t * G, T * G, w_rec, G, 1.0f, carry, H);
   }
-  if (dx != nullptr) Sgemm(false, true, B * T, I, G, gx, G, w_in, G, 1.0f, dx, I);
-  Sgemm(true, false, I, G, B * T, x, I, gx, G, 1.0f, dw_in, G);
+  if (dx != nullptr) Sgemm(pool_, false, true, B * T, I, G, gx, G, w_in, G, 1.0f, dx, I);
+  Sgemm(pool_, true, false, I, G, B * T, x, I, gx, G, 1.0f, dw_in, G);
   for (int64_t t = 1; t < T; ++t) {
-    Sgemm(true, false, H, G, B, h + (t - 1) * H, T * H, gh + t * G, T * G, 1.0f, dw_rec, G);
+    Sgemm(pool_, true, false, H, G, B, h + (t - 1) * H, T * H, gh + t * G, T * G, 1.0f, dw_rec, G);
   }
   CombinePartials(chunks, width, partials, 0, G, db_in);
   CombinePartials(chunks, width, partials, G, G, db_rec);
@@ -302,12 +300,12 @@ void CpuBackend::AugruForward(const RnnDims& d, const float* x, const float* att
   std::memset(zero, 0, sizeof(float) * H);
   const float* g_h = g_w + I * 2 * H;  // the h' rows of G
   const float* c_h = c_w + I * H;      // the (gamma * h') rows of C
-  Sgemm(false, false, B * T, 2 * H, I, x, I, g_w, 2 * H, 0.0f, xg, 2 * H);
-  Sgemm(false, false, B * T, H, I, x, I, c_w, H, 0.0f, xc, H);
+  Sgemm(pool_, false, false, B * T, 2 * H, I, x, I, g_w, 2 * H, 0.0f, xg, 2 * H);
+  Sgemm(pool_, false, false, B * T, H, I, x, I, c_w, H, 0.0f, xc, H);
   for (int64_t t = 0; t < T; ++t) {
     if (t > 0) {
-      Sgemm(false, false, B, 2 * H, H, hs + (t - 1) * H, T * H, g_h, 2 * H, 1.0f, xg + t * 2 * H,
-            T * 2 * H);
+      Sgemm(pool_, false, false, B, 2 * H, H, hs + (t - 1) * H, T * H, g_h, 2 * H, 1.0f,
+            xg + t * 2 * H, T * 2 * H);
     }
     pool_.ParallelFor(B, kRowGrain, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
@@ -319,8 +317,8 @@ void CpuBackend::AugruForward(const RnnDims& d, const float* x, const float* att
       }
     });
     if (t > 0) {
-      Sgemm(false, false, B, H, H, cache + t * 4 * H + 3 * H, T * 4 * H, c_h, H, 1.0f, xc + t * H,
-            T * H);
+      Sgemm(pool_, false, false, B, H, H, cache + t * 4 * H + 3 * H, T * 4 * H, c_h, H, 1.0f,
+            xc + t * H, T * H);
     }
     pool_.ParallelFor(B, kRowGrain, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
@@ -375,7 +373,7 @@ void CpuBackend::AugruBackward(const RnnDims& d, const float* x, const float* at
     });
     if (t == 0) break;
     // Through c = tanh([x; gamma h'] C + c_b): dgh = dcp_t C_h^T, then the reset gate.
-    Sgemm(false, true, B, H, H, dcp + t * H, T * H, c_h, H, 0.0f, dgh, H);
+    Sgemm(pool_, false, true, B, H, H, dcp + t * H, T * H, c_h, H, 0.0f, dgh, H);
     pool_.ParallelFor(B, kRowGrain, [&](int64_t b0, int64_t b1) {
       float* part = partials + (b0 / kRowGrain) * width;
       for (int64_t b = b0; b < b1; ++b) {
@@ -385,20 +383,20 @@ void CpuBackend::AugruBackward(const RnnDims& d, const float* x, const float* at
       }
     });
     // Through the gates: carry += dg_t G_h^T.
-    Sgemm(false, true, B, H, 2 * H, dg + t * 2 * H, T * 2 * H, g_h, 2 * H, 1.0f, carry, H);
+    Sgemm(pool_, false, true, B, H, 2 * H, dg + t * 2 * H, T * 2 * H, g_h, 2 * H, 1.0f, carry, H);
   }
   if (dx != nullptr) {
-    Sgemm(false, true, B * T, I, 2 * H, dg, 2 * H, g_w, 2 * H, 1.0f, dx, I);
-    Sgemm(false, true, B * T, I, H, dcp, H, c_w, H, 1.0f, dx, I);
+    Sgemm(pool_, false, true, B * T, I, 2 * H, dg, 2 * H, g_w, 2 * H, 1.0f, dx, I);
+    Sgemm(pool_, false, true, B * T, I, H, dcp, H, c_w, H, 1.0f, dx, I);
   }
-  Sgemm(true, false, I, 2 * H, B * T, x, I, dg, 2 * H, 1.0f, dg_w, 2 * H);
+  Sgemm(pool_, true, false, I, 2 * H, B * T, x, I, dg, 2 * H, 1.0f, dg_w, 2 * H);
   for (int64_t t = 1; t < T; ++t) {
-    Sgemm(true, false, H, 2 * H, B, hs + (t - 1) * H, T * H, dg + t * 2 * H, T * 2 * H, 1.0f,
+    Sgemm(pool_, true, false, H, 2 * H, B, hs + (t - 1) * H, T * H, dg + t * 2 * H, T * 2 * H, 1.0f,
           dg_w + I * 2 * H, 2 * H);
   }
-  Sgemm(true, false, I, H, B * T, x, I, dcp, H, 1.0f, dc_w, H);
+  Sgemm(pool_, true, false, I, H, B * T, x, I, dcp, H, 1.0f, dc_w, H);
   // gamma * h' is 0 at t = 0, so all B*T rows of the cached product can take part at once.
-  Sgemm(true, false, H, H, B * T, cache + 3 * H, 4 * H, dcp, H, 1.0f, dc_w + I * H, H);
+  Sgemm(pool_, true, false, H, H, B * T, cache + 3 * H, 4 * H, dcp, H, 1.0f, dc_w + I * H, H);
   CombinePartials(chunks, width, partials, 0, 2 * H, dg_b);
   CombinePartials(chunks, width, partials, 2 * H, H, dc_b);
 }

@@ -71,8 +71,29 @@ void InitRow(uint64_t seed, uint32_t table_id, uint64_t id, uint64_t cardinality
   }
 }
 
-EmbeddingStore::EmbeddingStore(uint64_t seed, int num_stripes)
-    : seed_(seed), num_stripes_(num_stripes) {}
+EmbeddingStore::EmbeddingStore(uint64_t seed, int num_stripes, int threads)
+    : seed_(seed),
+      num_stripes_(num_stripes),
+      pool_(threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr) {}
+
+Status EmbeddingStore::ForEachStripe(const std::vector<uint32_t>& offsets,
+                                     const std::function<Status(int)>& fn) const {
+  if (pool_ == nullptr) {
+    for (int s = 0; s < num_stripes_; ++s) {
+      if (offsets[s] == offsets[s + 1]) continue;
+      SIFT_RETURN_IF_ERROR(fn(s));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<Status> status(static_cast<size_t>(num_stripes_));
+  pool_->ParallelFor(num_stripes_, 1, [&](int64_t b, int64_t e) {
+    for (int64_t s = b; s < e; ++s) {
+      if (offsets[s] != offsets[s + 1]) status[s] = fn(static_cast<int>(s));
+    }
+  });
+  for (const Status& st : status) SIFT_RETURN_IF_ERROR(st);
+  return absl::OkStatus();
+}
 
 EmbeddingStore::~EmbeddingStore() = default;
 
@@ -82,7 +103,12 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Create(std::vector<Tab
     return absl::InvalidArgumentError(absl::StrCat(
         "embedding store: num_stripes ", options.num_stripes, " not in [1, ", kMaxStripes, "]"));
   }
-  std::unique_ptr<EmbeddingStore> store(new EmbeddingStore(options.seed, options.num_stripes));
+  if (options.threads < 1 || options.threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding store: threads ", options.threads, " not in [1, 1024]"));
+  }
+  std::unique_ptr<EmbeddingStore> store(
+      new EmbeddingStore(options.seed, options.num_stripes, options.threads));
   for (TableConfig& config : tables) {
     const std::string label = TableLabel(config.table_id, config.name);
     if (config.name.empty()) {
@@ -177,8 +203,7 @@ Status EmbeddingStore::Pull(uint32_t table_id, absl::Span<const uint64_t> ids,
       CheckBatchShape(table->label, "pull", ids.size(), dim, out.size(), "output"));
   std::vector<uint32_t> order, offsets;
   GroupByStripe(table_id, ids, order, offsets);
-  for (int s = 0; s < num_stripes_; ++s) {
-    if (offsets[s] == offsets[s + 1]) continue;
+  return ForEachStripe(offsets, [&](int s) -> Status {
     Stripe& stripe = table->stripes[s];
     std::lock_guard<std::mutex> lock(stripe.mu);
     for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
@@ -186,8 +211,8 @@ Status EmbeddingStore::Pull(uint32_t table_id, absl::Span<const uint64_t> ids,
       SIFT_ASSIGN_OR_RETURN(const float* row, FindOrCreateRow(*table, stripe, ids[i]));
       std::copy(row, row + dim, out.data() + i * dim);
     }
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
 }
 
 Status EmbeddingStore::Push(uint32_t table_id, absl::Span<const uint64_t> ids,
@@ -200,27 +225,36 @@ Status EmbeddingStore::Push(uint32_t table_id, absl::Span<const uint64_t> ids,
   }
   SIFT_RETURN_IF_ERROR(
       CheckBatchShape(table->label, "push", ids.size(), dim, grads.size(), "gradient"));
-  absl::flat_hash_set<uint64_t> seen;
-  seen.reserve(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (!seen.insert(ids[i]).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(table->label, ": push names id ", ids[i], " twice (at index ", i,
-                       "); gradients of one id must be summed by the caller"));
-    }
-  }
-  for (size_t j = 0; j < grads.size(); ++j) {
-    if (!std::isfinite(grads[j])) {
-      return absl::InvalidArgumentError(absl::StrCat(table->label, ": non-finite gradient ",
-                                                     grads[j], " for id ", ids[j / dim],
-                                                     " component ", j % dim));
-    }
-  }
   std::vector<uint32_t> order, offsets;
   GroupByStripe(table_id, ids, order, offsets);
+  // Validate every stripe before touching any row: ids equal only within one stripe, so a
+  // duplicate is two equal ids among one stripe's (sorted) ids.
+  SIFT_RETURN_IF_ERROR(ForEachStripe(offsets, [&](int s) -> Status {
+    std::vector<std::pair<uint64_t, uint32_t>> sorted;
+    sorted.reserve(offsets[s + 1] - offsets[s]);
+    for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
+      const uint32_t i = order[k];
+      sorted.emplace_back(ids[i], i);
+      for (size_t j = i * dim; j < (i + 1) * dim; ++j) {
+        if (!std::isfinite(grads[j])) {
+          return absl::InvalidArgumentError(absl::StrCat(table->label, ": non-finite gradient ",
+                                                         grads[j], " for id ", ids[i],
+                                                         " component ", j % dim));
+        }
+      }
+    }
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t j = 1; j < sorted.size(); ++j) {
+      if (sorted[j].first == sorted[j - 1].first) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(table->label, ": push names id ", sorted[j].first, " twice (at index ",
+                         sorted[j].second, "); gradients of one id must be summed by the caller"));
+      }
+    }
+    return absl::OkStatus();
+  }));
   const TableConfig& c = table->config;
-  for (int s = 0; s < num_stripes_; ++s) {
-    if (offsets[s] == offsets[s + 1]) continue;
+  SIFT_RETURN_IF_ERROR(ForEachStripe(offsets, [&](int s) -> Status {
     Stripe& stripe = table->stripes[s];
     std::lock_guard<std::mutex> lock(stripe.mu);
     for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
@@ -228,7 +262,8 @@ Status EmbeddingStore::Push(uint32_t table_id, absl::Span<const uint64_t> ids,
       SIFT_ASSIGN_OR_RETURN(float* row, FindOrCreateRow(*table, stripe, ids[i]));
       ApplyOptimizer(c.optimizer, c.dim, grads.data() + i * dim, row, row + c.dim);
     }
-  }
+    return absl::OkStatus();
+  }));
   int64_t prev = table->last_step.load(std::memory_order_relaxed);
   while (prev < step && !table->last_step.compare_exchange_weak(prev, step)) {
   }

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "common/status.h"
+#include "common/thread_pool.h"
 #include "server/embedding/optimizer.h"
 
 namespace sift::embedding {
@@ -44,6 +46,9 @@ struct TableConfig {
 struct StoreOptions {
   uint64_t seed = 0;     // the job seed of the deterministic init
   int num_stripes = 64;  // lock stripes per table, in [1, 65536]
+  // Threads one Pull/Push/LoadRows call spreads its stripes over (1 = the caller only). Results
+  // do not depend on it: stripes hold disjoint rows.
+  int threads = 1;
 };
 
 // Memory accounting of one table (bytes). value/state count live rows only; arena counts the
@@ -119,7 +124,11 @@ class EmbeddingStore {
  private:
   struct Stripe;
   struct Table;
-  EmbeddingStore(uint64_t seed, int num_stripes);
+  EmbeddingStore(uint64_t seed, int num_stripes, int threads);
+  // Runs fn(s) for every stripe s with offsets[s] < offsets[s+1], on the pool (or the caller);
+  // returns the error of the lowest failing stripe (deterministic).
+  Status ForEachStripe(const std::vector<uint32_t>& offsets,
+                       const std::function<Status(int)>& fn) const;
 
   StatusOr<Table*> GetTable(uint32_t table_id, absl::string_view op) const;
   StatusOr<float*> FindOrCreateRow(const Table& table, Stripe& stripe, uint64_t id) const;
@@ -130,6 +139,7 @@ class EmbeddingStore {
 
   const uint64_t seed_;
   const int num_stripes_;
+  std::unique_ptr<ThreadPool> pool_;                              // null when threads == 1
   absl::flat_hash_map<uint32_t, std::unique_ptr<Table>> tables_;  // immutable after Create
 };
 

@@ -299,7 +299,6 @@ TEST(EmbeddingStore, ConcurrentFirstPullsCreateEachRowOnce) {
   }
 }
 
-
 TEST(EmbeddingStore, DumpAndLoadRoundTripRowsWithOptimizerState) {
   auto a = MakeStore({Table(2, "item", 4, 100, OptimizerKind::kAdam, 0.1f)}, 7, 3);
   const std::vector<uint64_t> ids = {90, 3, 41};
@@ -329,6 +328,38 @@ TEST(EmbeddingStore, DumpAndLoadRoundTripRowsWithOptimizerState) {
   EXPECT_EQ(b->LoadRows(2, dump->row_floats, {1}, {1.0f}).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(b->DumpTable(9).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(EmbeddingStore, StripeThreadsGiveIdenticalResultsAndErrors) {
+  auto make = [](int threads) {
+    auto store = EmbeddingStore::Create({Table(1, "item", 8, 5000, OptimizerKind::kAdam, 0.05f)},
+                                        StoreOptions{9, 16, threads});
+    EXPECT_TRUE(store.ok()) << store.status();
+    return std::move(*store);
+  };
+  auto one = make(1), three = make(3);
+  std::vector<uint64_t> ids(2000);
+  std::vector<float> g(ids.size() * 8);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 7919 % 100003;
+  for (size_t j = 0; j < g.size(); ++j) g[j] = static_cast<float>((j * 31) % 17) / 17 - 0.5f;
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(one->Push(1, ids, g, step).ok());
+    ASSERT_TRUE(three->Push(1, ids, g, step).ok());
+  }
+  EXPECT_EQ(PullOrDie(*one, 1, ids, 8), PullOrDie(*three, 1, ids, 8));
+  // A duplicate or a non-finite gradient in any stripe rejects the whole push, naming it.
+  std::vector<uint64_t> dup = ids;
+  dup[1500] = dup[10];
+  Status s = three->Push(1, dup, g, 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("twice"), absl::string_view::npos) << s;
+  std::vector<float> bad = g;
+  bad[1999 * 8 + 3] = std::nanf("");
+  s = three->Push(1, ids, bad, 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("non-finite"), absl::string_view::npos) << s;
+  EXPECT_EQ(PullOrDie(*one, 1, ids, 8), PullOrDie(*three, 1, ids, 8)) << "nothing applied";
+  EXPECT_FALSE(EmbeddingStore::Create({}, StoreOptions{0, 4, 0}).ok());
 }
 
 }  // namespace
