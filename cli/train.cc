@@ -180,8 +180,10 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
   std::printf("  latency:    mean %.1f ms, p90 %.1f ms, p95 %.1f ms, p99 %.1f ms\n",
               r.perf.latency_mean_ms, r.perf.latency_p90_ms, r.perf.latency_p95_ms,
               r.perf.latency_p99_ms);
-  std::printf("  compute:    %.1f GFLOP/s at %.1f MFLOP/sample = %.1f%% of the FP32 FMA peak\n",
-              gflops, mflop, peak.gflops > 0 ? 100.0 * gflops / peak.gflops : 0.0);
+  std::printf(
+      "  compute:    %.1f GFLOP/s at %.1f MFLOP/sample (SIM at the default dims, model-spec 10) "
+      "= %.1f%% of the FP32 FMA peak\n",
+      gflops, mflop, peak.gflops > 0 ? 100.0 * gflops / peak.gflops : 0.0);
   std::printf("  peak:       %s\n", peak.Describe().c_str());
   PrintPhases(r.phases);
   if (!f->json.empty()) {
@@ -237,8 +239,8 @@ void AddBenchInference(CLI::App* bench, Action* action) {
   auto f = std::make_shared<TrainFlags>();
   CLI::App* cmd = bench->add_subcommand(
       "inference", "Inference throughput (forward only, no aux branch, on the training split)");
-  AddTrainerFlags(cmd, f.get(), /*bench=*/true);
   f->opt.epochs = 1;
+  AddTrainerFlags(cmd, f.get(), /*bench=*/true);
   cmd->callback([f, action] {
     *action = [f] { return RunBench(f.get(), worker::RunMode::kBenchInference); };
   });

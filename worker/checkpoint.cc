@@ -1,9 +1,12 @@
 #include "worker/checkpoint.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
@@ -20,7 +23,18 @@ constexpr char kManifest[] = "manifest.json";
 constexpr char kFormat[] = "sift-checkpoint";
 constexpr int kVersion = 1;
 
-std::string TableFile(uint32_t table_id) { return absl::StrCat("table_", table_id, ".bin"); }
+// Data files carry the global step in their names, so a new save never overwrites the files the
+// current manifest points to: until the new manifest replaces the old one (an atomic rename), the
+// old checkpoint stays whole.
+std::string DenseFile(int64_t step) { return absl::StrCat("dense-", step, ".bin"); }
+std::string TableFile(uint32_t table_id, int64_t step) {
+  return absl::StrCat("table_", table_id, "-", step, ".bin");
+}
+// Our data files: dense-<step>.bin, table_<id>-<step>.bin.
+bool IsDataFile(const std::string& name) {
+  return name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0 &&
+         (name.rfind("dense-", 0) == 0 || name.rfind("table_", 0) == 0);
+}
 
 // Size and CRC32C of a whole file, for the manifest.
 StatusOr<nlohmann::json> FileEntry(const std::string& dir, const std::string& name) {
@@ -68,17 +82,15 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
                       const embedding::EmbeddingStore& store) {
   SIFT_RETURN_IF_ERROR(MakeDirs(dir));
   const std::string manifest = JoinPath(dir, kManifest);
-  if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) {
-    return absl::InternalError(absl::StrCat(manifest, ": cannot remove: ", std::strerror(errno)));
-  }
   nlohmann::json files = nlohmann::json::array();
-  SIFT_RETURN_IF_ERROR(WriteDense(JoinPath(dir, "dense.bin"), state));
-  SIFT_ASSIGN_OR_RETURN(nlohmann::json dense_entry, FileEntry(dir, "dense.bin"));
+  const std::string dense_name = DenseFile(state.global_step);
+  SIFT_RETURN_IF_ERROR(WriteDense(JoinPath(dir, dense_name), state));
+  SIFT_ASSIGN_OR_RETURN(nlohmann::json dense_entry, FileEntry(dir, dense_name));
   files.push_back(dense_entry);
   nlohmann::json tables = nlohmann::json::array();
   for (const embedding::TableStats& t : store.Stats()) {
     SIFT_ASSIGN_OR_RETURN(embedding::EmbeddingStore::TableDump d, store.DumpTable(t.table_id));
-    const std::string name = TableFile(t.table_id);
+    const std::string name = TableFile(t.table_id, state.global_step);
     SIFT_RETURN_IF_ERROR(WriteTable(JoinPath(dir, name), d));
     SIFT_ASSIGN_OR_RETURN(nlohmann::json entry, FileEntry(dir, name));
     files.push_back(entry);
@@ -96,9 +108,21 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
                       {"seed", state.seed},
                       {"model", state.model},
                       {"dense_params", state.params.size()},
+                      {"dense_file", dense_name},
                       {"tables", tables},
                       {"files", files}};
-  return WriteFileAtomic(manifest, m.dump(2) + "\n");
+  SIFT_RETURN_IF_ERROR(WriteFileAtomic(manifest, m.dump(2) + "\n"));  // the commit point
+  // Remove the previous checkpoint's data files (best effort: leftovers are harmless).
+  std::set<std::string> keep;
+  for (const nlohmann::json& f : files) keep.insert(f["name"].get<std::string>());
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (IsDataFile(name) && !keep.contains(name)) ::unlink(JoinPath(dir, name).c_str());
+    }
+    ::closedir(d);
+  }
+  return absl::OkStatus();
 }
 
 Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
@@ -139,10 +163,19 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
     state->epochs_done = m.at("epochs_done").get<int64_t>();
     state->global_step = m.at("global_step").get<int64_t>();
     state->adam_t = m.at("adam_t").get<int64_t>();
+    for (const auto& [name, v] :
+         {std::pair<const char*, int64_t>{"epochs_done", state->epochs_done},
+          {"global_step", state->global_step},
+          {"adam_t", state->adam_t}}) {
+      if (v < 0) {
+        return absl::DataLossError(
+            absl::StrCat(manifest_path, ": field '", name, "' is negative (", v, ")"));
+      }
+    }
     state->seed = m.at("seed").get<uint64_t>();
     state->model = model->get<std::string>();
 
-    const std::string dense_path = JoinPath(dir, "dense.bin");
+    const std::string dense_path = JoinPath(dir, m.at("dense_file").get<std::string>());
     SIFT_ASSIGN_OR_RETURN(data::BinaryFile dense, data::BinaryFile::Open(dense_path, kDenseMagic,
                                                                          /*verify=*/true));
     const uint64_t n = dense.header().counts[0];
@@ -157,6 +190,20 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
       std::memcpy(v->data(), p, n * sizeof(float));
     }
     SIFT_ASSIGN_OR_RETURN(const nlohmann::json* tables, Field(m, "tables", manifest_path));
+    // Every table of the store exactly once, before any row is loaded.
+    std::set<uint32_t> want, have;
+    for (const embedding::TableStats& t : store->Stats()) want.insert(t.table_id);
+    for (const nlohmann::json& t : *tables) {
+      if (!have.insert(t.at("table_id").get<uint32_t>()).second) {
+        return absl::DataLossError(absl::StrCat(manifest_path, ": field 'tables': table ",
+                                                t.at("table_id").dump(), " listed twice"));
+      }
+    }
+    if (want != have) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(manifest_path, ": field 'tables': the checkpoint holds ", have.size(),
+                       " tables, this run's model has ", want.size(), " (different tables)"));
+    }
     for (const nlohmann::json& t : *tables) {
       const std::string path = JoinPath(dir, t.at("file").get<std::string>());
       SIFT_ASSIGN_OR_RETURN(data::BinaryFile tf,
@@ -166,6 +213,10 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
       SIFT_ASSIGN_OR_RETURN(const uint8_t* ids, tr.NextArray(c[0], sizeof(uint64_t)));
       SIFT_ASSIGN_OR_RETURN(const uint8_t* rows, tr.NextArray(c[0], sizeof(float), c[1]));
       if (c[1] > (1u << 20)) return absl::DataLossError(absl::StrCat(path, ": bad row size"));
+      if (c[2] != t.at("table_id").get<uint64_t>()) {
+        return absl::DataLossError(absl::StrCat(path, ": holds table ", c[2],
+                                                ", the manifest says ", t.at("table_id").dump()));
+      }
       Status s =
           store->LoadRows(static_cast<uint32_t>(c[2]), static_cast<int>(c[1]),
                           absl::MakeConstSpan(reinterpret_cast<const uint64_t*>(ids), c[0]),

@@ -1,14 +1,17 @@
 // Training checkpoints of the single-process trainer: the dense parameters with their Adam state,
 // every embedding table's rows with their optimizer state, and where training stands (completed
 // epochs, global step). A checkpoint is a directory:
-//   dense.bin          SIFTDENS binary file (common/data/binary_file.h): params, adam m, adam v
-//   table_<id>.bin     SIFTTABL binary file per table: ids (uint64), rows [n, row_floats]
-//   manifest.json      written LAST: format, version, epoch, step, adam_t, seed, model summary,
-//                      every file with its size and CRC32C — the commit point: a directory
-//                      without a manifest is not a checkpoint.
+//   dense-<step>.bin        SIFTDENS binary file (common/data/binary_file.h): params, adam m, v
+//   table_<id>-<step>.bin   SIFTTABL binary file per table: ids (uint64), rows [n, row_floats]
+//   manifest.json           written LAST: format, version, epoch, step, adam_t, seed, model
+//                           summary, every file with its size and CRC32C — the commit point: a
+//                           directory without a manifest is not a checkpoint.
 // Every file is written to a temp name, fsynced and renamed (AtomicFileWriter). Saving over an
-// existing checkpoint removes its manifest first, so a crash mid-save leaves no valid-looking mix.
-// Loading checks the manifest, each file's size and CRC, and the shapes against the caller's model.
+// existing checkpoint writes new step-named data files first, then replaces the manifest (an atomic
+// rename), then deletes the old data files: a crash or error mid-save leaves the old checkpoint
+// whole.
+// Loading checks the manifest, each file's size and CRC, the counters, that the checkpoint holds
+// exactly the store's tables, and the shapes against the caller's model.
 #pragma once
 
 #include <cstdint>

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -57,7 +59,8 @@ class ProgressBar {
     last_ = now;
     const double el = now - start_;
     const double rate = el > 0 ? samples / el : 0;
-    const double frac = total_ > 0 ? static_cast<double>(done) / total_ : 1;
+    done = std::min(done, total_);
+    const double frac = total_ > 0 ? std::clamp(static_cast<double>(done) / total_, 0.0, 1.0) : 1;
     const int width = 30, fill = static_cast<int>(frac * width);
     const double eta = frac > 0 ? el * (1 - frac) / frac : -1;
     std::fprintf(stderr, "\r%s [%s%s] %3d%% %lld/%lld | %.0f samples/s | ETA %s   ", label_.c_str(),
@@ -134,6 +137,11 @@ Status Trainer::Setup(RunMode mode) {
     return absl::InvalidArgumentError("--lr must be a finite number > 0");
   }
   if (o_.benchmark_steps < 0) return absl::InvalidArgumentError("--benchmark-steps must be >= 0");
+  if (o_.max_steps_per_epoch < 0) {
+    return absl::InvalidArgumentError("--max-steps-per-epoch must be >= 0");
+  }
+  if (o_.warmup_steps < 0) return absl::InvalidArgumentError("--warmup-steps must be >= 0");
+  if (o_.log_every < 0) return absl::InvalidArgumentError("--log-every must be >= 0");
   if (o_.train_eval_samples < 0) {
     return absl::InvalidArgumentError("--train-eval-samples must be >= 0");
   }
@@ -154,8 +162,14 @@ Status Trainer::Setup(RunMode mode) {
   }
   SIFT_ASSIGN_OR_RETURN(backend_, kernels::CreateBackend(o_.backend, o_.threads));
   const int64_t eval_b = o_.eval_batch_size > 0 ? o_.eval_batch_size : o_.batch_size;
-  SIFT_ASSIGN_OR_RETURN(model_,
-                        Model::Create(config_, backend_.get(), std::max(o_.batch_size, eval_b)));
+  try {
+    SIFT_ASSIGN_OR_RETURN(model_,
+                          Model::Create(config_, backend_.get(), std::max(o_.batch_size, eval_b)));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of memory allocating the model's activations for ", std::max(o_.batch_size, eval_b),
+        " rows: lower --batch-size / --eval-batch-size"));
+  }
   model_->InitParameters(o_.seed);
 
   // The embedding tables: one per user feature, then one per item feature (the feature spec's
@@ -175,7 +189,12 @@ Status Trainer::Setup(RunMode mode) {
     c.name = t < config_.user_features ? absl::StrCat("user_feat_", t)
                                        : absl::StrCat("item_feat_", t - config_.user_features);
     c.dim = config_.embedding_dim;
-    c.cardinality = static_cast<uint64_t>(std::max<int64_t>(cards[t], 0));
+    if (cards[t] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(o_.dataset, ": the feature spec gives no cardinality for table ", c.name,
+                       " (needed for the embedding init bound)"));
+    }
+    c.cardinality = static_cast<uint64_t>(cards[t]);
     c.optimizer.kind = kind;
     c.optimizer.learning_rate = o_.lr;
     tables.push_back(std::move(c));
@@ -199,6 +218,11 @@ Status Trainer::Setup(RunMode mode) {
     CheckpointState st;
     SIFT_RETURN_IF_ERROR(LoadCheckpoint(o_.load_checkpoint, ModelSummary(config_),
                                         static_cast<int64_t>(np), &st, store_.get()));
+    if (st.seed != o_.seed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          o_.load_checkpoint, ": field 'seed': the checkpoint was trained with seed ", st.seed,
+          ", this run has --seed ", o_.seed, " (shuffling and new rows would differ)"));
+    }
     std::copy(st.params.begin(), st.params.end(), model_->parameters().begin());
     adam_.m = std::move(st.adam_m);
     adam_.v = std::move(st.adam_v);
@@ -289,7 +313,8 @@ Status Trainer::Evaluate(data::Split split, int64_t max_samples, double* auc, do
   lo.threads = o_.threads;
   SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(&ds_->samples(), lo));
   loader->StartEpoch(0);
-  std::vector<float> scores, labels;
+  std::vector<double> scores;  // ESU logits: AUC is rank-based, sigmoid would only add ties
+  std::vector<float> labels;
   double loss_sum = 0;
   const int64_t n = ds_->samples().NumSamples(split);
   const int64_t want = max_samples > 0 ? std::min(max_samples, n) : n;
@@ -305,7 +330,7 @@ Status Trainer::Evaluate(data::Split split, int64_t max_samples, double* auc, do
     loss_sum += l.total * static_cast<double>(b->size);
     absl::Span<const float> logits = model_->logits();
     for (int64_t i = 0; i < b->size; ++i) {
-      scores.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(logits[i])))));
+      scores.push_back(logits[i]);
       labels.push_back(b->label[i]);
     }
     bar.Update(static_cast<int64_t>(scores.size()), static_cast<int64_t>(scores.size()));

@@ -46,7 +46,7 @@ struct TableConfig {
 struct StoreOptions {
   uint64_t seed = 0;     // the job seed of the deterministic init
   int num_stripes = 64;  // lock stripes per table, in [1, 65536]
-  // Threads one Pull/Push/LoadRows call spreads its stripes over (1 = the caller only). Results
+  // Threads one Pull/Push call spreads its stripes over (1 = the caller only). Results
   // do not depend on it: stripes hold disjoint rows.
   int threads = 1;
 };

@@ -3,6 +3,7 @@
 // loss curve, bit for bit), checkpoint resume == an uninterrupted run, every model, lr 0.1
 // without NaN, benchmark output, and usage errors.
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -157,9 +158,24 @@ TEST_F(TrainTest, ResumeFromCheckpointMatchesAnUninterruptedRun) {
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
   EXPECT_THAT(ReadAll(Dir("ckpt") + "/manifest.json"), HasSubstr("\"epochs_done\": 1"));
   auto second = TrainArgs("sim", 2, Dir("second"));
-  second.insert(second.end(), {"--load-checkpoint", Dir("ckpt")});
+  second.insert(second.end(),
+                {"--load-checkpoint", Dir("ckpt"), "--save-checkpoint", Dir("ckpt")});
   auto r2 = RunSift(second);
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  // Re-saving replaced the manifest and removed the previous step's data files.
+  EXPECT_THAT(ReadAll(Dir("ckpt") + "/manifest.json"), HasSubstr("\"epochs_done\": 2"));
+  EXPECT_FALSE(std::filesystem::exists(Dir("ckpt") + "/dense-8.bin"));
+  EXPECT_TRUE(std::filesystem::exists(Dir("ckpt") + "/dense-16.bin"));
+
+  // Resuming with another seed would not continue the same run: rejected, naming the field.
+  auto reseeded = TrainArgs("sim", 3, Dir("reseeded"));
+  for (size_t i = 0; i + 1 < reseeded.size(); ++i) {
+    if (reseeded[i] == "--seed") reseeded[i + 1] = "12";
+  }
+  reseeded.insert(reseeded.end(), {"--load-checkpoint", Dir("ckpt")});
+  auto r3 = RunSift(reseeded);
+  EXPECT_EQ(r3.exit_code, 1);
+  EXPECT_THAT(r3.err, HasSubstr("seed"));
 
   const auto rf = Records(Dir("full")), r_first = Records(Dir("first")),
              r_second = Records(Dir("second"));
@@ -177,14 +193,15 @@ TEST_F(TrainTest, CorruptCheckpointIsRejectedNamingTheFile) {
   auto first = TrainArgs("din", 1, Dir("din_ck_run"));
   first.insert(first.end(), {"--save-checkpoint", Dir("din_ck")});
   ASSERT_EQ(RunSift(first).exit_code, 0);
-  std::string dense = ReadAll(Dir("din_ck") + "/dense.bin");
+  std::string dense_name = "dense-8.bin";
+  std::string dense = ReadAll(Dir("din_ck") + "/" + dense_name);
   dense[dense.size() / 2] ^= 0x5a;
-  sift::testing::WriteAll(Dir("din_ck") + "/dense.bin", dense);
+  sift::testing::WriteAll(Dir("din_ck") + "/" + dense_name, dense);
   auto again = TrainArgs("din", 2, Dir("din_ck_run2"));
   again.insert(again.end(), {"--load-checkpoint", Dir("din_ck")});
   auto r = RunSift(again);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("dense.bin"));
+  EXPECT_THAT(r.err, HasSubstr(dense_name));
 
   // A different model cannot load it.
   auto other = TrainArgs("dien", 2, Dir("dien_from_din"));
