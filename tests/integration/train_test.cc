@@ -130,6 +130,23 @@ TEST_F(TrainTest, SimLogsReferenceMetricsAndIsDeterministic) {
                         "oracle_test_auc", "test_auc_to_oracle"}) {
     EXPECT_TRUE(Has(*e1, k)) << k;
   }
+  // The epoch's throughput window closes before evaluation (regression: it once included the
+  // evaluation time). By construction the window is at most the span of the epoch's step records
+  // plus the first step's latency; evaluating 2048 + 4000 samples would far exceed the slack.
+  {
+    double first = -1, last = -1, first_latency = 0;
+    for (const DllRecord& r : ra) {
+      if (r.type != DllRecord::Type::kLog || r.step.size() != 2 || r.step[0] != 1) continue;
+      const double el = std::stod(r.elapsedtime);
+      if (first < 0) {
+        first = el;
+        first_latency = 512.0 / Get(r, "samples/s");
+      }
+      last = el;
+    }
+    ASSERT_GE(first, 0);
+    EXPECT_LE(Get(*e1, "time"), last - first + first_latency + 0.1);
+  }
   EXPECT_GT(Get(*e1, "test_auc"), 0.5);
   EXPECT_LT(Get(*e1, "test_auc"), 1.0);
   EXPECT_NEAR(Get(*e1, "test_auc_to_oracle"), Get(*e1, "test_auc") / Get(*e1, "oracle_test_auc"),
