@@ -41,7 +41,7 @@ demo: deps $(BUILD_DIR)/build.ninja
 	  --results-dir $(DEMO_DIR)/sim_tiny --progress off
 	@echo
 	@echo "DLLL log: $(DEMO_DIR)/sim_tiny/log.json"
-	@echo "Full run (small preset, SIM about 13 min on 2 cores, see README: Measured):"
+	@echo "Full run (small preset, SIM about 16 min on 2 cores, see README: Measured):"
 	@echo "  $(BUILD_DIR)/sift data gen --preset small --seed 1 --out $(DEMO_DIR)/small"
 	@echo "  $(BUILD_DIR)/sift train --dataset $(DEMO_DIR)/small --model sim --epochs 3 --batch-size 32768 --results-dir $(DEMO_DIR)/sim_small"
 
