@@ -47,6 +47,8 @@ namespace {
 
 // Upper bound on every width and length, so that no size computation can overflow.
 constexpr int kMaxDim = 1 << 16;
+constexpr int kMaxLen = 1 << 12;
+constexpr int kMaxHidden = 1 << 13;
 
 Status CheckDim(const char* field, int value, int min) {
   if (value < min || value > kMaxDim) {
@@ -81,6 +83,18 @@ Status ValidateModelConfig(const ModelConfig& c) {
   SIFT_RETURN_IF_ERROR(CheckDim("item_features", c.item_features, 1));
   SIFT_RETURN_IF_ERROR(CheckDim("long_len", c.long_len, UsesLong(c.type) ? 1 : 0));
   SIFT_RETURN_IF_ERROR(CheckDim("short_len", c.short_len, UsesDien(c.type) ? 2 : 0));
+  // Sequence lengths and the recurrent width are bounded tighter, so that products such as
+  // T_S * 4H and (T_L + T_S) * F * D stay far inside int.
+  if (c.long_len > kMaxLen || c.short_len > kMaxLen) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: long_len and short_len must be <= ", kMaxLen, ", got ",
+                     c.long_len, " and ", c.short_len));
+  }
+  const int64_t hidden = c.gru_hidden > 0 ? c.gru_hidden : 6 * int64_t{c.embedding_dim};
+  if (UsesDien(c.type) && hidden > kMaxHidden) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: gru_hidden (", hidden, ") must be <= ", kMaxHidden));
+  }
   if (static_cast<int64_t>(c.embedding_dim) * c.item_features > kMaxDim ||
       static_cast<int64_t>(c.embedding_dim) * c.user_features > kMaxDim) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -443,6 +443,8 @@ TEST(ModelTest, ConfigValidationNamesTheField) {
       {"short_len", [](ModelConfig* c) { c->short_len = 1; }},
       {"top_k", [](ModelConfig* c) { c->top_k = 0; }},
       {"gru_hidden", [](ModelConfig* c) { c->gru_hidden = -2; }},
+      {"gru_hidden", [](ModelConfig* c) { c->gru_hidden = 9000; }},
+      {"short_len", [](ModelConfig* c) { c->short_len = 5000; }},
       {"stage_one_mlp", [](ModelConfig* c) { c->stage_one_mlp.clear(); }},
       {"stage_two_mlp[1]",
        [](ModelConfig* c) {
