@@ -14,13 +14,20 @@ int AvailableCpus() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-ThreadPool::ThreadPool(int num_threads)
+ThreadPool::ThreadPool(int num_threads) : ThreadPool(num_threads, nullptr) {}
+
+ThreadPool::ThreadPool(int num_threads, std::function<void()> thread_init)
     : num_threads_(num_threads > 0 ? num_threads : AvailableCpus()) {
   // The caller takes part in ParallelFor, so n threads of work need n - 1 pool threads; keep at
   // least one for Schedule().
   const int workers = std::max(1, num_threads_ - 1);
   threads_.reserve(workers);
-  for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 0; i < workers; ++i) {
+    threads_.emplace_back([this, thread_init] {
+      if (thread_init) thread_init();
+      WorkerLoop();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

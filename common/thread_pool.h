@@ -20,6 +20,9 @@ class ThreadPool {
  public:
   // `num_threads` <= 0 means the available CPUs. With 1 thread, ParallelFor runs on the caller.
   explicit ThreadPool(int num_threads);
+  // Same, and every pool thread runs `thread_init` once before any work (per-thread state such
+  // as floating-point modes; the caller's own thread is the caller's business).
+  ThreadPool(int num_threads, std::function<void()> thread_init);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
