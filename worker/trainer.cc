@@ -105,8 +105,9 @@ class Trainer {
  private:
   // One training step on `batch`; returns the losses.
   StatusOr<Losses> TrainStep(const data::Batch& batch, int64_t epoch, int64_t step);
-  // Pulls every table's rows for `keys`.
-  Status Pull(BatchKeys* keys);
+  // Pulls every table's rows for `keys` (training: creates unseen rows); with read_only, looks
+  // them up without creating any (evaluation, inference).
+  Status Pull(BatchKeys* keys, bool read_only = false);
   // AUC and sample-weighted total loss over `max_samples` (0 = all) of a split.
   Status Evaluate(data::Split split, int64_t max_samples, double* auc, double* loss);
   Status LogBoth(const DllStep& step, const DllMetrics& data);
@@ -248,12 +249,13 @@ Status Trainer::LogBoth(const DllStep& step, const DllMetrics& data) {
   return stdout_log_->Log(step, data);
 }
 
-Status Trainer::Pull(BatchKeys* keys) {
+Status Trainer::Pull(BatchKeys* keys, bool read_only) {
   const size_t dim = static_cast<size_t>(config_.embedding_dim);
   for (size_t t = 0; t < keys->tables.size(); ++t) {
     TableKeys& tk = keys->tables[t];
-    SIFT_RETURN_IF_ERROR(store_->Pull(static_cast<uint32_t>(t), tk.keys,
-                                      absl::MakeSpan(tk.rows.data(), tk.keys.size() * dim)));
+    const absl::Span<float> out = absl::MakeSpan(tk.rows.data(), tk.keys.size() * dim);
+    SIFT_RETURN_IF_ERROR(read_only ? store_->Lookup(static_cast<uint32_t>(t), tk.keys, out)
+                                   : store_->Pull(static_cast<uint32_t>(t), tk.keys, out));
   }
   return absl::OkStatus();
 }
@@ -325,7 +327,7 @@ Status Trainer::Evaluate(data::Split split, int64_t max_samples, double* auc, do
     if (b == nullptr) break;
     SIFT_RETURN_IF_ERROR(
         BuildBatchKeys(*b, model_->key_usage(ForwardMode::kEval), config_.embedding_dim, &keys));
-    SIFT_RETURN_IF_ERROR(Pull(&keys));
+    SIFT_RETURN_IF_ERROR(Pull(&keys, /*read_only=*/true));
     SIFT_ASSIGN_OR_RETURN(Losses l, model_->Forward(*b, keys, ForwardMode::kEval));
     loss_sum += l.total * static_cast<double>(b->size);
     absl::Span<const float> logits = model_->logits();
@@ -415,7 +417,7 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
         }
         {
           ScopedTimer t(&result_.phases.pull);
-          SIFT_RETURN_IF_ERROR(Pull(&keys_));
+          SIFT_RETURN_IF_ERROR(Pull(&keys_, /*read_only=*/true));
         }
         ScopedTimer t(&result_.phases.forward);
         SIFT_RETURN_IF_ERROR(model_->Forward(*b, keys_, ForwardMode::kInference).status());

@@ -215,6 +215,36 @@ Status EmbeddingStore::Pull(uint32_t table_id, absl::Span<const uint64_t> ids,
   });
 }
 
+Status EmbeddingStore::Lookup(uint32_t table_id, absl::Span<const uint64_t> ids,
+                              absl::Span<float> out) const {
+  SIFT_ASSIGN_OR_RETURN(Table * table, GetTable(table_id, "lookup"));
+  const size_t dim = static_cast<size_t>(table->config.dim);
+  SIFT_RETURN_IF_ERROR(
+      CheckBatchShape(table->label, "lookup", ids.size(), dim, out.size(), "output"));
+  const size_t row_floats = static_cast<size_t>(table->row_floats);
+  const TableConfig& c = table->config;
+  std::vector<uint32_t> order, offsets;
+  GroupByStripe(table_id, ids, order, offsets);
+  return ForEachStripe(offsets, [&](int s) -> Status {
+    Stripe& stripe = table->stripes[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
+      const uint32_t i = order[k];
+      float* dst = out.data() + i * dim;
+      auto it = stripe.index.find(ids[i]);
+      if (it == stripe.index.end()) {
+        InitRow(seed_, c.table_id, ids[i], c.cardinality, c.dim, dst);
+      } else {
+        const uint32_t r = it->second;
+        const float* row =
+            stripe.blocks[r / kRowsPerBlock].get() + (r % kRowsPerBlock) * row_floats;
+        std::copy(row, row + dim, dst);
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
 Status EmbeddingStore::Push(uint32_t table_id, absl::Span<const uint64_t> ids,
                             absl::Span<const float> grads, int64_t step) {
   SIFT_ASSIGN_OR_RETURN(Table * table, GetTable(table_id, "push"));

@@ -88,6 +88,10 @@ class EmbeddingStore {
   // Repeated ids are allowed. REQUIRES: out.size() == ids.size() * dim (else INVALID_ARGUMENT).
   Status Pull(uint32_t table_id, absl::Span<const uint64_t> ids, absl::Span<float> out);
 
+  // Like Pull, but creates nothing: a row never seen reads as its deterministic initial value
+  // (InitRow) and stays absent (evaluation must not grow the tables or the checkpoints).
+  Status Lookup(uint32_t table_id, absl::Span<const uint64_t> ids, absl::Span<float> out) const;
+
   // Applies the table's optimizer to each row ids[i] with gradient grads[i*dim .. (i+1)*dim),
   // creating missing rows first. `step` is the worker's global step (>= 0): recorded for stats and
   // checkpoints, not used by the optimizers (adam's bias correction uses the row's own count).

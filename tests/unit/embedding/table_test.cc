@@ -362,5 +362,21 @@ TEST(EmbeddingStore, StripeThreadsGiveIdenticalResultsAndErrors) {
   EXPECT_FALSE(EmbeddingStore::Create({}, StoreOptions{0, 4, 0}).ok());
 }
 
+TEST(EmbeddingStore, LookupReadsInitOrStoredRowsAndCreatesNothing) {
+  auto store = MakeStore({Table(4, "cat", 4, 50, OptimizerKind::kSgd, 0.5f)});
+  std::vector<float> looked(8);
+  ASSERT_TRUE(store->Lookup(4, {7, 9}, absl::MakeSpan(looked)).ok());
+  EXPECT_EQ(store->Stats()[0].rows, 0) << "a lookup creates no row";
+  EXPECT_EQ(looked, PullOrDie(*store, 4, {7, 9}, 4)) << "unseen rows read as their init";
+  ASSERT_TRUE(store->Push(4, {9}, {1, 1, 1, 1}, 0).ok());
+  ASSERT_TRUE(store->Lookup(4, {9, 11}, absl::MakeSpan(looked)).ok());
+  const std::vector<float> pulled9 = PullOrDie(*store, 4, {9}, 4);
+  EXPECT_EQ(std::vector<float>(looked.begin(), looked.begin() + 4), pulled9);
+  EXPECT_EQ(store->Stats()[0].rows, 2) << "7 and 9 (pulled/pushed), not 11";
+  EXPECT_EQ(store->Lookup(4, {1}, absl::MakeSpan(looked)).code(),
+            absl::StatusCode::kInvalidArgument);  // wrong output size
+  EXPECT_EQ(store->Lookup(5, {}, {}).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace sift::embedding
