@@ -175,8 +175,7 @@ TEST_F(TrainTest, ResumeFromCheckpointMatchesAnUninterruptedRun) {
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
   EXPECT_THAT(ReadAll(Dir("ckpt") + "/manifest.json"), HasSubstr("\"epochs_done\": 1"));
   auto second = TrainArgs("sim", 2, Dir("second"));
-  second.insert(second.end(),
-                {"--load-checkpoint", Dir("ckpt"), "--save-checkpoint", Dir("ckpt")});
+  second.insert(second.end(), {"--load-checkpoint", Dir("ckpt"), "--save-checkpoint", Dir("ckpt")});
   auto r2 = RunSift(second);
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
   // Re-saving replaced the manifest and removed the previous step's data files.

@@ -18,14 +18,14 @@ namespace {
 
 namespace ref = reference;
 using testing::AllClose;
+using testing::AsDouble;
+using testing::AsFloat;
 using testing::BitIdentical;
 using testing::GradientMatches;
 using testing::Project;
 using testing::RandomFloats;
 using testing::RandomIndices;
 using testing::RandomMask;
-using testing::ToDouble;
-using testing::ToFloat;
 using Vf = std::vector<float>;
 using Vd = std::vector<double>;
 
@@ -85,9 +85,9 @@ TEST_P(DenseOpsTest, GemmMatchesReferenceForEveryTransposition) {
       const Vf a = RandomFloats((ta ? k : m) * int64_t{lda}, 10);
       const Vf b = RandomFloats((tb ? n : k) * int64_t{ldb}, 11);
       Vf c = RandomFloats(m * int64_t{ldc}, 12);
-      Vd want = ToDouble(c);
+      Vd want = AsDouble(c);
       be_->Gemm(ta, tb, m, n, k, 0.7f, a.data(), lda, b.data(), ldb, 0.3f, c.data(), ldc);
-      ref::Gemm<double>(ta, tb, m, n, k, 0.7, ToDouble(a).data(), lda, ToDouble(b).data(), ldb, 0.3,
+      ref::Gemm<double>(ta, tb, m, n, k, 0.7, AsDouble(a).data(), lda, AsDouble(b).data(), ldb, 0.3,
                         want.data(), ldc);
       EXPECT_TRUE(AllClose(c, want, kSumTol, kFloor)) << "trans_a " << ta << " trans_b " << tb;
     }
@@ -100,7 +100,7 @@ TEST_P(DenseOpsTest, GemmBetaZeroIgnoresNanInC) {
   Vf c(m * n, std::numeric_limits<float>::quiet_NaN());
   Vd want(m * n, 0.0);
   be_->Gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
-  ref::Gemm<double>(false, false, m, n, k, 1.0, ToDouble(a).data(), k, ToDouble(b).data(), n, 0.0,
+  ref::Gemm<double>(false, false, m, n, k, 1.0, AsDouble(a).data(), k, AsDouble(b).data(), n, 0.0,
                     want.data(), n);
   EXPECT_TRUE(AllClose(c, want, kSumTol, kFloor));
   // k == 0: C = beta C, zeros for beta == 0.
@@ -122,8 +122,8 @@ TEST_P(DenseOpsTest, DenseForwardBackwardMatchReference) {
       Vf pre(rows * d.out), y(rows * d.out);
       be_->DenseForward(d, x.data(), ldx, w.data(), b.data(), slope.data(), pre.data(), y.data());
       Vd pre_d(pre.size()), y_d(y.size());
-      ref::DenseForward<double>(d, ToDouble(x).data(), ldx, ToDouble(w).data(), ToDouble(b).data(),
-                                ToDouble(slope).data(), pre_d.data(), y_d.data());
+      ref::DenseForward<double>(d, AsDouble(x).data(), ldx, AsDouble(w).data(), AsDouble(b).data(),
+                                AsDouble(slope).data(), pre_d.data(), y_d.data());
       EXPECT_TRUE(AllClose(pre, pre_d, kSumTol, kFloor));
       EXPECT_TRUE(AllClose(y, y_d, kSumTol, kFloor));
 
@@ -131,16 +131,16 @@ TEST_P(DenseOpsTest, DenseForwardBackwardMatchReference) {
       const Vf dy = RandomFloats(rows * d.out, 24);
       Vf dx = RandomFloats(rows * lddx, 25), dw = RandomFloats(d.in * d.out, 26);
       Vf db = RandomFloats(d.out, 27), dslope = RandomFloats(d.out, 28);
-      Vd dx_d = ToDouble(dx), dw_d = ToDouble(dw), db_d = ToDouble(db), ds_d = ToDouble(dslope);
-      const Vf pre_f = ToFloat(pre_d), y_f = ToFloat(y_d);
+      Vd dx_d = AsDouble(dx), dw_d = AsDouble(dw), db_d = AsDouble(db), ds_d = AsDouble(dslope);
+      const Vf pre_f = AsFloat(pre_d), y_f = AsFloat(y_d);
       Vf ws(DenseWorkspaceFloats(d));
       be_->DenseBackward(d, x.data(), ldx, w.data(), slope.data(), pre_f.data(), y_f.data(),
                          dy.data(), dx.data(), lddx, dw.data(), db.data(), dslope.data(),
                          ws.data());
       Vd ws_d(ws.size());
-      ref::DenseBackward<double>(d, ToDouble(x).data(), ldx, ToDouble(w).data(),
-                                 ToDouble(slope).data(), ToDouble(pre_f).data(),
-                                 ToDouble(y_f).data(), ToDouble(dy).data(), dx_d.data(), lddx,
+      ref::DenseBackward<double>(d, AsDouble(x).data(), ldx, AsDouble(w).data(),
+                                 AsDouble(slope).data(), AsDouble(pre_f).data(),
+                                 AsDouble(y_f).data(), AsDouble(dy).data(), dx_d.data(), lddx,
                                  dw_d.data(), db_d.data(), ds_d.data(), ws_d.data());
       EXPECT_TRUE(AllClose(dx, dx_d, kSumTol, kFloor));
       EXPECT_TRUE(AllClose(dw, dw_d, kSumTol, kFloor));
@@ -162,8 +162,8 @@ TEST_P(DenseOpsTest, DenseNullDxAndPreEqualsYForLinear) {
   be_->DenseBackward(d, x.data(), 8, w.data(), nullptr, pre.data(), y.data(), dy.data(), nullptr, 0,
                      dw.data(), db.data(), nullptr, ws.data());
   Vd dw_d(48, 0.0), db_d(6, 0.0), ws_d(ws.size());
-  ref::DenseBackward<double>(d, ToDouble(x).data(), 8, ToDouble(w).data(), nullptr,
-                             ToDouble(pre).data(), ToDouble(y).data(), ToDouble(dy).data(), nullptr,
+  ref::DenseBackward<double>(d, AsDouble(x).data(), 8, AsDouble(w).data(), nullptr,
+                             AsDouble(pre).data(), AsDouble(y).data(), AsDouble(dy).data(), nullptr,
                              0, dw_d.data(), db_d.data(), nullptr, ws_d.data());
   EXPECT_TRUE(AllClose(dw, dw_d, kSumTol, kFloor));
   EXPECT_TRUE(AllClose(db, db_d, kSumTol, kFloor));
@@ -208,10 +208,10 @@ TEST_P(DenseOpsTest, SegmentSumRowsAccumulatesPerKey) {
     const Vf dout = RandomFloats(n * (dim + 3), 61), mask = RandomMask(n, 62);
     for (const float* m : {static_cast<const float*>(nullptr), mask.data()}) {
       Vf drows = RandomFloats(u * dim, 63);
-      Vd want = ToDouble(drows);
+      Vd want = AsDouble(drows);
       be_->SegmentSumRows(n, dim, dout.data(), dim + 3, inv.data(), m, u, drows.data());
-      const Vd mask_d = ToDouble(mask);
-      ref::SegmentSumRows<double>(n, dim, ToDouble(dout).data(), dim + 3, inv.data(),
+      const Vd mask_d = AsDouble(mask);
+      ref::SegmentSumRows<double>(n, dim, AsDouble(dout).data(), dim + 3, inv.data(),
                                   m != nullptr ? mask_d.data() : nullptr, u, want.data());
       EXPECT_TRUE(AllClose(drows, want, n > 1000 ? kSumTol : kElementTol, kFloor)) << "n " << n;
     }
@@ -254,8 +254,8 @@ TEST_P(DenseOpsTest, DotAttentionMatchesReference) {
     Vf alpha(batch * in.n), out(batch * ldout, 7.0f);
     be_->DotAttentionForward(batch, in.n, in.d, in.q.data(), in.ldq, in.k.data(), in.mask.data(),
                              alpha.data(), out.data(), ldout);
-    Vd alpha_d(alpha.size()), out_d = ToDouble(out);
-    const Vd q_d = ToDouble(in.q), k_d = ToDouble(in.k), m_d = ToDouble(in.mask);
+    Vd alpha_d(alpha.size()), out_d = AsDouble(out);
+    const Vd q_d = AsDouble(in.q), k_d = AsDouble(in.k), m_d = AsDouble(in.mask);
     ref::DotAttentionForward<double>(batch, in.n, in.d, q_d.data(), in.ldq, k_d.data(), m_d.data(),
                                      alpha_d.data(), out_d.data(), ldout);
     EXPECT_TRUE(AllClose(alpha, alpha_d, kElementTol, 1e-6));
@@ -274,12 +274,12 @@ TEST_P(DenseOpsTest, DotAttentionMatchesReference) {
 
     const Vf dout = RandomFloats(batch * ldout, 80);
     Vf dq = RandomFloats(batch * lddq, 81), dk = RandomFloats(batch * in.n * in.d, 82);
-    Vd dq_d = ToDouble(dq), dk_d = ToDouble(dk);
-    const Vf alpha_f = ToFloat(alpha_d);
+    Vd dq_d = AsDouble(dq), dk_d = AsDouble(dk);
+    const Vf alpha_f = AsFloat(alpha_d);
     be_->DotAttentionBackward(batch, in.n, in.d, in.q.data(), in.ldq, in.k.data(), in.mask.data(),
                               alpha_f.data(), dout.data(), ldout, dq.data(), lddq, dk.data());
     ref::DotAttentionBackward<double>(batch, in.n, in.d, q_d.data(), in.ldq, k_d.data(), m_d.data(),
-                                      ToDouble(alpha_f).data(), ToDouble(dout).data(), ldout,
+                                      AsDouble(alpha_f).data(), AsDouble(dout).data(), ldout,
                                       dq_d.data(), lddq, dk_d.data());
     EXPECT_TRUE(AllClose(dq, dq_d, kSumTol, kFloor));
     EXPECT_TRUE(AllClose(dk, dk_d, kSumTol, kFloor));
@@ -333,16 +333,16 @@ TEST_P(DenseOpsTest, DampedMeanMatchesReference) {
     const int n = 90, d = 32;
     const Vf xs = RandomFloats(batch * n * d, 100), r = RandomMask(batch * n, 101, 0.5);
     Vf o(batch * (d + 2), 3.0f);
-    Vd o_d = ToDouble(o);
+    Vd o_d = AsDouble(o);
     be_->DampedMeanForward(batch, n, d, xs.data(), r.data(), o.data(), d + 2);
-    ref::DampedMeanForward<double>(batch, n, d, ToDouble(xs).data(), ToDouble(r).data(), o_d.data(),
+    ref::DampedMeanForward<double>(batch, n, d, AsDouble(xs).data(), AsDouble(r).data(), o_d.data(),
                                    d + 2);
     EXPECT_TRUE(AllClose(o, o_d, kSumTol, kFloor));
     const Vf g = RandomFloats(batch * (d + 1), 102);
     Vf dx = RandomFloats(batch * n * d, 103);
-    Vd dx_d = ToDouble(dx);
+    Vd dx_d = AsDouble(dx);
     be_->DampedMeanBackward(batch, n, d, r.data(), g.data(), d + 1, dx.data());
-    ref::DampedMeanBackward<double>(batch, n, d, ToDouble(r).data(), ToDouble(g).data(), d + 1,
+    ref::DampedMeanBackward<double>(batch, n, d, AsDouble(r).data(), AsDouble(g).data(), d + 1,
                                     dx_d.data());
     EXPECT_TRUE(AllClose(dx, dx_d, kElementTol, kFloor));
   }
@@ -357,7 +357,7 @@ TEST_P(DenseOpsTest, MaskedSoftmaxMatchesReference) {
   Vf p(rows * n);
   Vd p_d(p.size());
   be_->MaskedSoftmaxForward(rows, n, s.data(), mask.data(), p.data());
-  ref::MaskedSoftmaxForward<double>(rows, n, ToDouble(s).data(), ToDouble(mask).data(), p_d.data());
+  ref::MaskedSoftmaxForward<double>(rows, n, AsDouble(s).data(), AsDouble(mask).data(), p_d.data());
   EXPECT_TRUE(AllClose(p, p_d, kElementTol, 1e-6));
   for (int j = 0; j < n; ++j) EXPECT_NEAR(p[j], 0.1f, 1e-7);
   for (int64_t i = n; i < rows * n; ++i) {
@@ -368,11 +368,11 @@ TEST_P(DenseOpsTest, MaskedSoftmaxMatchesReference) {
   const Vf dp = RandomFloats(rows * n, 112);
   Vf ds = RandomFloats(rows * n, 113);
   const Vf ds0 = ds;
-  Vd ds_d = ToDouble(ds);
-  const Vf p_f = ToFloat(p_d);
+  Vd ds_d = AsDouble(ds);
+  const Vf p_f = AsFloat(p_d);
   be_->MaskedSoftmaxBackward(rows, n, p_f.data(), mask.data(), dp.data(), ds.data());
-  ref::MaskedSoftmaxBackward<double>(rows, n, ToDouble(p_f).data(), ToDouble(mask).data(),
-                                     ToDouble(dp).data(), ds_d.data());
+  ref::MaskedSoftmaxBackward<double>(rows, n, AsDouble(p_f).data(), AsDouble(mask).data(),
+                                     AsDouble(dp).data(), ds_d.data());
   EXPECT_TRUE(AllClose(ds, ds_d, kElementTol, kFloor));
   for (size_t i = 0; i < ds.size(); ++i) {
     if (mask[i] == 0.0f) {
@@ -387,10 +387,10 @@ TEST_P(DenseOpsTest, BceWithLogitsMatchesReferenceAndStaysFinite) {
   l[0] = 1e4f, l[1] = -1e4f, l[2] = 0.0f;
   const Vf y = RandomMask(n, 121, 0.5);
   Vf dl = RandomFloats(n, 122);
-  Vd dl_d = ToDouble(dl);
+  Vd dl_d = AsDouble(dl);
   const double got = be_->BceWithLogits(n, l.data(), y.data(), 0.25f, dl.data());
   const double want =
-      ref::BceWithLogits<double>(n, ToDouble(l).data(), ToDouble(y).data(), 0.25, dl_d.data());
+      ref::BceWithLogits<double>(n, AsDouble(l).data(), AsDouble(y).data(), 0.25, dl_d.data());
   EXPECT_NEAR(got, want, kLossTol * std::abs(want));
   EXPECT_TRUE(AllClose(dl, dl_d, kElementTol, kFloor));
   EXPECT_NEAR(be_->BceWithLogits(1, l.data() + 2, y.data() + 2, 1.0f, nullptr), std::log(2.0),
@@ -405,10 +405,10 @@ TEST_P(DenseOpsTest, AuxLossMatchesReferenceNeverNanMaskedExactlyZero) {
   Vf mask = RandomMask(n, 132);
   for (int i = 0; i < 5; ++i) mask[i] = 1.0f;
   Vf dp = RandomFloats(n, 133), dn = RandomFloats(n, 134);
-  Vd dp_d = ToDouble(dp), dn_d = ToDouble(dn);
+  Vd dp_d = AsDouble(dp), dn_d = AsDouble(dn);
   const double got = be_->AuxLoss(n, lp.data(), ln.data(), mask.data(), 0.5f, dp.data(), dn.data());
-  const double want = ref::AuxLoss<double>(n, ToDouble(lp).data(), ToDouble(ln).data(),
-                                           ToDouble(mask).data(), 0.5, dp_d.data(), dn_d.data());
+  const double want = ref::AuxLoss<double>(n, AsDouble(lp).data(), AsDouble(ln).data(),
+                                           AsDouble(mask).data(), 0.5, dp_d.data(), dn_d.data());
   EXPECT_TRUE(std::isfinite(got));
   EXPECT_NEAR(got, want, kLossTol * std::abs(want));
   EXPECT_TRUE(AllClose(dp, dp_d, kElementTol, kFloor));
@@ -495,9 +495,9 @@ TEST(DenseGradientTest, DenseBackwardMatchesFiniteDifferences) {
   for (Activation act : kActs) {
     SCOPED_TRACE(static_cast<int>(act));
     const DenseDims d{5, 4, 3, act};
-    Vd x = ToDouble(RandomFloats(20, 200)), w = ToDouble(RandomFloats(12, 201));
-    Vd b = ToDouble(RandomFloats(3, 202)), slope = ToDouble(RandomFloats(3, 203, 0.05f, 0.5f));
-    const Vd proj = ToDouble(RandomFloats(15, 204));
+    Vd x = AsDouble(RandomFloats(20, 200)), w = AsDouble(RandomFloats(12, 201));
+    Vd b = AsDouble(RandomFloats(3, 202)), slope = AsDouble(RandomFloats(3, 203, 0.05f, 0.5f));
+    const Vd proj = AsDouble(RandomFloats(15, 204));
     auto loss = [&]() {
       Vd pre(15), y(15);
       ref::DenseForward<double>(d, x.data(), 4, w.data(), b.data(), slope.data(), pre.data(),
@@ -522,10 +522,10 @@ TEST(DenseGradientTest, DenseBackwardMatchesFiniteDifferences) {
 TEST(DenseGradientTest, DotAttentionBackwardMatchesFiniteDifferences) {
   const int64_t batch = 3;
   const int n = 6, d = 4;
-  Vd q = ToDouble(RandomFloats(batch * d, 210)), k = ToDouble(RandomFloats(batch * n * d, 211));
-  Vd mask = ToDouble(RandomMask(batch * n, 212, 0.6));
+  Vd q = AsDouble(RandomFloats(batch * d, 210)), k = AsDouble(RandomFloats(batch * n * d, 211));
+  Vd mask = AsDouble(RandomMask(batch * n, 212, 0.6));
   for (int j = 0; j < n; ++j) mask[j] = 0.0;  // row 0 all-masked: only the output path
-  const Vd proj = ToDouble(RandomFloats(batch * d, 213));
+  const Vd proj = AsDouble(RandomFloats(batch * d, 213));
   auto loss = [&]() {
     Vd alpha(batch * n), out(batch * d);
     ref::DotAttentionForward<double>(batch, n, d, q.data(), d, k.data(), mask.data(), alpha.data(),
@@ -544,8 +544,8 @@ TEST(DenseGradientTest, DotAttentionBackwardMatchesFiniteDifferences) {
 TEST(DenseGradientTest, DampedMeanAndSoftmaxBackwardMatchFiniteDifferences) {
   const int64_t batch = 2;
   const int n = 5, d = 3;
-  Vd x = ToDouble(RandomFloats(batch * n * d, 220));
-  const Vd rho = ToDouble(RandomMask(batch * n, 221, 0.5)), proj = ToDouble(RandomFloats(6, 222));
+  Vd x = AsDouble(RandomFloats(batch * n * d, 220));
+  const Vd rho = AsDouble(RandomMask(batch * n, 221, 0.5)), proj = AsDouble(RandomFloats(6, 222));
   auto mean_loss = [&]() {
     Vd out(batch * d);
     ref::DampedMeanForward<double>(batch, n, d, x.data(), rho.data(), out.data(), d);
@@ -555,9 +555,9 @@ TEST(DenseGradientTest, DampedMeanAndSoftmaxBackwardMatchFiniteDifferences) {
   ref::DampedMeanBackward<double>(batch, n, d, rho.data(), proj.data(), d, dx.data());
   EXPECT_TRUE(GradientMatches(mean_loss, &x, dx, kFdTol, kFdEps));
 
-  Vd s = ToDouble(RandomFloats(batch * n, 223, -3.0f, 3.0f));
-  const Vd mask = ToDouble(RandomMask(batch * n, 224, 0.6));
-  const Vd proj_p = ToDouble(RandomFloats(batch * n, 225));
+  Vd s = AsDouble(RandomFloats(batch * n, 223, -3.0f, 3.0f));
+  const Vd mask = AsDouble(RandomMask(batch * n, 224, 0.6));
+  const Vd proj_p = AsDouble(RandomFloats(batch * n, 225));
   auto sm_loss = [&]() {
     Vd p(batch * n);
     ref::MaskedSoftmaxForward<double>(batch, n, s.data(), mask.data(), p.data());
@@ -571,8 +571,8 @@ TEST(DenseGradientTest, DampedMeanAndSoftmaxBackwardMatchFiniteDifferences) {
 
 TEST(DenseGradientTest, LossGradientsMatchFiniteDifferences) {
   const int64_t n = 12;
-  Vd l = ToDouble(RandomFloats(n, 230, -4.0f, 4.0f));
-  const Vd y = ToDouble(RandomMask(n, 231, 0.5));
+  Vd l = AsDouble(RandomFloats(n, 230, -4.0f, 4.0f));
+  const Vd y = AsDouble(RandomMask(n, 231, 0.5));
   Vd dl(n, 0.0);
   ref::BceWithLogits<double>(n, l.data(), y.data(), 0.3, dl.data());
   auto bce = [&]() {
@@ -580,10 +580,10 @@ TEST(DenseGradientTest, LossGradientsMatchFiniteDifferences) {
   };
   EXPECT_TRUE(GradientMatches(bce, &l, dl, kFdTol, kFdEps));
 
-  Vd lp = ToDouble(RandomFloats(n, 232, -4.0f, 4.0f)),
-     ln = ToDouble(RandomFloats(n, 233, -4.0f, 4.0f));
+  Vd lp = AsDouble(RandomFloats(n, 232, -4.0f, 4.0f)),
+     ln = AsDouble(RandomFloats(n, 233, -4.0f, 4.0f));
   ln[0] = 30.0;  // clamped branch: zero gradient, also numerically
-  const Vd mask = ToDouble(RandomMask(n, 234, 0.7));
+  const Vd mask = AsDouble(RandomMask(n, 234, 0.7));
   Vd dp(n, 0.0), dn(n, 0.0);
   ref::AuxLoss<double>(n, lp.data(), ln.data(), mask.data(), 0.5, dp.data(), dn.data());
   auto aux = [&]() {
@@ -597,8 +597,8 @@ TEST(DenseGradientTest, SegmentSumIsTheGatherAdjoint) {
   // <gather(rows), g> == <rows, segment_sum(g)> for any rows and g.
   const int64_t n = 40;
   const int dim = 5, u = 6;
-  const Vd rows = ToDouble(RandomFloats(u * dim, 240)), g = ToDouble(RandomFloats(n * dim, 241));
-  const Vd mask = ToDouble(RandomMask(n, 242));
+  const Vd rows = AsDouble(RandomFloats(u * dim, 240)), g = AsDouble(RandomFloats(n * dim, 241));
+  const Vd mask = AsDouble(RandomMask(n, 242));
   const std::vector<int32_t> inv = RandomIndices(n, 243, -1, u);
   Vd out(n * dim), drows(u * dim, 0.0);
   ref::GatherRows<double>(n, dim, rows.data(), inv.data(), mask.data(), out.data(), dim);

@@ -43,10 +43,10 @@ inline std::vector<int32_t> RandomIndices(int64_t n, uint64_t seed, int32_t lo, 
   return v;
 }
 
-inline std::vector<double> ToDouble(const std::vector<float>& v) {
+inline std::vector<double> AsDouble(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
-inline std::vector<float> ToFloat(const std::vector<double>& v) {
+inline std::vector<float> AsFloat(const std::vector<double>& v) {
   std::vector<float> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(v[i]);
   return out;

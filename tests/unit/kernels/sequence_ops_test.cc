@@ -18,10 +18,10 @@ namespace sift::kernels {
 namespace {
 
 using testing::AllClose;
+using testing::AsDouble;
 using testing::BitIdentical;
 using testing::GradientMatches;
 using testing::RandomFloats;
-using testing::ToDouble;
 
 // Float backends against the double templates: relative error with an absolute floor. States
 // are O(0.1 - 1), so they get a floor of kStateFloor (an absolute error of ~1e-6 passes: float
@@ -66,14 +66,14 @@ GruData<float> MakeGru(const RnnDims& d, uint64_t seed) {
   return g;
 }
 
-GruData<double> ToDoubleData(const GruData<float>& f) {
+GruData<double> AsDoubleData(const GruData<float>& f) {
   return {f.d,
-          ToDouble(f.x),
-          ToDouble(f.w_in),
-          ToDouble(f.w_rec),
-          ToDouble(f.b_in),
-          ToDouble(f.b_rec),
-          ToDouble(f.dh)};
+          AsDouble(f.x),
+          AsDouble(f.w_in),
+          AsDouble(f.w_rec),
+          AsDouble(f.b_in),
+          AsDouble(f.b_rec),
+          AsDouble(f.dh)};
 }
 
 template <typename R>
@@ -159,15 +159,15 @@ AugruData<float> MakeAugru(const RnnDims& d, uint64_t seed) {
   return a;
 }
 
-AugruData<double> ToDoubleData(const AugruData<float>& f) {
+AugruData<double> AsDoubleData(const AugruData<float>& f) {
   return {f.d,
-          ToDouble(f.x),
-          ToDouble(f.att),
-          ToDouble(f.g_w),
-          ToDouble(f.g_b),
-          ToDouble(f.c_w),
-          ToDouble(f.c_b),
-          ToDouble(f.dlast)};
+          AsDouble(f.x),
+          AsDouble(f.att),
+          AsDouble(f.g_w),
+          AsDouble(f.g_b),
+          AsDouble(f.c_w),
+          AsDouble(f.c_b),
+          AsDouble(f.dlast)};
 }
 
 template <typename R>
@@ -247,9 +247,9 @@ double Sig(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 
 TEST(SequenceReferenceTest, AttentionFeaturesGradientsMatchFiniteDifferences) {
   const int64_t B = 3, T = 4, H = 5;
-  std::vector<double> qp = ToDouble(RandomFloats(B * H, 11));
-  std::vector<double> h = ToDouble(RandomFloats(B * T * H, 12));
-  const std::vector<double> w = ToDouble(RandomFloats(B * T * 4 * H, 13));
+  std::vector<double> qp = AsDouble(RandomFloats(B * H, 11));
+  std::vector<double> h = AsDouble(RandomFloats(B * T * H, 12));
+  const std::vector<double> w = AsDouble(RandomFloats(B * T * 4 * H, 13));
   auto loss = [&] {
     std::vector<double> c(B * T * 4 * H);
     ref::AttentionFeaturesForward<double>(B, T, H, qp.data(), h.data(), c.data());
@@ -263,7 +263,7 @@ TEST(SequenceReferenceTest, AttentionFeaturesGradientsMatchFiniteDifferences) {
 }
 
 TEST(SequenceReferenceTest, GruGradientsMatchFiniteDifferences) {
-  GruData<double> g = ToDoubleData(MakeGru({3, 4, 5, 6}, 100));
+  GruData<double> g = AsDoubleData(MakeGru({3, 4, 5, 6}, 100));
   const GruOut<double> o = RefGru(g);
   auto loss = [&] { return GruLoss(g); };
   EXPECT_TRUE(GradientMatches(loss, &g.x, o.dx, kFiniteDiffTol)) << "dx";
@@ -274,7 +274,7 @@ TEST(SequenceReferenceTest, GruGradientsMatchFiniteDifferences) {
 }
 
 TEST(SequenceReferenceTest, AugruGradientsMatchFiniteDifferences) {
-  AugruData<double> a = ToDoubleData(MakeAugru({3, 4, 5, 6}, 200));
+  AugruData<double> a = AsDoubleData(MakeAugru({3, 4, 5, 6}, 200));
   const AugruOut<double> o = RefAugru(a);
   auto loss = [&] { return AugruLoss(a); };
   EXPECT_TRUE(GradientMatches(loss, &a.x, o.dx, kFiniteDiffTol)) << "dx";
@@ -304,17 +304,17 @@ TEST_P(SequenceOpsTest, AttentionFeaturesMatchReferenceAndAccumulate) {
   std::vector<float> c(B * T * 4 * H, -7.0f);  // overwritten
   backend_->AttentionFeaturesForward(B, T, H, qp.data(), h.data(), c.data());
   std::vector<double> want_c(c.size());
-  ref::AttentionFeaturesForward<double>(B, T, H, ToDouble(qp).data(), ToDouble(h).data(),
+  ref::AttentionFeaturesForward<double>(B, T, H, AsDouble(qp).data(), AsDouble(h).data(),
                                         want_c.data());
   EXPECT_TRUE(AllClose(c, want_c, kFeaturesTol, kFloor));
 
   // Gradients start from non-zero values: the op adds.
   std::vector<float> dqp = RandomFloats(B * H, 24), dh = RandomFloats(B * T * H, 25);
-  std::vector<double> want_dqp = ToDouble(dqp), want_dh = ToDouble(dh);
+  std::vector<double> want_dqp = AsDouble(dqp), want_dh = AsDouble(dh);
   backend_->AttentionFeaturesBackward(B, T, H, qp.data(), h.data(), dc.data(), dqp.data(),
                                       dh.data());
-  ref::AttentionFeaturesBackward<double>(B, T, H, ToDouble(qp).data(), ToDouble(h).data(),
-                                         ToDouble(dc).data(), want_dqp.data(), want_dh.data());
+  ref::AttentionFeaturesBackward<double>(B, T, H, AsDouble(qp).data(), AsDouble(h).data(),
+                                         AsDouble(dc).data(), want_dqp.data(), want_dh.data());
   EXPECT_TRUE(AllClose(dqp, want_dqp, kGradTol, kFloor));
   EXPECT_TRUE(AllClose(dh, want_dh, kGradTol, kFloor));
 
@@ -325,8 +325,8 @@ TEST_P(SequenceOpsTest, AttentionFeaturesMatchReferenceAndAccumulate) {
   backend_->AttentionFeaturesBackward(B, T, H, qp.data(), h.data(), dc.data(), nullptr,
                                       dh_only.data());
   std::vector<double> ref_dqp(B * H, 0.0), ref_dh(B * T * H, 0.0);
-  ref::AttentionFeaturesBackward<double>(B, T, H, ToDouble(qp).data(), ToDouble(h).data(),
-                                         ToDouble(dc).data(), ref_dqp.data(), ref_dh.data());
+  ref::AttentionFeaturesBackward<double>(B, T, H, AsDouble(qp).data(), AsDouble(h).data(),
+                                         AsDouble(dc).data(), ref_dqp.data(), ref_dh.data());
   EXPECT_TRUE(AllClose(dqp_only, ref_dqp, kGradTol, kFloor));
   EXPECT_TRUE(AllClose(dh_only, ref_dh, kGradTol, kFloor));
 }
@@ -339,7 +339,7 @@ TEST_P(SequenceOpsTest, GruMatchesReference) {
     SCOPED_TRACE(::testing::Message()
                  << "B=" << d.batch << " T=" << d.time << " in=" << d.in << " H=" << d.hidden);
     const GruData<float> g = MakeGru(d, seed += 10);
-    ExpectGruClose(RunGru(*backend_, g), RefGru(ToDoubleData(g)));
+    ExpectGruClose(RunGru(*backend_, g), RefGru(AsDoubleData(g)));
   }
 }
 
@@ -350,7 +350,7 @@ TEST_P(SequenceOpsTest, AugruMatchesReference) {
     SCOPED_TRACE(::testing::Message()
                  << "B=" << d.batch << " T=" << d.time << " in=" << d.in << " H=" << d.hidden);
     const AugruData<float> a = MakeAugru(d, seed += 10);
-    ExpectAugruClose(RunAugru(*backend_, a), RefAugru(ToDoubleData(a)));
+    ExpectAugruClose(RunAugru(*backend_, a), RefAugru(AsDoubleData(a)));
   }
 }
 
@@ -480,7 +480,7 @@ TEST_P(SequenceOpsTest, AugruAttentionOneReplacesStateWithCandidate) {
   AugruData<float> a = MakeAugru(d, 600);
   std::fill(a.att.begin(), a.att.end(), 1.0f);
   const AugruOut<float> o = RunAugru(*backend_, a);
-  const AugruOut<double> want = RefAugru(ToDoubleData(a));
+  const AugruOut<double> want = RefAugru(AsDoubleData(a));
   ExpectAugruClose(o, want);
   const int64_t H = d.hidden;
   for (int64_t j = 0; j < H; ++j) EXPECT_EQ(o.dg_b[H + j], 0.0f) << j;
@@ -507,7 +507,7 @@ TEST_P(SequenceOpsTest, ZeroInputsGiveZeroStates) {
   for (float v : go.h) ASSERT_EQ(v, 0.0f);
   for (float v : go.dw_in) ASSERT_EQ(v, 0.0f);
   for (float v : go.dw_rec) ASSERT_EQ(v, 0.0f);
-  ExpectGruClose(go, RefGru(ToDoubleData(g)));
+  ExpectGruClose(go, RefGru(AsDoubleData(g)));
 
   AugruData<float> a = MakeAugru(d, 710);
   std::fill(a.x.begin(), a.x.end(), 0.0f);
@@ -517,7 +517,7 @@ TEST_P(SequenceOpsTest, ZeroInputsGiveZeroStates) {
   for (float v : ao.hs) ASSERT_EQ(v, 0.0f);
   for (float v : ao.dg_w) ASSERT_EQ(v, 0.0f);
   for (float v : ao.dc_w) ASSERT_EQ(v, 0.0f);
-  ExpectAugruClose(ao, RefAugru(ToDoubleData(a)));
+  ExpectAugruClose(ao, RefAugru(AsDoubleData(a)));
 }
 
 TEST_P(SequenceOpsTest, GradientsAccumulate) {
@@ -529,7 +529,7 @@ TEST_P(SequenceOpsTest, GradientsAccumulate) {
   ginit.dw_rec = RandomFloats(ginit.dw_rec.size(), 803);
   ginit.db_in = RandomFloats(ginit.db_in.size(), 804);
   ginit.db_rec = RandomFloats(ginit.db_rec.size(), 805);
-  GruOut<double> gwant = RefGru(ToDoubleData(g));
+  GruOut<double> gwant = RefGru(AsDoubleData(g));
   auto add = [](std::vector<double>* want, const std::vector<float>& init) {
     for (size_t i = 0; i < want->size(); ++i) (*want)[i] += init[i];
   };
@@ -548,7 +548,7 @@ TEST_P(SequenceOpsTest, GradientsAccumulate) {
   ainit.dg_b = RandomFloats(ainit.dg_b.size(), 814);
   ainit.dc_w = RandomFloats(ainit.dc_w.size(), 815);
   ainit.dc_b = RandomFloats(ainit.dc_b.size(), 816);
-  AugruOut<double> awant = RefAugru(ToDoubleData(a));
+  AugruOut<double> awant = RefAugru(AsDoubleData(a));
   add(&awant.dx, ainit.dx);
   add(&awant.datt, ainit.datt);
   add(&awant.dg_w, ainit.dg_w);
