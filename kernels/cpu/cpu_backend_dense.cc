@@ -499,27 +499,20 @@ void CpuBackend::MaskedSoftmaxBackward(int64_t rows, int n, const float* p, cons
   });
 }
 
-double CpuBackend::BceWithLogits(int64_t n, const float* logits, const float* labels, float scale,
-                                 float* dlogits) {
+namespace {
+
+// Sum over [0, n) of term(i0, i1) (a double partial over one fixed chunk of kLossChunk elements,
+// which may also write per-element gradients), chunks on the pool, combined in chunk order:
+// deterministic for any thread count.
+template <typename F>
+double ChunkedSum(ThreadPool& pool, std::vector<double>* scratch, int64_t n, const F& term) {
   if (n <= 0) return 0.0;
   const int64_t chunks = (n + kLossChunk - 1) / kLossChunk;
-  Reserve(&reduce_scratch_, static_cast<size_t>(chunks));
-  double* partial = reduce_scratch_.data();
-  ParallelRows(pool_, chunks, kLossChunk * 40, [&](int64_t c0, int64_t c1) {
+  Reserve(scratch, static_cast<size_t>(chunks));
+  double* partial = scratch->data();
+  ParallelRows(pool, chunks, kLossChunk * 40, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      const int64_t e = std::min(n, (c + 1) * kLossChunk);
-      double s = 0.0;
-      for (int64_t i = c * kLossChunk; i < e; ++i) {
-        const float l = logits[i], y = labels[i];
-        s += static_cast<double>(std::max(l, 0.0f) - l * y) +
-             std::log1p(std::exp(-std::abs(static_cast<double>(l))));
-      }
-      partial[c] = s;
-      if (dlogits != nullptr) {
-        for (int64_t i = c * kLossChunk; i < e; ++i) {
-          dlogits[i] += scale * (FastSigmoid(logits[i]) - labels[i]);
-        }
-      }
+      partial[c] = term(c * kLossChunk, std::min(n, (c + 1) * kLossChunk));
     }
   });
   double total = 0.0;
@@ -527,34 +520,42 @@ double CpuBackend::BceWithLogits(int64_t n, const float* logits, const float* la
   return total;
 }
 
+}  // namespace
+
+double CpuBackend::BceWithLogits(int64_t n, const float* logits, const float* labels, float scale,
+                                 float* dlogits) {
+  return ChunkedSum(pool_, &reduce_scratch_, n, [&](int64_t i0, int64_t i1) {
+    double s = 0.0;
+    for (int64_t i = i0; i < i1; ++i) {
+      const float l = logits[i], y = labels[i];
+      s += static_cast<double>(std::max(l, 0.0f) - l * y) +
+           std::log1p(std::exp(-std::abs(static_cast<double>(l))));
+    }
+    if (dlogits != nullptr) {
+      for (int64_t i = i0; i < i1; ++i) {
+        dlogits[i] += scale * (FastSigmoid(logits[i]) - labels[i]);
+      }
+    }
+    return s;
+  });
+}
+
 double CpuBackend::AuxLoss(int64_t n, const float* pos_logits, const float* neg_logits,
                            const float* mask, float scale, float* dpos, float* dneg) {
-  if (n <= 0) return 0.0;
-  const int64_t chunks = (n + kLossChunk - 1) / kLossChunk;
-  Reserve(&reduce_scratch_, static_cast<size_t>(chunks));
-  double* partial = reduce_scratch_.data();
-  ParallelRows(pool_, chunks, kLossChunk * 40, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t e = std::min(n, (c + 1) * kLossChunk);
-      double s = 0.0;
-      for (int64_t i = c * kLossChunk; i < e; ++i) {
-        if (mask != nullptr && mask[i] == 0.0f) continue;  // exactly 0, whatever the logits
-        const float sp = FastSigmoid(pos_logits[i]);
-        const float un = FastSigmoid(-neg_logits[i]);  // 1 - sigmoid(ln)
-        const bool clamped = un - kAuxEps <= kAuxEps;
-        s += -std::log(static_cast<double>(sp) + kAuxEps) -
-             std::log(clamped ? static_cast<double>(kAuxEps) : static_cast<double>(un - kAuxEps));
-        if (dpos != nullptr) dpos[i] += scale * (-sp * (1.0f - sp) / (sp + kAuxEps));
-        if (dneg != nullptr) {
-          dneg[i] += clamped ? 0.0f : scale * (un * (1.0f - un) / (un - kAuxEps));
-        }
-      }
-      partial[c] = s;
+  return ChunkedSum(pool_, &reduce_scratch_, n, [&](int64_t i0, int64_t i1) {
+    double s = 0.0;
+    for (int64_t i = i0; i < i1; ++i) {
+      if (mask != nullptr && mask[i] == 0.0f) continue;  // exactly 0, whatever the logits
+      const float sp = FastSigmoid(pos_logits[i]);
+      const float un = FastSigmoid(-neg_logits[i]);  // 1 - sigmoid(ln)
+      const bool clamped = un - kAuxEps <= kAuxEps;
+      s += -std::log(static_cast<double>(sp) + kAuxEps) -
+           std::log(clamped ? static_cast<double>(kAuxEps) : static_cast<double>(un - kAuxEps));
+      if (dpos != nullptr) dpos[i] += scale * (-sp * (1.0f - sp) / (sp + kAuxEps));
+      if (dneg != nullptr) dneg[i] += clamped ? 0.0f : scale * (un * (1.0f - un) / (un - kAuxEps));
     }
+    return s;
   });
-  double total = 0.0;
-  for (int64_t c = 0; c < chunks; ++c) total += partial[c];
-  return total;
 }
 
 void CpuBackend::AdamUpdate(int64_t n, const AdamHyper& h, int64_t t, const float* grad,
