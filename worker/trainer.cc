@@ -105,9 +105,10 @@ class Trainer {
  private:
   // One training step on `batch`; returns the losses.
   StatusOr<Losses> TrainStep(const data::Batch& batch, int64_t epoch, int64_t step);
-  // Pulls every table's rows for `keys` (training: creates unseen rows); with read_only, looks
-  // them up without creating any (evaluation, inference).
-  Status Pull(BatchKeys* keys, bool read_only = false);
+  // Dedups `batch`'s ids for `mode` into `keys` and fetches their rows: training pulls (creating
+  // unseen rows), evaluation and inference look them up without creating any. Adds the wall time
+  // to phases->dedup / phases->pull when phases is non-null.
+  Status FetchRows(const data::Batch& batch, ForwardMode mode, BatchKeys* keys, PhaseTimes* phases);
   // AUC and sample-weighted total loss over `max_samples` (0 = all) of a split.
   Status Evaluate(data::Split split, int64_t max_samples, double* auc, double* loss);
   Status LogBoth(const DllStep& step, const DllMetrics& data);
@@ -249,28 +250,35 @@ Status Trainer::LogBoth(const DllStep& step, const DllMetrics& data) {
   return stdout_log_->Log(step, data);
 }
 
-Status Trainer::Pull(BatchKeys* keys, bool read_only) {
-  const size_t dim = static_cast<size_t>(config_.embedding_dim);
-  for (size_t t = 0; t < keys->tables.size(); ++t) {
-    TableKeys& tk = keys->tables[t];
-    const absl::Span<float> out = absl::MakeSpan(tk.rows.data(), tk.keys.size() * dim);
-    SIFT_RETURN_IF_ERROR(read_only ? store_->Lookup(static_cast<uint32_t>(t), tk.keys, out)
-                                   : store_->Pull(static_cast<uint32_t>(t), tk.keys, out));
+Status Trainer::FetchRows(const data::Batch& batch, ForwardMode mode, BatchKeys* keys,
+                          PhaseTimes* phases) {
+  double dedup_s = 0, pull_s = 0;
+  {
+    ScopedTimer t(&dedup_s);
+    SIFT_RETURN_IF_ERROR(
+        BuildBatchKeys(batch, model_->key_usage(mode), config_.embedding_dim, keys));
+  }
+  {
+    ScopedTimer t(&pull_s);
+    const size_t dim = static_cast<size_t>(config_.embedding_dim);
+    for (size_t tb = 0; tb < keys->tables.size(); ++tb) {
+      TableKeys& tk = keys->tables[tb];
+      const absl::Span<float> out = absl::MakeSpan(tk.rows.data(), tk.keys.size() * dim);
+      const uint32_t table = static_cast<uint32_t>(tb);
+      SIFT_RETURN_IF_ERROR(mode == ForwardMode::kTrain ? store_->Pull(table, tk.keys, out)
+                                                       : store_->Lookup(table, tk.keys, out));
+    }
+  }
+  if (phases != nullptr) {
+    phases->dedup += dedup_s;
+    phases->pull += pull_s;
   }
   return absl::OkStatus();
 }
 
 StatusOr<Losses> Trainer::TrainStep(const data::Batch& batch, int64_t epoch, int64_t step) {
   PhaseTimes& ph = result_.phases;
-  {
-    ScopedTimer t(&ph.dedup);
-    SIFT_RETURN_IF_ERROR(BuildBatchKeys(batch, model_->key_usage(ForwardMode::kTrain),
-                                        config_.embedding_dim, &keys_));
-  }
-  {
-    ScopedTimer t(&ph.pull);
-    SIFT_RETURN_IF_ERROR(Pull(&keys_));
-  }
+  SIFT_RETURN_IF_ERROR(FetchRows(batch, ForwardMode::kTrain, &keys_, &ph));
   Losses losses;
   {
     ScopedTimer t(&ph.forward);
@@ -325,9 +333,7 @@ Status Trainer::Evaluate(data::Split split, int64_t max_samples, double* auc, do
   while (static_cast<int64_t>(scores.size()) < want) {
     const data::Batch* b = loader->Next();
     if (b == nullptr) break;
-    SIFT_RETURN_IF_ERROR(
-        BuildBatchKeys(*b, model_->key_usage(ForwardMode::kEval), config_.embedding_dim, &keys));
-    SIFT_RETURN_IF_ERROR(Pull(&keys, /*read_only=*/true));
+    SIFT_RETURN_IF_ERROR(FetchRows(*b, ForwardMode::kEval, &keys, /*phases=*/nullptr));
     SIFT_ASSIGN_OR_RETURN(Losses l, model_->Forward(*b, keys, ForwardMode::kEval));
     loss_sum += l.total * static_cast<double>(b->size);
     absl::Span<const float> logits = model_->logits();
@@ -372,11 +378,6 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
   int64_t steps_per_epoch = loader->steps_per_epoch();
   if (o_.max_steps_per_epoch > 0)
     steps_per_epoch = std::min(steps_per_epoch, o_.max_steps_per_epoch);
-  if (steps_per_epoch == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--batch-size ", o_.batch_size, " is larger than the training split (",
-                     ds_->samples().NumSamples(data::Split::kTrain), " samples): no full batch"));
-  }
   result_.samples_per_step = o_.batch_size;
   const int64_t first_epoch = inference ? 0 : epochs_done_;
   if (first_epoch >= o_.epochs) {
@@ -410,15 +411,7 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
       if (b == nullptr) break;
       DllMetrics m;
       if (inference) {
-        {
-          ScopedTimer t(&result_.phases.dedup);
-          SIFT_RETURN_IF_ERROR(BuildBatchKeys(*b, model_->key_usage(ForwardMode::kInference),
-                                              config_.embedding_dim, &keys_));
-        }
-        {
-          ScopedTimer t(&result_.phases.pull);
-          SIFT_RETURN_IF_ERROR(Pull(&keys_, /*read_only=*/true));
-        }
+        SIFT_RETURN_IF_ERROR(FetchRows(*b, ForwardMode::kInference, &keys_, &result_.phases));
         ScopedTimer t(&result_.phases.forward);
         SIFT_RETURN_IF_ERROR(model_->Forward(*b, keys_, ForwardMode::kInference).status());
       } else {
