@@ -216,6 +216,8 @@ Status Trainer::Setup(RunMode mode) {
     result_.oracle_test_auc = ds_->spec().metadata["oracle_test_auc"].as<double>(-1);
   }
 
+  // Fail before training, not after the first epoch, when the checkpoint directory is unusable.
+  if (!o_.save_checkpoint.empty()) SIFT_RETURN_IF_ERROR(MakeDirs(o_.save_checkpoint));
   if (!o_.load_checkpoint.empty()) {
     CheckpointState st;
     SIFT_RETURN_IF_ERROR(LoadCheckpoint(o_.load_checkpoint, ModelSummary(config_),

@@ -285,6 +285,13 @@ TEST_F(TrainTest, UsageAndInputErrors) {
   r = RunSift({"train", "--dataset", Tiny(), "--stage-two-mlp-dims", "200,0", "--progress", "off"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("stage_two_mlp"));
+  // An unusable checkpoint directory is reported before any training, not after an epoch.
+  sift::testing::WriteAll(Dir("a_file"), "x");
+  r = RunSift({"train", "--dataset", Tiny(), "--save-checkpoint", Dir("a_file"), "--progress",
+               "off", "--results-dir", Dir("ck_fail")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("a_file"));
+  EXPECT_FALSE(std::filesystem::exists(Dir("ck_fail") + "/log.json")) << "nothing was trained";
   r = RunSift({"train", "--dataset", Tiny(), "--batch-size", "100000000", "--progress", "off"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--batch-size"));
