@@ -9,7 +9,8 @@ DEMO_DIR ?= out/demo
 # Debian 12 packages the build and the tests need (architecture.md's table, as used so far).
 APT_PACKAGES := build-essential cmake ninja-build pkg-config libabsl-dev libyaml-cpp-dev \
   libcli11-dev nlohmann-json3-dev zlib1g-dev libprotobuf-dev protobuf-compiler libgtest-dev \
-  libgmock-dev libopenblas-dev python3
+  libgmock-dev libopenblas-dev python3 \
+  libgrpc++-dev protobuf-compiler-grpc grpc-proto prometheus-cpp-dev prometheus
 
 .PHONY: all deps build demo test test-all clean format
 
