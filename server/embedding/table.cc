@@ -247,55 +247,78 @@ Status EmbeddingStore::Lookup(uint32_t table_id, absl::Span<const uint64_t> ids,
 
 Status EmbeddingStore::Push(uint32_t table_id, absl::Span<const uint64_t> ids,
                             absl::Span<const float> grads, int64_t step) {
-  SIFT_ASSIGN_OR_RETURN(Table * table, GetTable(table_id, "push"));
-  const size_t dim = static_cast<size_t>(table->config.dim);
-  if (step < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(table->label, ": push with negative step ", step));
-  }
-  SIFT_RETURN_IF_ERROR(
-      CheckBatchShape(table->label, "push", ids.size(), dim, grads.size(), "gradient"));
-  std::vector<uint32_t> order, offsets;
-  GroupByStripe(table_id, ids, order, offsets);
-  // Validate every stripe before touching any row: ids equal only within one stripe, so a
-  // duplicate is two equal ids among one stripe's (sorted) ids.
-  SIFT_RETURN_IF_ERROR(ForEachStripe(offsets, [&](int s) -> Status {
-    std::vector<std::pair<uint64_t, uint32_t>> sorted;
-    sorted.reserve(offsets[s + 1] - offsets[s]);
-    for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
-      const uint32_t i = order[k];
-      sorted.emplace_back(ids[i], i);
-      for (size_t j = i * dim; j < (i + 1) * dim; ++j) {
-        if (!std::isfinite(grads[j])) {
-          return absl::InvalidArgumentError(absl::StrCat(table->label, ": non-finite gradient ",
-                                                         grads[j], " for id ", ids[i],
-                                                         " component ", j % dim));
+  const TablePush push{table_id, ids, grads};
+  return PushMany(absl::MakeConstSpan(&push, 1), step);
+}
+
+Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("push with negative step ", step));
+  struct Plan {
+    Table* table = nullptr;
+    std::vector<uint32_t> order, offsets;
+  };
+  std::vector<Plan> plans(pushes.size());
+  // Validate every table and every stripe before touching any row: ids are equal only within one
+  // stripe, so a duplicate is two equal ids among one stripe's (sorted) ids.
+  for (size_t p = 0; p < pushes.size(); ++p) {
+    const TablePush& push = pushes[p];
+    SIFT_ASSIGN_OR_RETURN(Table * table, GetTable(push.table_id, "push"));
+    for (size_t q = 0; q < p; ++q) {
+      if (pushes[q].table_id == push.table_id) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(table->label, ": named twice in one push; send each table once"));
+      }
+    }
+    const size_t dim = static_cast<size_t>(table->config.dim);
+    SIFT_RETURN_IF_ERROR(CheckBatchShape(table->label, "push", push.ids.size(), dim,
+                                         push.grads.size(), "gradient"));
+    Plan& plan = plans[p];
+    plan.table = table;
+    GroupByStripe(push.table_id, push.ids, plan.order, plan.offsets);
+    SIFT_RETURN_IF_ERROR(ForEachStripe(plan.offsets, [&](int s) -> Status {
+      std::vector<std::pair<uint64_t, uint32_t>> sorted;
+      sorted.reserve(plan.offsets[s + 1] - plan.offsets[s]);
+      for (uint32_t k = plan.offsets[s]; k < plan.offsets[s + 1]; ++k) {
+        const uint32_t i = plan.order[k];
+        sorted.emplace_back(push.ids[i], i);
+        for (size_t j = i * dim; j < (i + 1) * dim; ++j) {
+          if (!std::isfinite(push.grads[j])) {
+            return absl::InvalidArgumentError(absl::StrCat(table->label, ": non-finite gradient ",
+                                                           push.grads[j], " for id ",
+                                                           push.ids[i], " component ", j % dim));
+          }
         }
       }
-    }
-    std::sort(sorted.begin(), sorted.end());
-    for (size_t j = 1; j < sorted.size(); ++j) {
-      if (sorted[j].first == sorted[j - 1].first) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(table->label, ": push names id ", sorted[j].first, " twice (at index ",
-                         sorted[j].second, "); gradients of one id must be summed by the caller"));
+      std::sort(sorted.begin(), sorted.end());
+      for (size_t j = 1; j < sorted.size(); ++j) {
+        if (sorted[j].first == sorted[j - 1].first) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              table->label, ": push names id ", sorted[j].first, " twice (at index ",
+              sorted[j].second, "); gradients of one id must be summed by the caller"));
+        }
       }
+      return absl::OkStatus();
+    }));
+  }
+  for (size_t p = 0; p < pushes.size(); ++p) {
+    const TablePush& push = pushes[p];
+    Plan& plan = plans[p];
+    Table* table = plan.table;
+    const TableConfig& c = table->config;
+    const size_t dim = static_cast<size_t>(c.dim);
+    SIFT_RETURN_IF_ERROR(ForEachStripe(plan.offsets, [&](int s) -> Status {
+      Stripe& stripe = table->stripes[s];
+      std::lock_guard<std::mutex> lock(stripe.mu);
+      for (uint32_t k = plan.offsets[s]; k < plan.offsets[s + 1]; ++k) {
+        const uint32_t i = plan.order[k];
+        SIFT_ASSIGN_OR_RETURN(float* row, FindOrCreateRow(*table, stripe, push.ids[i]));
+        ApplyOptimizer(c.optimizer, c.dim, push.grads.data() + i * dim, row, row + c.dim);
+      }
+      return absl::OkStatus();
+    }));
+    int64_t prev = table->last_step.load(std::memory_order_relaxed);
+    while (prev < step && !table->last_step.compare_exchange_weak(prev, step)) {
     }
-    return absl::OkStatus();
-  }));
-  const TableConfig& c = table->config;
-  SIFT_RETURN_IF_ERROR(ForEachStripe(offsets, [&](int s) -> Status {
-    Stripe& stripe = table->stripes[s];
-    std::lock_guard<std::mutex> lock(stripe.mu);
-    for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
-      const uint32_t i = order[k];
-      SIFT_ASSIGN_OR_RETURN(float* row, FindOrCreateRow(*table, stripe, ids[i]));
-      ApplyOptimizer(c.optimizer, c.dim, grads.data() + i * dim, row, row + c.dim);
-    }
-    return absl::OkStatus();
-  }));
-  int64_t prev = table->last_step.load(std::memory_order_relaxed);
-  while (prev < step && !table->last_step.compare_exchange_weak(prev, step)) {
   }
   return absl::OkStatus();
 }

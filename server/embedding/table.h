@@ -100,6 +100,15 @@ class EmbeddingStore {
   Status Push(uint32_t table_id, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
               int64_t step);
 
+  // Push of several tables as one unit: every table is validated (as Push, plus: a table named
+  // twice is INVALID_ARGUMENT) before any row of any table is touched, so an error applies nothing.
+  struct TablePush {
+    uint32_t table_id = 0;
+    absl::Span<const uint64_t> ids;
+    absl::Span<const float> grads;
+  };
+  Status PushMany(absl::Span<const TablePush> pushes, int64_t step);
+
   // Every row of one table with its optimizer state (checkpoints and snapshots): ids sorted
   // ascending, data[i*row_floats .. (i+1)*row_floats) = [weights (dim) | optimizer state] of
   // ids[i], row_floats = dim + StateFloats. Consistent per stripe (each stripe is copied under its
