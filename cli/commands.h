@@ -22,6 +22,8 @@ void AddDevice(CLI::App* app, Action* action);            // sift device
 void AddTrain(CLI::App* app, Action* action);             // sift train
 void AddBenchTrain(CLI::App* bench, Action* action);      // sift bench train
 void AddBenchInference(CLI::App* bench, Action* action);  // sift bench inference
+void AddBenchPs(CLI::App* bench, Action* action);         // sift bench ps
+void AddEmbeddingServer(CLI::App* app, Action* action);   // sift embedding-server
 
 // The full command line, as typed (benchmarks print it).
 const std::string& CommandLine();

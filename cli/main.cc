@@ -38,9 +38,11 @@ int main(int argc, char** argv) {
   AddBenchLoader(bench, &action);
   AddBenchTrain(bench, &action);
   AddBenchInference(bench, &action);
+  AddBenchPs(bench, &action);
 
   AddDevice(&app, &action);
   AddTrain(&app, &action);
+  AddEmbeddingServer(&app, &action);
 
   try {
     app.parse(argc, argv);

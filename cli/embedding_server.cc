@@ -1,0 +1,100 @@
+// sift embedding-server: serves one shard of the job's sparse tables over gRPC until SIGINT or
+// SIGTERM, then drains (health NOT_SERVING, in-flight requests finish) and exits 0.
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "common/file_util.h"
+#include "common/thread_pool.h"
+#include "server/embedding/service.h"
+
+namespace sift::cli {
+namespace {
+
+struct ServerFlags {
+  embedding::EmbeddingServerOptions options;
+  std::string port_file;
+};
+
+Status RunEmbeddingServer(ServerFlags flags) {
+  if (flags.options.shard.snapshot_dir.empty()) {
+    return absl::InvalidArgumentError("--snapshot-dir is required");
+  }
+  SIFT_RETURN_IF_ERROR(MakeDirs(flags.options.shard.snapshot_dir));
+  if (flags.options.shard.threads <= 0) flags.options.shard.threads = AvailableCpus();
+  flags.options.shard.version = SIFT_VERSION;
+  // Block the stop signals before any thread starts, so every thread inherits the mask and the
+  // main thread alone receives them in sigwait.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  SIFT_ASSIGN_OR_RETURN(auto server, embedding::EmbeddingServer::Start(flags.options));
+  const auto& o = flags.options;
+  std::printf(
+      "sift embedding-server: shard %u of %u serving on %s:%d, metrics %s, snapshots in %s, "
+      "%d threads\n",
+      o.shard.shard, o.shard.num_shards, o.bind_address.c_str(), server->port(),
+      server->metrics_port() >= 0
+          ? absl::StrCat(o.bind_address, ":", server->metrics_port(), "/metrics").c_str()
+          : "off",
+      o.shard.snapshot_dir.c_str(), o.shard.threads);
+  std::fflush(stdout);
+  if (!flags.port_file.empty()) {
+    // Written after the ports are bound: a launcher waiting for this file can connect at once.
+    SIFT_RETURN_IF_ERROR(WriteFileAtomic(
+        flags.port_file, absl::StrCat(server->port(), " ", server->metrics_port(), "\n")));
+  }
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::printf("sift embedding-server: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
+  server->Shutdown();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddEmbeddingServer(CLI::App* app, Action* action) {
+  auto flags = std::make_shared<ServerFlags>();
+  embedding::EmbeddingServerOptions& o = flags->options;
+  CLI::App* cmd = app->add_subcommand("embedding-server",
+                                      "Serve one shard of the sparse embedding tables over gRPC");
+  cmd->add_option("--port", o.port, "gRPC port (0: any free port, printed at start)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--bind", o.bind_address, "Interface to listen on")->capture_default_str();
+  cmd->add_option("--shard", o.shard.shard, "This server's shard index I, in [0, S)")->required();
+  cmd->add_option("--num-shards", o.shard.num_shards, "Number of shards S")
+      ->required()
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--snapshot-dir", o.shard.snapshot_dir,
+                  "Directory of snapshots (shared by all shards to restore into another S)")
+      ->required();
+  o.shard.threads = 0;
+  cmd->add_option("--threads", o.shard.threads, "Request and store threads (0: all CPUs)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--metrics-port", o.metrics_port,
+                  "Prometheus /metrics port (0: any free port; -1: off)")
+      ->check(CLI::Range(-1, 65535));
+  cmd->add_option("--max-keys-per-request", o.shard.max_keys_per_request,
+                  "Most keys in one Pull/Push (over all tables)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32));
+  cmd->add_option("--max-message-bytes", o.shard.max_message_bytes,
+                  "gRPC message size limit, both directions")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1024}, uint64_t{2047} << 20));
+  cmd->add_option("--stripes", o.shard.num_stripes, "Lock stripes per table")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--port-file", flags->port_file,
+                  "Write '<port> <metrics-port>' here once listening (for launchers and tests)");
+  cmd->callback([flags, action] { *action = [flags] { return RunEmbeddingServer(*flags); }; });
+}
+
+}  // namespace sift::cli

@@ -1,0 +1,274 @@
+#include "server/embedding/service.h"
+
+#include <chrono>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/metrics.h"
+#include "common/thread_pool.h"
+#include "google/protobuf/arena.h"
+#include "proto/embedding.grpc.pb.h"
+
+namespace sift::embedding {
+namespace {
+
+constexpr char kServiceName[] = "sift.embedding.v1.EmbeddingService";
+
+// Method indices of the metrics, in the order of kMethodNames.
+enum Method { kConfigure, kPull, kPush, kStats, kSnapshot, kRestore };
+const std::vector<std::string> kMethodNames = {"Configure", "Pull",     "Push",
+                                               "Stats",     "Snapshot", "Restore"};
+
+using RawService = pb::EmbeddingService::WithRawCallbackMethod_Configure<
+    pb::EmbeddingService::WithRawCallbackMethod_Pull<
+        pb::EmbeddingService::WithRawCallbackMethod_Push<
+            pb::EmbeddingService::WithRawCallbackMethod_Stats<
+                pb::EmbeddingService::WithRawCallbackMethod_Snapshot<
+                    pb::EmbeddingService::WithRawCallbackMethod_Restore<
+                        pb::EmbeddingService::Service>>>>>>;
+
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+}  // namespace
+
+// The service: parses each raw request, runs the shard's method on the request pool, serializes
+// the reply, and records the gRPC metrics.
+class EmbeddingService final : public RawService {
+ public:
+  EmbeddingService(EmbeddingShard* shard, int threads, GrpcServerMetrics* metrics)
+      : shard_(shard), pool_(threads + 1), metrics_(metrics) {}
+
+  // The generated typed (sync) overloads stay visible; they are disabled by the raw bases.
+  using RawService::Configure;
+  using RawService::Pull;
+  using RawService::Push;
+  using RawService::Restore;
+  using RawService::Snapshot;
+  using RawService::Stats;
+
+  grpc::ServerUnaryReactor* Configure(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override {
+    return Handle<pb::ConfigureRequest, pb::ConfigureResponse>(
+        kConfigure, ctx, req, resp,
+        [this](const auto& q, auto* r) { return shard_->Configure(q, r); });
+  }
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override {
+    return Handle<pb::PullRequest, pb::PullResponse>(
+        kPull, ctx, req, resp, [this](const auto& q, auto* r) { return shard_->Pull(q, r); });
+  }
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override {
+    return Handle<pb::PushRequest, pb::PushResponse>(
+        kPush, ctx, req, resp, [this](const auto& q, auto* r) { return shard_->Push(q, r); });
+  }
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                  grpc::ByteBuffer* resp) override {
+    return Handle<pb::StatsRequest, pb::StatsResponse>(
+        kStats, ctx, req, resp, [this](const auto&, auto* r) { return shard_->Stats(r); });
+  }
+  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override {
+    return Handle<pb::SnapshotRequest, pb::SnapshotResponse>(
+        kSnapshot, ctx, req, resp,
+        [this](const auto& q, auto* r) { return shard_->Snapshot(q, r); });
+  }
+  grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                    grpc::ByteBuffer* resp) override {
+    return Handle<pb::RestoreRequest, pb::RestoreResponse>(
+        kRestore, ctx, req, resp, [this](const auto& q, auto* r) { return shard_->Restore(q, r); });
+  }
+
+ private:
+  template <typename Req, typename Resp, typename Fn>
+  grpc::ServerUnaryReactor* Handle(Method method, grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+                                   Fn fn) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    metrics_->Started(method);
+    const auto start = std::chrono::steady_clock::now();
+    pool_.Schedule([this, method, ctx, request, response, reactor, start, fn] {
+      grpc::Status status = Run<Req, Resp>(method, ctx, request, response, fn);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      metrics_->Handled(method, static_cast<int>(status.error_code()), seconds);
+      reactor->Finish(status);
+    });
+    return reactor;
+  }
+
+  template <typename Req, typename Resp, typename Fn>
+  grpc::Status Run(Method method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                   grpc::ByteBuffer* response, Fn& fn) {
+    if (ctx->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled or past its deadline");
+    }
+    google::protobuf::Arena arena;
+    Req* req = google::protobuf::Arena::CreateMessage<Req>(&arena);
+    Resp* resp = google::protobuf::Arena::CreateMessage<Resp>(&arena);
+    {
+      grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(request));
+      if (!req->ParseFromZeroCopyStream(&reader)) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat(kMethodNames[method], ": the request is not a valid ",
+                                         Req::descriptor()->full_name(), " message (",
+                                         request->Length(), " bytes)"));
+      }
+    }
+    const Status status = fn(*req, resp);
+    if (!status.ok()) return ToGrpc(status);
+    bool own = false;
+    return grpc::SerializationTraits<Resp>::Serialize(*resp, response, &own);
+  }
+
+  EmbeddingShard* shard_;
+  ThreadPool pool_;  // request threads; destroyed (drained) before the shard
+  GrpcServerMetrics* metrics_;
+};
+
+class EmbeddingServer::Impl {
+ public:
+  std::unique_ptr<EmbeddingShard> shard;
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<GrpcServerMetrics> grpc_metrics;
+  std::unique_ptr<MetricsExposer> exposer;
+  std::unique_ptr<EmbeddingService> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  std::mutex shutdown_mu;
+  bool shut_down = false;  // guarded by shutdown_mu
+};
+
+EmbeddingServer::EmbeddingServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+EmbeddingServer::~EmbeddingServer() {
+  Shutdown();
+  // The service's pool drains before the shard it calls is destroyed.
+  impl_->service.reset();
+  impl_->server.reset();
+}
+
+int EmbeddingServer::port() const { return impl_->port; }
+int EmbeddingServer::metrics_port() const { return impl_->exposer ? impl_->exposer->port() : -1; }
+EmbeddingShard& EmbeddingServer::shard() { return *impl_->shard; }
+
+namespace {
+
+// Scrape-time series of the shard's tables.
+Status AddShardCollectables(EmbeddingShard* shard, MetricsExposer* exposer) {
+  const std::string shard_label = absl::StrCat(shard->options().shard);
+  using Samples = std::vector<std::pair<std::map<std::string, std::string>, double>>;
+  auto make = [shard, shard_label](auto pick) {
+    return [shard, shard_label, pick]() {
+      Samples out;
+      for (const EmbeddingShard::TableMetrics& t : shard->Metrics()) {
+        out.push_back({{{"shard", shard_label}, {"table", t.name}}, pick(t)});
+      }
+      return out;
+    };
+  };
+  using T = EmbeddingShard::TableMetrics;
+  struct Spec {
+    const char* name;
+    const char* help;
+    CallbackCollectable::Type type;
+    std::function<Samples()> fn;
+  };
+  const std::vector<Spec> specs = {
+      {"sift_ps_rows", "Rows held by this shard, per table.", CallbackCollectable::Type::kGauge,
+       make([](const T& t) { return static_cast<double>(t.rows); })},
+      {"sift_ps_memory_bytes", "Memory of this shard's rows and hash maps, per table.",
+       CallbackCollectable::Type::kGauge,
+       make([](const T& t) { return static_cast<double>(t.total_bytes); })},
+      {"sift_ps_pulled_keys_total", "Keys served by Pull, per table.",
+       CallbackCollectable::Type::kCounter,
+       make([](const T& t) { return static_cast<double>(t.pulled_keys); })},
+      {"sift_ps_pushed_keys_total", "Keys updated by Push, per table.",
+       CallbackCollectable::Type::kCounter,
+       make([](const T& t) { return static_cast<double>(t.pushed_keys); })},
+  };
+  for (const Spec& spec : specs) {
+    SIFT_ASSIGN_OR_RETURN(auto collectable,
+                          CallbackCollectable::Create(spec.name, spec.help, spec.type, spec.fn));
+    SIFT_RETURN_IF_ERROR(exposer->AddCollectable(std::move(collectable)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
+    const EmbeddingServerOptions& options) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--port ", options.port, " not in [0, 65535]"));
+  }
+  if (options.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-port ", options.metrics_port, " not in [0, 65535]"));
+  }
+  if (options.shard.max_message_bytes > static_cast<uint64_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError("--max-message-bytes must be < 2 GiB");
+  }
+  auto impl = std::make_unique<Impl>();
+  SIFT_ASSIGN_OR_RETURN(impl->shard, EmbeddingShard::Create(options.shard));
+  impl->registry = std::make_shared<prometheus::Registry>();
+  AddBuildInfo(*impl->registry, options.shard.version);
+  impl->grpc_metrics = std::make_unique<GrpcServerMetrics>(
+      *impl->registry, kServiceName, kMethodNames,
+      std::map<std::string, std::string>{{"shard", absl::StrCat(options.shard.shard)}});
+  if (options.metrics_port >= 0) {
+    SIFT_ASSIGN_OR_RETURN(
+        impl->exposer,
+        MetricsExposer::Start(absl::StrCat(options.bind_address, ":", options.metrics_port),
+                              impl->registry));
+    SIFT_RETURN_IF_ERROR(AddShardCollectables(impl->shard.get(), impl->exposer.get()));
+  }
+  impl->service = std::make_unique<EmbeddingService>(impl->shard.get(), options.shard.threads,
+                                                     impl->grpc_metrics.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(options.bind_address, ":", options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
+  builder.RegisterService(impl->service.get());
+  const int max_bytes = static_cast<int>(options.shard.max_message_bytes);
+  builder.SetMaxReceiveMessageSize(max_bytes);
+  builder.SetMaxSendMessageSize(max_bytes);
+  // Let clients keep idle connections alive with pings every 10 s or more (ops-notes 4.3).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("embedding server: cannot listen on ", address, " (port in use?)"));
+  }
+  grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService();
+  health->SetServingStatus(kServiceName, true);
+  health->SetServingStatus("", true);
+  return std::unique_ptr<EmbeddingServer>(new EmbeddingServer(std::move(impl)));
+}
+
+void EmbeddingServer::Shutdown(double grace_s) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
+    if (impl_->shut_down) return;
+    impl_->shut_down = true;
+  }
+  if (impl_->server == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService();
+  if (health != nullptr) health->Shutdown();  // every service NOT_SERVING, frozen
+  impl_->server->Shutdown(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+}
+
+}  // namespace sift::embedding

@@ -1,0 +1,60 @@
+// EmbeddingServer: the gRPC front of one embedding shard (`sift embedding-server`). It listens on
+// a port, serves proto/embedding.proto's EmbeddingService and grpc.health.v1, and exposes
+// Prometheus metrics on /metrics. Owns the shard, the gRPC server, the request threads and the
+// metrics exposer.
+//
+// Requests arrive as raw bytes (gRPC's raw callback API) and are parsed here, so a request that is
+// not a valid message of its type is INVALID_ARGUMENT like any other bad input (the generated
+// protobuf handler would answer INTERNAL). The work runs on the server's own pool of `threads`
+// request threads, never on gRPC's callback threads.
+//
+// Metrics (names pass `promtool check metrics`; labels `shard` and, per table, `table`):
+//   grpc_server_started_total / grpc_server_handled_total{grpc_code} /
+//   grpc_server_handling_seconds (histogram) per grpc_method;
+//   sift_ps_rows, sift_ps_memory_bytes (gauges) and sift_ps_pulled_keys_total,
+//   sift_ps_pushed_keys_total (counters) per table; sift_build_info{version}.
+//
+// Thread-safe: Shutdown may be called from any thread, once or more.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "server/embedding/shard.h"
+
+namespace sift::embedding {
+
+struct EmbeddingServerOptions {
+  ShardOptions shard;
+  std::string bind_address = "0.0.0.0";  // interface of the gRPC and metrics ports
+  int port = 0;                          // 0: any free port (see EmbeddingServer::port)
+  int metrics_port = 0;                  // 0: any free port; < 0: no /metrics endpoint
+};
+
+class EmbeddingServer {
+ public:
+  // Binds and starts serving. UNAVAILABLE naming the address when a port cannot be bound;
+  // INVALID_ARGUMENT for bad options.
+  static StatusOr<std::unique_ptr<EmbeddingServer>> Start(const EmbeddingServerOptions& options);
+  ~EmbeddingServer();  // Shutdown()
+  EmbeddingServer(const EmbeddingServer&) = delete;
+  EmbeddingServer& operator=(const EmbeddingServer&) = delete;
+
+  int port() const;          // the bound gRPC port
+  int metrics_port() const;  // the bound metrics port, -1 when disabled
+  EmbeddingShard& shard();
+
+  // Health goes NOT_SERVING, new requests are refused, in-flight ones finish (up to `grace_s`
+  // seconds, then they are cancelled), and the ports close.
+  void Shutdown(double grace_s = 5.0);
+
+  class Impl;
+
+ private:
+  explicit EmbeddingServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sift::embedding

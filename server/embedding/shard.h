@@ -1,0 +1,105 @@
+// EmbeddingShard: one shard of every sparse table of a job — the embedding server's behaviour at
+// the level of the proto messages of proto/embedding.proto, with no transport (the gRPC adapter in
+// service.h parses bytes and calls this). Owns the EmbeddingStore (created by Configure or Restore)
+// and the shard's snapshot files.
+//
+// Thread-safe. Pull, Push and Stats run concurrently (a shared lock, then the store's striped
+// locks); Configure, Snapshot and Restore take the lock exclusively, so a snapshot sees every Push
+// request entirely or not at all, and a request never sees a half-restored shard.
+// Every method validates its whole request before changing anything and returns the error codes
+// documented in proto/embedding.proto, with messages that name the table or field.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "common/status.h"
+#include "proto/embedding.pb.h"
+#include "server/embedding/table.h"
+
+namespace sift::embedding {
+
+namespace pb = ::sift::embedding::v1;
+
+struct ShardOptions {
+  uint32_t shard = 0;
+  uint32_t num_shards = 1;
+  std::string snapshot_dir;  // Snapshot/Restore write and read <snapshot_dir>/<name>/
+  int threads = 1;           // threads one Pull/Push spreads its lock stripes over
+  int num_stripes = 256;     // lock stripes per table
+  uint64_t max_keys_per_request = uint64_t{1} << 20;  // over all tables of one Pull/Push
+  uint64_t max_message_bytes = uint64_t{64} << 20;    // reported to clients; gRPC enforces it
+  std::string version;                                // reported by Stats
+};
+
+// How many (client_id, sequence) pairs of applied pushes the shard remembers for retries.
+inline constexpr size_t kPushDedupWindow = 4096;
+
+// Converts between the wire's table configs and the store's; INVALID_ARGUMENT naming the table and
+// field for values the store cannot take (dim 0 or over 65536, unknown optimizer).
+StatusOr<TableConfig> TableConfigFromProto(const pb::TableConfig& proto);
+pb::TableConfig TableConfigToProto(const TableConfig& config);
+
+// Checks a snapshot name: [A-Za-z0-9._-]{1,128}, not "." or "..". INVALID_ARGUMENT otherwise.
+Status ValidateSnapshotName(const std::string& name);
+
+class EmbeddingShard {
+ public:
+  // INVALID_ARGUMENT on shard >= num_shards, num_shards == 0, threads/stripes/limits < 1.
+  static StatusOr<std::unique_ptr<EmbeddingShard>> Create(const ShardOptions& options);
+
+  Status Configure(const pb::ConfigureRequest& request, pb::ConfigureResponse* response);
+  Status Pull(const pb::PullRequest& request, pb::PullResponse* response);
+  Status Push(const pb::PushRequest& request, pb::PushResponse* response);
+  Status Stats(pb::StatsResponse* response) const;
+  Status Snapshot(const pb::SnapshotRequest& request, pb::SnapshotResponse* response);
+  Status Restore(const pb::RestoreRequest& request, pb::RestoreResponse* response);
+
+  // Per-table figures for metrics, computed now (takes the shared lock): rows, memory bytes and
+  // the traffic counters. Empty before Configure.
+  struct TableMetrics {
+    std::string name;
+    int64_t rows = 0;
+    int64_t total_bytes = 0;
+    uint64_t pulled_keys = 0;
+    uint64_t pushed_keys = 0;
+  };
+  std::vector<TableMetrics> Metrics() const;
+
+  const ShardOptions& options() const { return options_; }
+
+ private:
+  struct Counters {
+    std::atomic<uint64_t> pulled{0};
+    std::atomic<uint64_t> pushed{0};
+  };
+  explicit EmbeddingShard(const ShardOptions& options) : options_(options) {}
+  // Builds a store and counters for `config` (seed + tables). REQUIRES: mu_ held exclusively.
+  Status InstallLocked(const pb::ConfigureRequest& config, std::unique_ptr<EmbeddingStore> store);
+  StatusOr<std::unique_ptr<EmbeddingStore>> MakeStore(const pb::ConfigureRequest& config) const;
+  Status CheckKeyLimit(uint64_t keys, absl::string_view op) const;
+  // Remembers (client_id, sequence); false when it was already there. REQUIRES: client_id != 0.
+  bool MarkPushApplied(uint64_t client_id, uint64_t sequence);
+  void ForgetPush(uint64_t client_id, uint64_t sequence);
+
+  const ShardOptions options_;
+  mutable std::shared_mutex mu_;
+  std::unique_ptr<EmbeddingStore> store_;  // guarded by mu_; null before Configure/Restore
+  pb::ConfigureRequest config_;            // guarded by mu_; tables sorted by table_id
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Counters>> counters_;  // guarded by mu_
+
+  std::mutex dedup_mu_;
+  std::deque<std::pair<uint64_t, uint64_t>> dedup_order_;         // guarded by dedup_mu_
+  absl::flat_hash_set<std::pair<uint64_t, uint64_t>> dedup_set_;  // guarded by dedup_mu_
+};
+
+}  // namespace sift::embedding
