@@ -16,6 +16,7 @@
 #include "common/sysinfo.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
+#include "worker/embedding_client.h"
 #include "worker/trainer.h"
 
 namespace sift::cli {
@@ -27,6 +28,7 @@ struct TrainFlags {
   std::string order = "shuffled";
   std::string progress = "auto";
   std::string json;
+  std::string embedding_servers;
 };
 
 void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
@@ -72,6 +74,13 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("--load-checkpoint", o.load_checkpoint, "Resume from this checkpoint directory");
+  cmd->add_option("--embedding-servers", f->embedding_servers,
+                  "Embedding tables on these servers (host:port,... in shard order; "
+                  "sift embedding-server) instead of in-process; their tables are replaced");
+  cmd->add_option("--wire-encoding", o.wire_encoding,
+                  "Rows and gradients on the wire to the embedding servers")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->capture_default_str();
   if (!bench) {
     cmd->add_option("--save-checkpoint", o.save_checkpoint,
                     "Save a checkpoint into this directory after every epoch");
@@ -114,6 +123,9 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
 Status ResolveFlags(TrainFlags* f) {
   SIFT_ASSIGN_OR_RETURN(f->opt.model.type, worker::ParseModelType(f->model));
   SIFT_ASSIGN_OR_RETURN(f->opt.order, data::ParseSampleOrder(f->order));
+  if (!f->embedding_servers.empty()) {
+    SIFT_ASSIGN_OR_RETURN(f->opt.embedding_servers, worker::ParseServerList(f->embedding_servers));
+  }
   if (f->progress == "auto") {
     f->opt.progress = ::isatty(STDERR_FILENO) != 0;
   } else if (f->progress == "on" || f->progress == "off") {

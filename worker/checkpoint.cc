@@ -79,7 +79,10 @@ StatusOr<const nlohmann::json*> Field(const nlohmann::json& j, const char* key,
 }  // namespace
 
 Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
-                      const embedding::EmbeddingStore& store) {
+                      const embedding::EmbeddingStore* store) {
+  if (store == nullptr && state.remote.name.empty()) {
+    return absl::InvalidArgumentError("checkpoint: neither tables nor an embedding snapshot");
+  }
   SIFT_RETURN_IF_ERROR(MakeDirs(dir));
   const std::string manifest = JoinPath(dir, kManifest);
   nlohmann::json files = nlohmann::json::array();
@@ -88,8 +91,10 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
   SIFT_ASSIGN_OR_RETURN(nlohmann::json dense_entry, FileEntry(dir, dense_name));
   files.push_back(dense_entry);
   nlohmann::json tables = nlohmann::json::array();
-  for (const embedding::TableStats& t : store.Stats()) {
-    SIFT_ASSIGN_OR_RETURN(embedding::EmbeddingStore::TableDump d, store.DumpTable(t.table_id));
+  const std::vector<embedding::TableStats> stats =
+      store != nullptr ? store->Stats() : std::vector<embedding::TableStats>();
+  for (const embedding::TableStats& t : stats) {
+    SIFT_ASSIGN_OR_RETURN(embedding::EmbeddingStore::TableDump d, store->DumpTable(t.table_id));
     const std::string name = TableFile(t.table_id, state.global_step);
     SIFT_RETURN_IF_ERROR(WriteTable(JoinPath(dir, name), d));
     SIFT_ASSIGN_OR_RETURN(nlohmann::json entry, FileEntry(dir, name));
@@ -111,6 +116,18 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
                       {"dense_file", dense_name},
                       {"tables", tables},
                       {"files", files}};
+  if (store == nullptr) {
+    nlohmann::json shard_files = nlohmann::json::array();
+    for (const CheckpointState::RemoteSnapshot::File& f : state.remote.files) {
+      shard_files.push_back({{"path", f.path},
+                             {"bytes", f.bytes},
+                             {"payload_crc32c", f.payload_crc32c},
+                             {"rows", f.rows}});
+    }
+    m["embedding_snapshot"] = {{"name", state.remote.name},
+                               {"num_shards", state.remote.num_shards},
+                               {"files", shard_files}};
+  }
   SIFT_RETURN_IF_ERROR(WriteFileAtomic(manifest, m.dump(2) + "\n"));  // the commit point
   // Remove the previous checkpoint's data files (best effort: leftovers are harmless).
   std::set<std::string> keep;
@@ -188,6 +205,27 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
       SIFT_ASSIGN_OR_RETURN(const uint8_t* p, r.NextArray(n, sizeof(float)));
       v->resize(n);
       std::memcpy(v->data(), p, n * sizeof(float));
+    }
+    const auto snap = m.find("embedding_snapshot");
+    if (store == nullptr || snap != m.end()) {
+      if (snap == m.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            manifest_path, ": holds in-process tables; load it without --embedding-servers"));
+      }
+      if (store != nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            manifest_path, ": its tables are the embedding-server snapshot '",
+            snap->at("name").get<std::string>(), "'; load it with --embedding-servers"));
+      }
+      state->remote.name = snap->at("name").get<std::string>();
+      state->remote.num_shards = snap->at("num_shards").get<uint32_t>();
+      state->remote.files.clear();
+      for (const nlohmann::json& f : snap->at("files")) {
+        state->remote.files.push_back(
+            {f.at("path").get<std::string>(), f.at("bytes").get<uint64_t>(),
+             f.at("payload_crc32c").get<uint32_t>(), f.at("rows").get<int64_t>()});
+      }
+      return absl::OkStatus();
     }
     SIFT_ASSIGN_OR_RETURN(const nlohmann::json* tables, Field(m, "tables", manifest_path));
     // Every table of the store exactly once, before any row is loaded.

@@ -6,6 +6,10 @@
 //   manifest.json           written LAST: format, version, epoch, step, adam_t, seed, model
 //                           summary, every file with its size and CRC32C — the commit point: a
 //                           directory without a manifest is not a checkpoint.
+// When the tables live on embedding servers (`sift train --embedding-servers`), there are no
+// table files: the servers have written a snapshot (proto/embedding.proto Snapshot) before the
+// manifest, and the manifest's "embedding_snapshot" names it with every shard file's path, size,
+// payload CRC and rows; loading restores it on the servers (Restore re-verifies the files).
 // Every file is written to a temp name, fsynced and renamed (AtomicFileWriter). Saving over an
 // existing checkpoint writes new step-named data files first, then replaces the manifest (an atomic
 // rename), then deletes the old data files: a crash or error mid-save leaves the old checkpoint
@@ -30,16 +34,32 @@ struct CheckpointState {
   uint64_t seed = 0;
   std::string model;  // a summary string of the model config; must match on load
   std::vector<float> params, adam_m, adam_v;
+  // Set when the tables are an embedding-server snapshot instead of table files.
+  struct RemoteSnapshot {
+    struct File {
+      std::string path;
+      uint64_t bytes = 0;
+      uint32_t payload_crc32c = 0;
+      int64_t rows = 0;
+    };
+    std::string name;  // the snapshot name on the servers ("" = none)
+    uint32_t num_shards = 0;
+    std::vector<File> files;  // shard order
+  } remote;
 };
 
-// Writes `state` and every table of `store` to `dir` (created if missing).
+// Writes `state` and every table of `store` to `dir` (created if missing). With store == nullptr
+// the tables are state.remote (REQUIRES: its name is set and the snapshot is written).
 Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
-                      const embedding::EmbeddingStore& store);
+                      const embedding::EmbeddingStore* store);
 
 // Reads the checkpoint in `dir` into `state` and loads its table rows into `store` (whose tables
 // must have the same ids and row sizes). FAILED_PRECONDITION / DATA_LOSS / INVALID_ARGUMENT
 // naming the file and field on a missing manifest, a size or CRC mismatch, a model mismatch
-// (`expect_model` != saved summary) or a parameter count mismatch.
+// (`expect_model` != saved summary) or a parameter count mismatch. With store == nullptr
+// (tables on embedding servers) the checkpoint must hold an embedding snapshot, returned in
+// state->remote for the caller to restore; a checkpoint of in-process tables then is
+// FAILED_PRECONDITION, and so is a snapshot checkpoint loaded into an in-process store.
 Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
                       int64_t expect_params, CheckpointState* state,
                       embedding::EmbeddingStore* store);

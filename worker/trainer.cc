@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/auc.h"
+#include "common/crc32c.h"
 #include "common/data/dataset.h"
 #include "common/dllogger.h"
 #include "common/file_util.h"
@@ -22,6 +23,7 @@
 #include "server/embedding/table.h"
 #include "worker/batch_keys.h"
 #include "worker/checkpoint.h"
+#include "worker/embedding_client.h"
 
 namespace sift::worker {
 namespace {
@@ -121,7 +123,9 @@ class Trainer {
   ModelConfig config_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<embedding::EmbeddingStore> store_;
+  std::unique_ptr<embedding::EmbeddingStore> store_;   // in-process tables, or
+  std::unique_ptr<EmbeddingClient> remote_;            // the embedding servers'
+  std::vector<embedding::TableConfig> remote_tables_;  // checked after a restore
   DenseAdam adam_;
   BatchKeys keys_;
   std::unique_ptr<DLLogger> json_log_, stdout_log_;
@@ -201,9 +205,24 @@ Status Trainer::Setup(RunMode mode) {
     c.optimizer.learning_rate = o_.lr;
     tables.push_back(std::move(c));
   }
-  SIFT_ASSIGN_OR_RETURN(
-      store_, embedding::EmbeddingStore::Create(
-                  std::move(tables), embedding::StoreOptions{o_.seed, 64, backend_->threads()}));
+  if (o_.embedding_servers.empty()) {
+    SIFT_ASSIGN_OR_RETURN(
+        store_, embedding::EmbeddingStore::Create(
+                    std::move(tables), embedding::StoreOptions{o_.seed, 64, backend_->threads()}));
+  } else {
+    EmbeddingClientOptions co;
+    co.servers = o_.embedding_servers;
+    SIFT_ASSIGN_OR_RETURN(co.encoding, ParseWireFloat(o_.wire_encoding));
+    SIFT_ASSIGN_OR_RETURN(remote_, EmbeddingClient::Connect(co));
+    // A fresh run starts from empty tables (stale rows of an earlier job would change the
+    // results); a resumed run gets its tables from the checkpoint's snapshot (below) and checks
+    // they are this run's.
+    if (o_.load_checkpoint.empty()) {
+      SIFT_RETURN_IF_ERROR(remote_->Configure(o_.seed, tables, /*replace=*/true));
+    } else {
+      remote_tables_ = std::move(tables);
+    }
+  }
 
   adam_.hyper.lr = o_.lr;
   const size_t np = model_->parameters().size();
@@ -222,6 +241,13 @@ Status Trainer::Setup(RunMode mode) {
     CheckpointState st;
     SIFT_RETURN_IF_ERROR(LoadCheckpoint(o_.load_checkpoint, ModelSummary(config_),
                                         static_cast<int64_t>(np), &st, store_.get()));
+    if (remote_ != nullptr) {
+      SIFT_RETURN_IF_ERROR(Annotate(
+          remote_->Restore(st.remote.name).status(),
+          absl::StrCat(o_.load_checkpoint, ": restoring snapshot '", st.remote.name, "'")));
+      SIFT_RETURN_IF_ERROR(Annotate(remote_->Configure(o_.seed, remote_tables_, /*replace=*/false),
+                                    absl::StrCat(o_.load_checkpoint, ": the restored tables")));
+    }
     if (st.seed != o_.seed) {
       return absl::InvalidArgumentError(absl::StrCat(
           o_.load_checkpoint, ": field 'seed': the checkpoint was trained with seed ", st.seed,
@@ -263,13 +289,20 @@ Status Trainer::FetchRows(const data::Batch& batch, ForwardMode mode, BatchKeys*
   {
     ScopedTimer t(&pull_s);
     const size_t dim = static_cast<size_t>(config_.embedding_dim);
+    std::vector<EmbeddingClient::PullItem> items;
     for (size_t tb = 0; tb < keys->tables.size(); ++tb) {
       TableKeys& tk = keys->tables[tb];
       const absl::Span<float> out = absl::MakeSpan(tk.rows.data(), tk.keys.size() * dim);
       const uint32_t table = static_cast<uint32_t>(tb);
-      SIFT_RETURN_IF_ERROR(mode == ForwardMode::kTrain ? store_->Pull(table, tk.keys, out)
-                                                       : store_->Lookup(table, tk.keys, out));
+      if (remote_ != nullptr) {
+        items.push_back({table, tk.keys, out});
+      } else {
+        SIFT_RETURN_IF_ERROR(mode == ForwardMode::kTrain ? store_->Pull(table, tk.keys, out)
+                                                         : store_->Lookup(table, tk.keys, out));
+      }
     }
+    // One request per shard for all tables; training creates rows, evaluation only reads.
+    if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(remote_->Pull(items, mode == ForwardMode::kTrain));
   }
   if (phases != nullptr) {
     phases->dedup += dedup_s;
@@ -302,12 +335,18 @@ StatusOr<Losses> Trainer::TrainStep(const data::Batch& batch, int64_t epoch, int
   {
     ScopedTimer t(&ph.push);
     const size_t dim = static_cast<size_t>(config_.embedding_dim);
+    std::vector<EmbeddingClient::PushItem> items;
     for (size_t tb = 0; tb < keys_.tables.size(); ++tb) {
       const TableKeys& tk = keys_.tables[tb];
-      SIFT_RETURN_IF_ERROR(store_->Push(static_cast<uint32_t>(tb), tk.keys,
-                                        absl::MakeConstSpan(tk.grads.data(), tk.keys.size() * dim),
-                                        global_step_));
+      const absl::Span<const float> grads =
+          absl::MakeConstSpan(tk.grads.data(), tk.keys.size() * dim);
+      if (remote_ != nullptr) {
+        items.push_back({static_cast<uint32_t>(tb), tk.keys, grads});
+      } else {
+        SIFT_RETURN_IF_ERROR(store_->Push(static_cast<uint32_t>(tb), tk.keys, grads, global_step_));
+      }
     }
+    if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(remote_->Push(items, global_step_));
   }
   ++global_step_;
   return losses;
@@ -361,7 +400,19 @@ Status Trainer::SaveCheckpointNow(int64_t epochs_done) {
   st.params.assign(model_->parameters().begin(), model_->parameters().end());
   st.adam_m = adam_.m;
   st.adam_v = adam_.v;
-  return SaveCheckpoint(o_.save_checkpoint, st, *store_);
+  if (remote_ != nullptr) {
+    // The servers write the tables (a consistent cut: this process is their only writer and
+    // its pushes have all returned); the manifest then names the snapshot.
+    const uint64_t dir_hash = Mix64(Crc32c(o_.save_checkpoint.data(), o_.save_checkpoint.size()));
+    st.remote.name = absl::StrFormat("ckpt-%016x-step-%d", dir_hash, global_step_);
+    SIFT_ASSIGN_OR_RETURN(std::vector<pb::SnapshotResponse> shards,
+                          remote_->Snapshot(st.remote.name, global_step_));
+    st.remote.num_shards = static_cast<uint32_t>(shards.size());
+    for (const pb::SnapshotResponse& r : shards) {
+      st.remote.files.push_back({r.path(), r.bytes(), r.crc32c(), r.rows()});
+    }
+  }
+  return SaveCheckpoint(o_.save_checkpoint, st, store_.get());
 }
 
 StatusOr<RunResult> Trainer::Run(RunMode mode) {

@@ -1,11 +1,13 @@
 // Trainer: single-process training, evaluation and benchmarking of SIM / DIEN / DIN on a sift
-// dataset, with the in-process embedding table (server/embedding) — the step data path of
-// architecture.md without the network: load -> dedup -> pull -> forward/backward -> dense Adam ->
-// push. Logs the reference's DLLL records (model-spec 5.8) to <results_dir>/<log_filename> and
-// readable lines to stdout; evaluates exact AUC and sample-weighted loss (model-spec 13, 4) after
-// every epoch; saves/loads checkpoints (worker/checkpoint.h) at epoch boundaries.
-// Deterministic: the same options (seed, threads, backend) give the same loss curve, bit for bit.
-// One call runs one job on the calling thread (the backend and loader own their threads).
+// dataset — the step data path of architecture.md: load -> dedup -> pull -> forward/backward ->
+// dense Adam -> push. The embedding tables are in-process (server/embedding) or, with
+// `embedding_servers`, on running embedding servers (worker/embedding_client.h); both give the
+// same results bit for bit (same rows, same optimizer arithmetic, fp32 on the wire). Logs the
+// reference's DLLL records (model-spec 5.8) to <results_dir>/<log_filename> and readable lines to
+// stdout; evaluates exact AUC and sample-weighted loss (model-spec 13, 4) after every epoch;
+// saves/loads checkpoints (worker/checkpoint.h) at epoch boundaries. Deterministic: the same
+// options (seed, threads, backend) give the same loss curve, bit for bit. One call runs one job on
+// the calling thread (the backend and loader own their threads).
 #pragma once
 
 #include <cstdint>
@@ -43,10 +45,14 @@ struct TrainerOptions {
   int64_t max_steps_per_epoch = 0;  // 0: the whole split; > 0: stop each epoch after this many
   std::string results_dir;          // "" = no log file
   std::string log_filename = "log.json";
-  int log_every = 0;            // per-step DLLL lines on stdout every N steps; 0 = none
-  bool progress = false;        // a progress bar on stderr (a terminal)
-  std::string save_checkpoint;  // "" = none; saved after every epoch
-  std::string load_checkpoint;  // "" = fresh start
+  int log_every = 0;      // per-step DLLL lines on stdout every N steps; 0 = none
+  bool progress = false;  // a progress bar on stderr (a terminal)
+  // host:port of embedding servers, shard order; empty = in-process tables. A fresh run replaces
+  // the servers' tables; --load-checkpoint restores the checkpoint's snapshot on them.
+  std::vector<std::string> embedding_servers;
+  std::string wire_encoding = "fp32";  // fp32 | fp16 | bf16: rows and gradients on the wire
+  std::string save_checkpoint;         // "" = none; saved after every epoch
+  std::string load_checkpoint;         // "" = fresh start
   // Benchmarks: the reference's performance calculator (warm-up 20, then benchmark_steps; 0 =
   // every step of every epoch).
   int64_t benchmark_steps = 0;

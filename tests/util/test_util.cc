@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -81,6 +82,59 @@ RunResult RunSift(const std::vector<std::string>& args) {
   ::unlink(out_tmpl);
   ::unlink(err_tmpl);
   return r;
+}
+
+SiftProcess::SiftProcess(const std::vector<std::string>& args, const std::string& log_prefix)
+    : prefix_(log_prefix) {
+  const int out_fd = ::open((prefix_ + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err_fd = ::open((prefix_ + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    ::dup2(devnull, 0);
+    std::vector<char*> argv;
+    std::string bin = SIFT_BINARY;
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(out_fd);
+  ::close(err_fd);
+}
+
+SiftProcess::~SiftProcess() {
+  if (pid_ > 0) Stop(SIGKILL);
+}
+
+int SiftProcess::Stop(int sig) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, sig);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string SiftProcess::Out() const { return ReadAll(prefix_ + ".out"); }
+std::string SiftProcess::Err() const { return ReadAll(prefix_ + ".err"); }
+
+std::string WaitForFile(const std::string& path, double timeout_s) {
+  for (double waited = 0; waited < timeout_s; waited += 0.02) {
+    std::error_code ec;
+    if (std::filesystem::file_size(path, ec) > 0 && !ec) {
+      std::ifstream in(path, std::ios::binary);
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      return ss.str();
+    }
+    ::usleep(20000);
+  }
+  return "";
 }
 
 std::string ReadAll(const std::string& path) {

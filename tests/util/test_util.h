@@ -31,6 +31,30 @@ struct RunResult {
 // Runs the built `sift` binary with `args` (no shell), capturing stdout and stderr.
 RunResult RunSift(const std::vector<std::string>& args);
 
+// The built `sift` binary running in the background (a server), its stdout and stderr going to
+// files. The destructor kills it (SIGKILL) and reaps it, so a failing test leaves no process.
+class SiftProcess {
+ public:
+  // `log_prefix`.out / .err receive the output.
+  SiftProcess(const std::vector<std::string>& args, const std::string& log_prefix);
+  ~SiftProcess();
+  SiftProcess(const SiftProcess&) = delete;
+  SiftProcess& operator=(const SiftProcess&) = delete;
+  int pid() const { return pid_; }
+  // Sends `sig` and waits for the exit; returns the exit code (128 + signal when killed).
+  int Stop(int sig);
+  std::string Out() const;
+  std::string Err() const;
+
+ private:
+  int pid_ = -1;
+  std::string prefix_;
+};
+
+// Waits (polling, up to `timeout_s`) until `path` exists and is non-empty; returns its content,
+// or "" on timeout.
+std::string WaitForFile(const std::string& path, double timeout_s = 60);
+
 // Whole-file helpers for tests (abort the test on I/O errors).
 std::string ReadAll(const std::string& path);
 void WriteAll(const std::string& path, const std::string& data);
