@@ -24,6 +24,7 @@ void AddBenchTrain(CLI::App* bench, Action* action);      // sift bench train
 void AddBenchInference(CLI::App* bench, Action* action);  // sift bench inference
 void AddBenchPs(CLI::App* bench, Action* action);         // sift bench ps
 void AddEmbeddingServer(CLI::App* app, Action* action);   // sift embedding-server
+void AddHealth(CLI::App* app, Action* action);            // sift health
 
 // The full command line, as typed (benchmarks print it).
 const std::string& CommandLine();

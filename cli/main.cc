@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   AddDevice(&app, &action);
   AddTrain(&app, &action);
   AddEmbeddingServer(&app, &action);
+  AddHealth(&app, &action);
 
   try {
     app.parse(argc, argv);

@@ -1,8 +1,8 @@
 // `sift train --embedding-servers` against real `sift embedding-server` processes on loopback:
 // the loss curve and AUCs equal the in-process table's bit for bit (k = 0, same seed); a
 // checkpoint taken with 2 servers resumes on 3 servers (the snapshot is re-sharded) and continues
-// exactly like an uninterrupted run; the servers' /metrics pass promtool; SIGTERM drains and exits
-// 0; bad server flags are clear errors.
+// exactly like an uninterrupted run; the servers' /metrics pass promtool; `sift health` probes;
+// SIGTERM drains and exits 0; bad server flags are clear errors.
 #include <signal.h>
 
 #include <memory>
@@ -56,6 +56,7 @@ class Cluster {
   }
   std::string List() const { return absl::StrJoin(addresses_, ","); }
   int MetricsPort(int i) const { return metrics_ports_[i]; }
+  const std::string& Address(int i) const { return addresses_[i]; }
   SiftProcess& server(int i) { return *servers_[i]; }
 
  private:
@@ -181,9 +182,17 @@ TEST_F(TrainRemoteTest, RemoteTablesGiveTheInProcessLossCurveAndResumeOnMoreShar
     EXPECT_TRUE(lint.ok()) << lint.status();
   }
 
-  // SIGTERM drains and exits 0.
+  // `sift health` (the exec probe): SERVING while up; SIGTERM drains and exits 0; then the probe
+  // fails.
+  auto healthy =
+      RunSift({"health", three.Address(1), "--service", "sift.embedding.v1.EmbeddingService"});
+  EXPECT_EQ(healthy.exit_code, 0) << healthy.err;
+  EXPECT_THAT(healthy.out, HasSubstr("SERVING"));
   EXPECT_EQ(three.server(1).Stop(SIGTERM), 0);
   EXPECT_THAT(three.server(1).Out(), HasSubstr("draining"));
+  auto gone = RunSift({"health", three.Address(1), "--timeout", "2"});
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_THAT(gone.err, HasSubstr(three.Address(1)));
 }
 
 TEST_F(TrainRemoteTest, ServerFlagErrors) {
