@@ -74,8 +74,8 @@ PsBenchRow MakeRow(const std::string& target, const std::string& op, int64_t key
   row.target = target;
   row.op = op;
   row.keys = keys;
-  row.p50_ms = PercentileLinear(lat, 0.50) * 1e3;
-  row.p99_ms = PercentileLinear(lat, 0.99) * 1e3;
+  row.p50_ms = PercentileLinear(lat, 50) * 1e3;
+  row.p99_ms = PercentileLinear(lat, 99) * 1e3;
   const double total_keys = static_cast<double>(keys) * static_cast<double>(total_calls);
   row.keys_per_s = wall > 0 ? total_keys / wall : 0;
   row.gb_per_s = row.keys_per_s * dim * sizeof(float) / 1e9;
