@@ -3,12 +3,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
@@ -77,10 +82,21 @@ struct Segment {
 using Chunk = std::vector<Segment>;
 
 // Splits each shard's keys (over all items, in item order) into chunks of at most max_keys keys
-// and max_bytes bytes (bytes_per_key[item] each).
-std::vector<std::vector<Chunk>> PlanChunks(const std::vector<ShardSlices>& slices, uint32_t shards,
-                                           const std::vector<uint64_t>& bytes_per_key,
-                                           uint64_t max_keys, uint64_t max_bytes) {
+// and max_bytes bytes (bytes_per_key[item] each). RESOURCE_EXHAUSTED naming the table when one
+// key of an item does not fit max_bytes.
+StatusOr<std::vector<std::vector<Chunk>>> PlanChunks(const std::vector<ShardSlices>& slices,
+                                                     uint32_t shards,
+                                                     const std::vector<uint32_t>& table_ids,
+                                                     const std::vector<uint64_t>& bytes_per_key,
+                                                     uint64_t max_keys, uint64_t max_bytes) {
+  for (size_t item = 0; item < slices.size(); ++item) {
+    if (bytes_per_key[item] > max_bytes && !slices[item].positions.empty()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("embedding client: one key of table ", table_ids[item], " takes ",
+                       bytes_per_key[item], " bytes (key and row), more than the request limit of ",
+                       max_bytes, " bytes (the servers' max_message_bytes less framing)"));
+    }
+  }
   std::vector<std::vector<Chunk>> plan(shards);
   for (uint32_t s = 0; s < shards; ++s) {
     Chunk chunk;
@@ -110,6 +126,194 @@ std::vector<std::vector<Chunk>> PlanChunks(const std::vector<ShardSlices>& slice
   return plan;
 }
 
+// ---- Pull and Push on the wire ----
+// Pull and Push requests are written, and Pull replies read, as protobuf wire bytes (fields in
+// number order, proto3 defaults omitted, as protobuf writes them) directly between the caller's
+// arrays and gRPC's buffers: no intermediate message, string or per-row decode. A reply in any
+// other valid encoding falls back to protobuf's parser.
+static_assert(std::endian::native == std::endian::little,
+              "fixed64 keys and fp32 rows are copied as little-endian bytes");
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+char* PutVarint(char* p, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) *p++ = static_cast<char>(v | 0x80);
+  *p++ = static_cast<char>(v);
+  return p;
+}
+// A field of tag `tag` (field number < 16: one byte) and varint value v, omitted when 0 (proto3).
+size_t VarintFieldSize(uint64_t v) { return v == 0 ? 0 : 1 + VarintSize(v); }
+char* PutVarintField(char* p, uint8_t tag, uint64_t v) {
+  if (v == 0) return p;
+  *p++ = static_cast<char>(tag);
+  return PutVarint(p, v);
+}
+// A length-delimited field of `len` bytes (omitted when empty unless `always`).
+size_t LenFieldSize(size_t len, bool always = false) {
+  return len == 0 && !always ? 0 : 1 + VarintSize(len) + len;
+}
+char* PutLenHeader(char* p, uint8_t tag, size_t len) {
+  *p++ = static_cast<char>(tag);
+  return PutVarint(p, len);
+}
+
+// Large request buffers, reused: a fresh multi-MB allocation costs a page fault per 4 KiB on
+// first touch, more than writing the bytes. gRPC drops its reference to a request's slice once
+// the bytes are written to the socket; the block then returns to the pool. The pool lives for
+// the whole process (slices may outlive any one client). Thread-safe.
+class BufferPool {
+ public:
+  static BufferPool& Get() {
+    static BufferPool* const pool = new BufferPool();
+    return *pool;
+  }
+  // A slice of exactly n bytes; *data is its writable memory.
+  grpc::Slice Take(size_t n, char** data) {
+    if (n < kMinPooledBytes) {
+      // Not grpc::Slice(n): a small one keeps its bytes inline, and they move with the object.
+      char* memory = new char[std::max<size_t>(n, 1)];
+      *data = memory;
+      return grpc::Slice(memory, n, [](void* p) { delete[] static_cast<char*>(p); });
+    }
+    Block* block = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if ((*it)->capacity >= n && (best == free_.end() || (*it)->capacity < (*best)->capacity)) {
+          best = it;
+        }
+      }
+      if (best != free_.end()) {
+        block = *best;
+        free_bytes_ -= block->capacity;
+        free_.erase(best);
+      }
+    }
+    if (block == nullptr) {
+      block = new Block{this, n, std::make_unique_for_overwrite<char[]>(n)};
+    }
+    *data = block->memory.get();
+    return grpc::Slice(block->memory.get(), n, &BufferPool::Release, block);
+  }
+
+ private:
+  static constexpr size_t kMinPooledBytes = size_t{128} << 10;
+  static constexpr size_t kMaxFreeBytes = size_t{256} << 20;
+  static constexpr size_t kMaxFreeBlocks = 16;
+  struct Block {
+    BufferPool* pool;
+    size_t capacity;
+    std::unique_ptr<char[]> memory;
+  };
+  static void Release(void* user_data) {
+    Block* block = static_cast<Block*>(user_data);
+    BufferPool* pool = block->pool;
+    {
+      std::lock_guard<std::mutex> lock(pool->mu_);
+      if (pool->free_.size() < kMaxFreeBlocks &&
+          pool->free_bytes_ + block->capacity <= kMaxFreeBytes) {
+        pool->free_.push_back(block);
+        pool->free_bytes_ += block->capacity;
+        return;
+      }
+    }
+    delete block;
+  }
+  std::mutex mu_;
+  std::vector<Block*> free_;  // guarded by mu_
+  size_t free_bytes_ = 0;     // guarded by mu_
+};
+
+// Reads protobuf wire data spread over the slices of a ByteBuffer. Every method returns false at
+// the end of the data or on a malformed value.
+class WireReader {
+ public:
+  explicit WireReader(const std::vector<grpc::Slice>& slices) : slices_(slices) {}
+  size_t position() const { return pos_; }
+  bool AtEnd() { return !Refill(); }
+  bool ReadVarint(uint64_t* v) {
+    uint64_t result = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (!Refill()) return false;
+      const uint8_t byte = static_cast<uint8_t>(*cur_++);
+      ++pos_;
+      result |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) {
+        *v = result;
+        return true;
+      }
+    }
+    return false;
+  }
+  // Copies the next n bytes to dst (nullptr: skips them).
+  bool Read(char* dst, size_t n) {
+    while (n > 0) {
+      if (!Refill()) return false;
+      const size_t k = std::min(n, static_cast<size_t>(end_ - cur_));
+      if (dst != nullptr) {
+        std::memcpy(dst, cur_, k);
+        dst += k;
+      }
+      cur_ += k;
+      pos_ += k;
+      n -= k;
+    }
+    return true;
+  }
+  // Skips the value of a field of wire type `wire_type` (groups are not expected).
+  bool SkipField(uint64_t wire_type) {
+    uint64_t v = 0;
+    switch (wire_type) {
+      case 0:
+        return ReadVarint(&v);
+      case 1:
+        return Read(nullptr, 8);
+      case 2:
+        return ReadVarint(&v) && Read(nullptr, v);
+      case 5:
+        return Read(nullptr, 4);
+      default:
+        return false;
+    }
+  }
+
+ private:
+  bool Refill() {
+    while (cur_ == end_) {
+      if (next_ == slices_.size()) return false;
+      const grpc::Slice& slice = slices_[next_++];
+      cur_ = reinterpret_cast<const char*>(slice.begin());
+      end_ = reinterpret_cast<const char*>(slice.end());
+    }
+    return true;
+  }
+  const std::vector<grpc::Slice>& slices_;
+  size_t next_ = 0;
+  const char* cur_ = nullptr;
+  const char* end_ = nullptr;
+  size_t pos_ = 0;
+};
+
+// Calls fn(k, run) for each maximal run pos[k .. k + run) of consecutive positions (k < n).
+template <typename Fn>
+void ForEachRun(const uint32_t* pos, size_t n, Fn fn) {
+  for (size_t k = 0; k < n;) {
+    size_t run = 1;
+    while (k + run < n && pos[k + run] == pos[k] + run) ++run;
+    fn(k, run);
+    k += run;
+  }
+}
+
+// Keys per RPC (0: only the servers' limits) and RPCs in flight at once per shard: a large shard
+// request split into sub-requests overlaps building, sending, serving and decoding them.
+constexpr size_t kSplitKeys = 0;
+constexpr size_t kWindow = 4;
+
 }  // namespace
 
 StatusOr<std::vector<std::string>> ParseServerList(const std::string& list) {
@@ -133,14 +337,117 @@ class EmbeddingClient::Impl {
   EmbeddingClientOptions options;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<pb::EmbeddingService::Stub>> stubs;
+  std::vector<std::unique_ptr<grpc::GenericStub>> generic;     // Pull and Push as raw bytes
+  std::vector<std::unique_ptr<grpc::CompletionQueue>> queues;  // per shard: its calls' replies
   std::unique_ptr<ThreadPool> pool;  // one thread per shard (the caller included)
   absl::flat_hash_map<uint32_t, int> dims;
   uint64_t max_keys = 0, max_bytes = 0;  // effective request limits
   uint64_t client_id = 0;
   uint64_t sequence = 0;
   std::atomic<int64_t> retries{0};
+  const std::string pull_method =
+      absl::StrCat("/", pb::EmbeddingService::service_full_name(), "/Pull");
+  const std::string push_method =
+      absl::StrCat("/", pb::EmbeddingService::service_full_name(), "/Push");
+
+  // Keys per RPC when planning chunks: the servers' limit, or less to pipeline sub-requests.
+  uint64_t ChunkKeys() const {
+    return kSplitKeys > 0 ? std::min<uint64_t>(max_keys, kSplitKeys) : max_keys;
+  }
 
   uint32_t shards() const { return static_cast<uint32_t>(stubs.size()); }
+
+  ~Impl() {
+    for (auto& cq : queues) {
+      cq->Shutdown();
+      void* tag;
+      bool ok;
+      while (cq->Next(&tag, &ok)) {
+      }
+    }
+  }
+
+  std::chrono::system_clock::time_point Deadline() const {
+    return std::chrono::system_clock::now() +
+           std::chrono::microseconds(static_cast<int64_t>(options.deadline_s * 1e6));
+  }
+
+  // Sends requests 0 .. n-1 (build(i) makes request i when it is due) to shard s by raw method
+  // `method`, at most kWindow at once, each with a deadline and retried on UNAVAILABLE (backoff
+  // doubling per attempt); on_reply(i, reply) runs on this thread as each reply arrives. No
+  // request is started after an error; every started call is waited for. Returns the error of
+  // the lowest failing request.
+  Status CallPipelined(uint32_t s, const char* name, const std::string& method, size_t n,
+                       const std::function<grpc::ByteBuffer(size_t)>& build,
+                       const std::function<Status(size_t, grpc::ByteBuffer*)>& on_reply) {
+    struct Rpc {
+      size_t index = 0;
+      int attempt = 0;
+      grpc::ByteBuffer request;
+      std::unique_ptr<grpc::ClientContext> ctx;
+      std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> reader;
+      grpc::ByteBuffer reply;
+      grpc::Status status;
+    };
+    grpc::CompletionQueue* cq = queues[s].get();
+    std::vector<Rpc> rpcs(n);
+    size_t next = 0, in_flight = 0;
+    size_t failed_index = n;
+    Status failed;
+    auto fail = [&](size_t i, Status st) {
+      if (i < failed_index) {
+        failed_index = i;
+        failed = std::move(st);
+      }
+    };
+    auto start = [&](Rpc& r) {
+      r.ctx = std::make_unique<grpc::ClientContext>();
+      r.ctx->set_deadline(Deadline());
+      r.reply.Clear();
+      r.reader = generic[s]->PrepareUnaryCall(r.ctx.get(), method, r.request, cq);
+      r.reader->StartCall();
+      r.reader->Finish(&r.reply, &r.status, &r);
+      ++in_flight;
+    };
+    for (;;) {
+      while (in_flight < kWindow && next < n && failed_index == n) {
+        rpcs[next].index = next;
+        rpcs[next].request = build(next);
+        start(rpcs[next]);
+        ++next;
+      }
+      if (in_flight == 0) break;
+      void* tag = nullptr;
+      bool ok = false;
+      if (!cq->Next(&tag, &ok)) {
+        return absl::InternalError("embedding client: completion queue shut down");
+      }
+      --in_flight;
+      Rpc& r = *static_cast<Rpc*>(tag);
+      if (r.status.ok()) {
+        Status st = on_reply(r.index, &r.reply);
+        if (!st.ok()) fail(r.index, std::move(st));
+        r.reply.Clear();
+        r.request.Clear();
+        continue;
+      }
+      const std::string where =
+          absl::StrCat("embedding server ", options.servers[s], " (shard ", s, "): ", name);
+      if (r.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+          r.attempt < options.max_retries && failed_index == n) {
+        retries.fetch_add(1, std::memory_order_relaxed);
+        const double backoff = options.retry_backoff_s * std::ldexp(1.0, r.attempt);
+        std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(backoff * 1e6)));
+        ++r.attempt;
+        start(r);
+        continue;
+      }
+      fail(r.index, FromGrpc(r.status, r.attempt == 0 ? where
+                                                      : absl::StrCat(where, " (after ", r.attempt,
+                                                                     " retries)")));
+    }
+    return failed;
+  }
 
   // One RPC to shard s with a deadline, retried on UNAVAILABLE.
   template <typename Req, typename Resp, typename Method>
@@ -223,6 +530,8 @@ StatusOr<std::unique_ptr<EmbeddingClient>> EmbeddingClient::Connect(
     impl->channels.push_back(
         grpc::CreateCustomChannel(options.servers[s], grpc::InsecureChannelCredentials(), args));
     impl->stubs.push_back(pb::EmbeddingService::NewStub(impl->channels.back()));
+    impl->generic.push_back(std::make_unique<grpc::GenericStub>(impl->channels.back()));
+    impl->queues.push_back(std::make_unique<grpc::CompletionQueue>());
   }
   impl->pool = std::make_unique<ThreadPool>(static_cast<int>(n));
   // Wait for every server (they may still be starting), then check who is who.
@@ -277,7 +586,8 @@ Status EmbeddingClient::Configure(uint64_t seed, const std::vector<embedding::Ta
 Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missing) {
   Impl& im = *impl_;
   const uint32_t S = im.shards();
-  const size_t width = static_cast<size_t>(WireFloatBytes(im.options.encoding));
+  const WireFloat encoding = im.options.encoding;
+  const size_t width = static_cast<size_t>(WireFloatBytes(encoding));
   std::vector<UniqueKeys> uniq(items.size());
   std::vector<ShardSlices> slices(items.size());
   std::vector<uint64_t> bytes_per_key(items.size());
@@ -297,53 +607,141 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
     SliceByShard(items[i].table_id, uniq[i].keys, S, &slices[i]);
     bytes_per_key[i] = 8 + dims[i] * width;
   }
-  const auto plan = PlanChunks(slices, S, bytes_per_key, im.max_keys, im.max_bytes);
+  std::vector<uint32_t> table_ids(items.size());
+  for (size_t i = 0; i < items.size(); ++i) table_ids[i] = items[i].table_id;
+  SIFT_ASSIGN_OR_RETURN(const auto plan, PlanChunks(slices, S, table_ids, bytes_per_key,
+                                                    im.ChunkKeys(), im.max_bytes));
+  // Where item i's unique rows go.
+  auto rows_of = [&](size_t i) {
+    return uniq[i].inverse.empty() ? items[i].out.data() : uniq_rows[i].data();
+  };
+  const uint64_t encoding_value = static_cast<uint64_t>(encoding);
   SIFT_RETURN_IF_ERROR(im.ForEachShard([&](uint32_t s) -> Status {
-    pb::PullRequest req;
-    pb::PullResponse resp;
-    for (const Chunk& chunk : plan[s]) {
-      req.Clear();
-      resp.Clear();
-      req.set_create_missing(create_missing);
-      req.set_encoding(static_cast<pb::RowEncoding>(im.options.encoding));
-      for (const Segment& seg : chunk) {
-        pb::TableKeys* tk = req.add_tables();
-        tk->set_table_id(items[seg.item].table_id);
-        const uint32_t* pos = slices[seg.item].positions.data() + slices[seg.item].offsets[s];
-        auto* keys = tk->mutable_keys();
-        keys->Resize(static_cast<int>(seg.end - seg.begin), 0);
-        for (uint32_t k = seg.begin; k < seg.end; ++k) {
-          keys->Set(static_cast<int>(k - seg.begin), uniq[seg.item].keys[pos[k]]);
+    const std::vector<Chunk>& chunks = plan[s];
+    // Positions (in the unique keys) of a segment's keys.
+    auto positions = [&](const Segment& seg) {
+      return slices[seg.item].positions.data() + slices[seg.item].offsets[s] + seg.begin;
+    };
+    std::vector<char> scratch;
+    // Copies n rows from the reply to rows[pos[k] * dim ..]: false when the bytes run out.
+    auto read_rows = [&](WireReader& r, float* rows, const uint32_t* pos, size_t n, size_t dim) {
+      const size_t row_bytes = dim * width;
+      bool ok = true;
+      ForEachRun(pos, n, [&](size_t k, size_t run) {
+        float* out = rows + pos[k] * dim;
+        if (!ok) return;
+        if (encoding == WireFloat::kFp32) {
+          ok = r.Read(reinterpret_cast<char*>(out), run * row_bytes);
+          return;
         }
+        scratch.resize(run * row_bytes);
+        ok = r.Read(scratch.data(), scratch.size()) &&
+             DecodeFloats(encoding, absl::string_view(scratch.data(), scratch.size()),
+                          absl::MakeSpan(out, run * dim), "pulled rows")
+                 .ok();
+      });
+      return ok;
+    };
+    auto build = [&](size_t c) {
+      const Chunk& chunk = chunks[c];
+      std::vector<size_t> inner(chunk.size());
+      size_t total = VarintFieldSize(create_missing ? 1 : 0) + VarintFieldSize(encoding_value);
+      for (size_t t = 0; t < chunk.size(); ++t) {
+        const size_t n = chunk[t].end - chunk[t].begin;
+        inner[t] = VarintFieldSize(items[chunk[t].item].table_id) + LenFieldSize(n * 8);
+        total += LenFieldSize(inner[t], /*always=*/true);
       }
-      SIFT_RETURN_IF_ERROR(im.Call(s, "Pull", &pb::EmbeddingService::Stub::Pull, req, &resp));
+      char* p = nullptr;
+      grpc::Slice slice = BufferPool::Get().Take(total, &p);
+      for (size_t t = 0; t < chunk.size(); ++t) {  // PullRequest.tables: TableKeys
+        const Segment& seg = chunk[t];
+        const size_t n = seg.end - seg.begin;
+        p = PutLenHeader(p, 0x0a, inner[t]);
+        p = PutVarintField(p, 0x08, items[seg.item].table_id);
+        if (n == 0) continue;
+        p = PutLenHeader(p, 0x12, n * 8);  // packed fixed64 keys
+        const uint64_t* keys = uniq[seg.item].keys.data();
+        const uint32_t* pos = positions(seg);
+        ForEachRun(pos, n, [&](size_t k, size_t run) {
+          std::memcpy(p, keys + pos[k], run * 8);
+          p += run * 8;
+        });
+      }
+      p = PutVarintField(p, 0x10, create_missing ? 1 : 0);
+      PutVarintField(p, 0x18, encoding_value);
+      return grpc::ByteBuffer(&slice, 1);
+    };
+    // The usual reply (PullResponse as protobuf writes it) straight into the rows; false for
+    // any other shape, which protobuf's parser then judges.
+    auto decode_fast = [&](const Chunk& chunk, const grpc::ByteBuffer& reply) {
+      std::vector<grpc::Slice> parts;
+      if (!reply.Dump(&parts).ok()) return false;
+      WireReader r(parts);
+      size_t t = 0;
+      while (!r.AtEnd()) {
+        uint64_t tag = 0, len = 0;
+        if (!r.ReadVarint(&tag)) return false;
+        if (tag >> 3 != 1) {
+          if (!r.SkipField(tag & 7)) return false;
+          continue;
+        }
+        if ((tag & 7) != 2 || t >= chunk.size() || !r.ReadVarint(&len)) return false;
+        const Segment& seg = chunk[t++];
+        const size_t n = seg.end - seg.begin, dim = dims[seg.item];
+        const size_t end = r.position() + len, want = n * dim * width;
+        bool seen_rows = false;
+        while (r.position() < end) {
+          if (!r.ReadVarint(&tag)) return false;
+          if (tag != 0x1a) {  // table_id, dim and unknown fields
+            if (!r.SkipField(tag & 7)) return false;
+            continue;
+          }
+          if (seen_rows || !r.ReadVarint(&len) || len != want || r.position() + len > end ||
+              !read_rows(r, rows_of(seg.item), positions(seg), n, dim)) {
+            return false;
+          }
+          seen_rows = true;
+        }
+        if (r.position() != end || (!seen_rows && want != 0)) return false;
+      }
+      return t == chunk.size();
+    };
+    auto decode_proto = [&](const Chunk& chunk, grpc::ByteBuffer* reply) -> Status {
+      pb::PullResponse resp;
+      grpc::ProtoBufferReader reader(reply);
+      if (!resp.ParseFromZeroCopyStream(&reader)) {
+        return absl::InternalError(absl::StrCat("embedding server ", im.options.servers[s],
+                                                ": Pull answered bytes that are not a ",
+                                                pb::PullResponse::descriptor()->full_name()));
+      }
       if (resp.tables_size() != static_cast<int>(chunk.size())) {
         return absl::InternalError(absl::StrCat("embedding server ", im.options.servers[s],
                                                 ": Pull answered ", resp.tables_size(),
                                                 " tables for ", chunk.size()));
       }
-      for (size_t c = 0; c < chunk.size(); ++c) {
-        const Segment& seg = chunk[c];
-        const size_t dim = dims[seg.item];
-        const std::string& bytes = resp.tables(static_cast<int>(c)).rows();
-        const size_t n = seg.end - seg.begin;
+      for (size_t t = 0; t < chunk.size(); ++t) {
+        const Segment& seg = chunk[t];
+        const size_t dim = dims[seg.item], n = seg.end - seg.begin;
+        const std::string& bytes = resp.tables(static_cast<int>(t)).rows();
         if (bytes.size() != n * dim * width) {
           return absl::InternalError(absl::StrCat("embedding server ", im.options.servers[s],
                                                   ": Pull answered ", bytes.size(),
                                                   " bytes of rows for ", n, " keys of dim ", dim));
         }
-        float* dst = uniq[seg.item].inverse.empty() ? items[seg.item].out.data()
-                                                    : uniq_rows[seg.item].data();
-        const uint32_t* pos = slices[seg.item].positions.data() + slices[seg.item].offsets[s];
-        for (size_t k = 0; k < n; ++k) {
-          const absl::string_view row(bytes.data() + k * dim * width, dim * width);
-          SIFT_RETURN_IF_ERROR(DecodeFloats(im.options.encoding, row,
-                                            absl::MakeSpan(dst + pos[seg.begin + k] * dim, dim),
-                                            "pulled row"));
+        const grpc::Slice whole(bytes.data(), bytes.size(), grpc::Slice::STATIC_SLICE);
+        const std::vector<grpc::Slice> parts = {whole};
+        WireReader r(parts);
+        if (!read_rows(r, rows_of(seg.item), positions(seg), n, dim)) {
+          return absl::InternalError("embedding client: pulled rows do not decode");
         }
       }
-    }
-    return absl::OkStatus();
+      return absl::OkStatus();
+    };
+    return im.CallPipelined(s, "Pull", im.pull_method, chunks.size(), build,
+                            [&](size_t c, grpc::ByteBuffer* reply) -> Status {
+                              if (decode_fast(chunks[c], *reply)) return absl::OkStatus();
+                              return decode_proto(chunks[c], reply);
+                            });
   }));
   // Expand the unique rows to the caller's keys.
   for (size_t i = 0; i < items.size(); ++i) {
@@ -360,7 +758,8 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
 Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step) {
   Impl& im = *impl_;
   const uint32_t S = im.shards();
-  const size_t width = static_cast<size_t>(WireFloatBytes(im.options.encoding));
+  const WireFloat encoding = im.options.encoding;
+  const size_t width = static_cast<size_t>(WireFloatBytes(encoding));
   std::vector<UniqueKeys> uniq(items.size());
   std::vector<ShardSlices> slices(items.size());
   std::vector<uint64_t> bytes_per_key(items.size());
@@ -391,43 +790,77 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step) {
     SliceByShard(items[i].table_id, uniq[i].keys, S, &slices[i]);
     bytes_per_key[i] = 8 + d * width;
   }
-  const auto plan = PlanChunks(slices, S, bytes_per_key, im.max_keys, im.max_bytes);
+  std::vector<uint32_t> table_ids(items.size());
+  for (size_t i = 0; i < items.size(); ++i) table_ids[i] = items[i].table_id;
+  SIFT_ASSIGN_OR_RETURN(const auto plan, PlanChunks(slices, S, table_ids, bytes_per_key,
+                                                    im.ChunkKeys(), im.max_bytes));
   // Sequence numbers are fixed before sending, so a retry repeats its request's identity.
   std::vector<uint64_t> first_sequence(S);
   for (uint32_t s = 0; s < S; ++s) {
     first_sequence[s] = im.sequence;
     im.sequence += plan[s].size();
   }
+  const uint64_t encoding_value = static_cast<uint64_t>(encoding);
   return im.ForEachShard([&](uint32_t s) -> Status {
-    pb::PushRequest req;
-    pb::PushResponse resp;
-    std::vector<float> rows;
-    for (size_t c = 0; c < plan[s].size(); ++c) {
-      const Chunk& chunk = plan[s][c];
-      req.Clear();
-      req.set_step(step);
-      req.set_encoding(static_cast<pb::RowEncoding>(im.options.encoding));
-      req.set_client_id(im.client_id);
-      req.set_sequence(first_sequence[s] + c);
-      for (const Segment& seg : chunk) {
-        const size_t dim = dims[seg.item];
-        const size_t n = seg.end - seg.begin;
-        pb::TableGradients* tg = req.add_tables();
-        tg->set_table_id(items[seg.item].table_id);
-        const uint32_t* pos = slices[seg.item].positions.data() + slices[seg.item].offsets[s];
-        auto* keys = tg->mutable_keys();
-        keys->Resize(static_cast<int>(n), 0);
-        rows.resize(n * dim);
-        for (size_t k = 0; k < n; ++k) {
-          const uint32_t p = pos[seg.begin + k];
-          keys->Set(static_cast<int>(k), uniq[seg.item].keys[p]);
-          std::memcpy(rows.data() + k * dim, grads[seg.item] + p * dim, dim * sizeof(float));
-        }
-        EncodeFloats(im.options.encoding, rows, tg->mutable_gradients());
+    const std::vector<Chunk>& chunks = plan[s];
+    auto build = [&](size_t c) {
+      const Chunk& chunk = chunks[c];
+      const uint64_t sequence = first_sequence[s] + c;
+      std::vector<size_t> inner(chunk.size());
+      size_t total = VarintFieldSize(static_cast<uint64_t>(step)) +
+                     VarintFieldSize(encoding_value) + (im.client_id != 0 ? 9 : 0) +
+                     VarintFieldSize(sequence);
+      for (size_t t = 0; t < chunk.size(); ++t) {
+        const size_t n = chunk[t].end - chunk[t].begin;
+        inner[t] = VarintFieldSize(items[chunk[t].item].table_id) + LenFieldSize(n * 8) +
+                   LenFieldSize(n * dims[chunk[t].item] * width);
+        total += LenFieldSize(inner[t], /*always=*/true);
       }
-      SIFT_RETURN_IF_ERROR(im.Call(s, "Push", &pb::EmbeddingService::Stub::Push, req, &resp));
-    }
-    return absl::OkStatus();
+      char* p = nullptr;
+      grpc::Slice slice = BufferPool::Get().Take(total, &p);
+      for (size_t t = 0; t < chunk.size(); ++t) {  // PushRequest.tables: TableGradients
+        const Segment& seg = chunk[t];
+        const size_t n = seg.end - seg.begin, dim = dims[seg.item];
+        p = PutLenHeader(p, 0x0a, inner[t]);
+        p = PutVarintField(p, 0x08, items[seg.item].table_id);
+        if (n == 0) continue;
+        const uint32_t* pos =
+            slices[seg.item].positions.data() + slices[seg.item].offsets[s] + seg.begin;
+        p = PutLenHeader(p, 0x12, n * 8);  // packed fixed64 keys
+        const uint64_t* keys = uniq[seg.item].keys.data();
+        ForEachRun(pos, n, [&](size_t k, size_t run) {
+          std::memcpy(p, keys + pos[k], run * 8);
+          p += run * 8;
+        });
+        p = PutLenHeader(p, 0x1a, n * dim * width);  // gradients
+        const float* g = grads[seg.item];
+        ForEachRun(pos, n, [&](size_t k, size_t run) {
+          EncodeFloatsTo(encoding, absl::MakeConstSpan(g + pos[k] * dim, run * dim), p);
+          p += run * dim * width;
+        });
+      }
+      p = PutVarintField(p, 0x10, static_cast<uint64_t>(step));
+      p = PutVarintField(p, 0x18, encoding_value);
+      if (im.client_id != 0) {
+        *p++ = 0x21;  // fixed64 client_id
+        std::memcpy(p, &im.client_id, 8);
+        p += 8;
+      }
+      PutVarintField(p, 0x28, sequence);
+      return grpc::ByteBuffer(&slice, 1);
+    };
+    return im.CallPipelined(
+        s, "Push", im.push_method, chunks.size(), build,
+        [&](size_t, grpc::ByteBuffer* reply) -> Status {
+          pb::PushResponse resp;
+          grpc::ProtoBufferReader reader(reply);
+          if (!resp.ParseFromZeroCopyStream(&reader)) {
+            return absl::InternalError(absl::StrCat("embedding server ", im.options.servers[s],
+                                                    ": Push answered bytes that are not a ",
+                                                    pb::PushResponse::descriptor()->full_name()));
+          }
+          return absl::OkStatus();
+        });
   });
 }
 
