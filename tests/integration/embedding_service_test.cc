@@ -780,12 +780,8 @@ TEST(EmbeddingServiceTest, ChunkedRequestsGiveTheSameRowsAsUnchunked) {
   EXPECT_EQ(ChunkWorkload(*learner), want);
 }
 
-// DISABLED until EmbeddingClient checks that one key's row fits a request: today PlanChunks
-// (worker/embedding_client.cc) loops forever appending empty chunks when 8 + dim * width exceeds
-// the request byte limit, and the process runs out of memory (std::bad_alloc after ~35 s here).
-// The fix: before planning, return RESOURCE_EXHAUSTED naming the table and the byte counts for an
-// item with keys whose bytes_per_key > max_bytes. Enable this test with the fix.
-TEST(EmbeddingServiceTest, DISABLED_ARowOverTheMessageLimitIsAnErrorNotAHang) {
+// A key whose row can never fit one request is an error (it once looped forever planning chunks).
+TEST(EmbeddingServiceTest, ARowOverTheMessageLimitIsAnErrorNotAHang) {
   ServerSpec spec;
   spec.max_bytes = 4096;
   auto servers = StartServers(1, spec);
