@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <utility>
@@ -37,6 +38,24 @@ Status CheckBatchShape(const std::string& label, absl::string_view op, size_t id
                                                    " floats, got ", floats));
   }
   return absl::OkStatus();
+}
+
+// True when no value is inf or NaN: one branch-free pass the compiler vectorises.
+bool AllFinite(absl::Span<const float> x) {
+  uint32_t bad = 0;
+  for (const float f : x) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+bool StrictlyAscending(absl::Span<const uint64_t> ids) {
+  for (size_t i = 1; i < ids.size(); ++i) {
+    if (ids[i] <= ids[i - 1]) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -270,11 +289,14 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
       }
     }
     const size_t dim = static_cast<size_t>(table->config.dim);
-    SIFT_RETURN_IF_ERROR(CheckBatchShape(table->label, "push", push.ids.size(), dim,
-                                         push.grads.size(), "gradient"));
+    SIFT_RETURN_IF_ERROR(
+        CheckBatchShape(table->label, "push", push.ids.size(), dim, push.grads.size(), "gradient"));
     Plan& plan = plans[p];
     plan.table = table;
     GroupByStripe(push.table_id, push.ids, plan.order, plan.offsets);
+    // The usual push (a client's sorted, summed keys; finite gradients) is valid at a glance;
+    // anything else goes through the per-stripe checks, which name the first offender.
+    if (StrictlyAscending(push.ids) && AllFinite(push.grads)) continue;
     SIFT_RETURN_IF_ERROR(ForEachStripe(plan.offsets, [&](int s) -> Status {
       std::vector<std::pair<uint64_t, uint32_t>> sorted;
       sorted.reserve(plan.offsets[s + 1] - plan.offsets[s]);
@@ -284,8 +306,8 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
         for (size_t j = i * dim; j < (i + 1) * dim; ++j) {
           if (!std::isfinite(push.grads[j])) {
             return absl::InvalidArgumentError(absl::StrCat(table->label, ": non-finite gradient ",
-                                                           push.grads[j], " for id ",
-                                                           push.ids[i], " component ", j % dim));
+                                                           push.grads[j], " for id ", push.ids[i],
+                                                           " component ", j % dim));
           }
         }
       }
