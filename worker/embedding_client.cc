@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <mutex>
 #include <random>
 #include <thread>
 
@@ -23,6 +22,7 @@
 #include "common/thread_pool.h"
 #include "proto/embedding.grpc.pb.h"
 #include "server/embedding/shard.h"
+#include "server/embedding/slice_pool.h"
 
 namespace sift::worker {
 namespace {
@@ -159,74 +159,6 @@ char* PutLenHeader(char* p, uint8_t tag, size_t len) {
   *p++ = static_cast<char>(tag);
   return PutVarint(p, len);
 }
-
-// Large request buffers, reused: a fresh multi-MB allocation costs a page fault per 4 KiB on
-// first touch, more than writing the bytes. gRPC drops its reference to a request's slice once
-// the bytes are written to the socket; the block then returns to the pool. The pool lives for
-// the whole process (slices may outlive any one client). Thread-safe.
-class BufferPool {
- public:
-  static BufferPool& Get() {
-    static BufferPool* const pool = new BufferPool();
-    return *pool;
-  }
-  // A slice of exactly n bytes; *data is its writable memory.
-  grpc::Slice Take(size_t n, char** data) {
-    if (n < kMinPooledBytes) {
-      // Not grpc::Slice(n): a small one keeps its bytes inline, and they move with the object.
-      char* memory = new char[std::max<size_t>(n, 1)];
-      *data = memory;
-      return grpc::Slice(memory, n, [](void* p) { delete[] static_cast<char*>(p); });
-    }
-    Block* block = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto best = free_.end();
-      for (auto it = free_.begin(); it != free_.end(); ++it) {
-        if ((*it)->capacity >= n && (best == free_.end() || (*it)->capacity < (*best)->capacity)) {
-          best = it;
-        }
-      }
-      if (best != free_.end()) {
-        block = *best;
-        free_bytes_ -= block->capacity;
-        free_.erase(best);
-      }
-    }
-    if (block == nullptr) {
-      block = new Block{this, n, std::make_unique_for_overwrite<char[]>(n)};
-    }
-    *data = block->memory.get();
-    return grpc::Slice(block->memory.get(), n, &BufferPool::Release, block);
-  }
-
- private:
-  static constexpr size_t kMinPooledBytes = size_t{128} << 10;
-  static constexpr size_t kMaxFreeBytes = size_t{256} << 20;
-  static constexpr size_t kMaxFreeBlocks = 16;
-  struct Block {
-    BufferPool* pool;
-    size_t capacity;
-    std::unique_ptr<char[]> memory;
-  };
-  static void Release(void* user_data) {
-    Block* block = static_cast<Block*>(user_data);
-    BufferPool* pool = block->pool;
-    {
-      std::lock_guard<std::mutex> lock(pool->mu_);
-      if (pool->free_.size() < kMaxFreeBlocks &&
-          pool->free_bytes_ + block->capacity <= kMaxFreeBytes) {
-        pool->free_.push_back(block);
-        pool->free_bytes_ += block->capacity;
-        return;
-      }
-    }
-    delete block;
-  }
-  std::mutex mu_;
-  std::vector<Block*> free_;  // guarded by mu_
-  size_t free_bytes_ = 0;     // guarded by mu_
-};
 
 // Reads protobuf wire data spread over the slices of a ByteBuffer. Every method returns false at
 // the end of the data or on a malformed value.
@@ -652,7 +584,7 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
         total += LenFieldSize(inner[t], /*always=*/true);
       }
       char* p = nullptr;
-      grpc::Slice slice = BufferPool::Get().Take(total, &p);
+      grpc::Slice slice = embedding::SlicePool::Get().Take(total, &p);
       for (size_t t = 0; t < chunk.size(); ++t) {  // PullRequest.tables: TableKeys
         const Segment& seg = chunk[t];
         const size_t n = seg.end - seg.begin;
@@ -817,7 +749,7 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step) {
         total += LenFieldSize(inner[t], /*always=*/true);
       }
       char* p = nullptr;
-      grpc::Slice slice = BufferPool::Get().Take(total, &p);
+      grpc::Slice slice = embedding::SlicePool::Get().Take(total, &p);
       for (size_t t = 0; t < chunk.size(); ++t) {  // PushRequest.tables: TableGradients
         const Segment& seg = chunk[t];
         const size_t n = seg.end - seg.begin, dim = dims[seg.item];

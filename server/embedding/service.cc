@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -15,11 +17,14 @@
 #include "common/thread_pool.h"
 #include "google/protobuf/arena.h"
 #include "proto/embedding.grpc.pb.h"
+#include "server/embedding/slice_pool.h"
 
 namespace sift::embedding {
 namespace {
 
 constexpr char kServiceName[] = "sift.embedding.v1.EmbeddingService";
+// A request thread keeps its parsed request's memory for the next call up to this size.
+constexpr size_t kMaxCachedRequestBytes = size_t{16} << 20;
 
 // Method indices of the metrics, in the order of kMethodNames.
 enum Method { kConfigure, kPull, kPush, kStats, kSnapshot, kRestore };
@@ -62,10 +67,23 @@ class EmbeddingService final : public RawService {
         kConfigure, ctx, req, resp,
         [this](const auto& q, auto* r) { return shard_->Configure(q, r); });
   }
+  // The reply is written as wire bytes: framing in small slices, rows straight from the store
+  // into pooled slices (no PullResponse, no copy of the rows).
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override {
-    return Handle<pb::PullRequest, pb::PullResponse>(
-        kPull, ctx, req, resp, [this](const auto& q, auto* r) { return shard_->Pull(q, r); });
+    return Handle<pb::PullRequest, grpc::ByteBuffer>(
+        kPull, ctx, req, resp, [this](const pb::PullRequest& q, grpc::ByteBuffer* r) {
+          std::vector<grpc::Slice> slices;
+          const Status status =
+              shard_->PullTo(q, [&slices](absl::string_view framing, size_t rows_bytes) {
+                slices.emplace_back(framing.data(), framing.size());
+                char* rows = nullptr;
+                if (rows_bytes > 0) slices.push_back(SlicePool::Get().Take(rows_bytes, &rows));
+                return rows;
+              });
+          if (status.ok()) *r = grpc::ByteBuffer(slices.data(), slices.size());
+          return status;
+        });
   }
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override {
@@ -113,22 +131,43 @@ class EmbeddingService final : public RawService {
     if (ctx->IsCancelled()) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled or past its deadline");
     }
-    google::protobuf::Arena arena;
-    Req* req = google::protobuf::Arena::CreateMessage<Req>(&arena);
-    Resp* resp = google::protobuf::Arena::CreateMessage<Resp>(&arena);
+    // The request is parsed into this thread's message of its type, reused from call to call:
+    // its repeated fields and strings keep their capacity, so a multi-MB Push allocates nothing.
+    thread_local std::unique_ptr<Req> cached;
+    if (cached == nullptr) cached = std::make_unique<Req>();
+    Req* req = cached.get();
+    const size_t request_bytes = request->Length();
     {
       grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(request));
       if (!req->ParseFromZeroCopyStream(&reader)) {
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            absl::StrCat(kMethodNames[method], ": the request is not a valid ",
-                                         Req::descriptor()->full_name(), " message (",
-                                         request->Length(), " bytes)"));
+        req->Clear();
+        return grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat(kMethodNames[method], ": the request is not a valid ",
+                         Req::descriptor()->full_name(), " message (", request_bytes, " bytes)"));
       }
     }
-    const Status status = fn(*req, resp);
-    if (!status.ok()) return ToGrpc(status);
-    bool own = false;
-    return grpc::SerializationTraits<Resp>::Serialize(*resp, response, &own);
+    grpc::Status result;
+    if constexpr (std::is_same_v<Resp, grpc::ByteBuffer>) {
+      result = ToGrpc(fn(*req, response));
+    } else {
+      google::protobuf::Arena arena;
+      Resp* resp = google::protobuf::Arena::CreateMessage<Resp>(&arena);
+      const Status status = fn(*req, resp);
+      if (status.ok()) {
+        bool own = false;
+        result = grpc::SerializationTraits<Resp>::Serialize(*resp, response, &own);
+      } else {
+        result = ToGrpc(status);
+      }
+    }
+    // Keep the memory of ordinary requests; let an unusually large one go.
+    if (request_bytes > kMaxCachedRequestBytes) {
+      cached.reset();
+    } else {
+      req->Clear();
+    }
+    return result;
   }
 
   EmbeddingShard* shard_;

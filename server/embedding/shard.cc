@@ -55,6 +55,22 @@ Status CheckTablesOnce(const Tables& tables, absl::string_view op) {
   return absl::OkStatus();
 }
 
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+char* PutVarint(char* p, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) *p++ = static_cast<char>(v | 0x80);
+  *p++ = static_cast<char>(v);
+  return p;
+}
+// A varint field (one-byte tag) as protobuf writes it: omitted when 0 (proto3).
+size_t VarintFieldSize(uint64_t v) { return v == 0 ? 0 : 1 + VarintSize(v); }
+char* PutVarintField(char* p, uint32_t tag, uint64_t v) {
+  return v == 0 ? p : PutVarint(PutVarint(p, tag), v);
+}
+
 }  // namespace
 
 StatusOr<TableConfig> TableConfigFromProto(const pb::TableConfig& proto) {
@@ -210,13 +226,15 @@ Status EmbeddingShard::CheckKeyLimit(uint64_t keys, absl::string_view op) const 
   return absl::OkStatus();
 }
 
-Status EmbeddingShard::Pull(const pb::PullRequest& request, pb::PullResponse* response) {
-  SIFT_ASSIGN_OR_RETURN(const WireFloat encoding, EncodingFromProto(request.encoding()));
+Status EmbeddingShard::CheckPull(const pb::PullRequest& request) const {
+  SIFT_RETURN_IF_ERROR(EncodingFromProto(request.encoding()).status());
   uint64_t total = 0;
   for (const pb::TableKeys& t : request.tables()) total += static_cast<uint64_t>(t.keys_size());
   SIFT_RETURN_IF_ERROR(CheckKeyLimit(total, "pull"));
-  SIFT_RETURN_IF_ERROR(CheckTablesOnce(request.tables(), "pull"));
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  return CheckTablesOnce(request.tables(), "pull");
+}
+
+Status EmbeddingShard::CheckPullTablesLocked(const pb::PullRequest& request) const {
   if (store_ == nullptr) {
     return absl::FailedPreconditionError("pull: this embedding server is not configured yet");
   }
@@ -227,6 +245,14 @@ Status EmbeddingShard::Pull(const pb::PullRequest& request, pb::PullResponse* re
           absl::StrCat("pull: unknown table (id ", t.table_id(), ") on this embedding server"));
     }
   }
+  return absl::OkStatus();
+}
+
+Status EmbeddingShard::Pull(const pb::PullRequest& request, pb::PullResponse* response) {
+  SIFT_RETURN_IF_ERROR(CheckPull(request));
+  const WireFloat encoding = *EncodingFromProto(request.encoding());
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  SIFT_RETURN_IF_ERROR(CheckPullTablesLocked(request));
   const size_t width = static_cast<size_t>(WireFloatBytes(encoding));
   std::vector<float> scratch;
   for (const pb::TableKeys& t : request.tables()) {
@@ -251,6 +277,51 @@ Status EmbeddingShard::Pull(const pb::PullRequest& request, pb::PullResponse* re
     SIFT_RETURN_IF_ERROR(request.create_missing() ? store_->Pull(t.table_id(), keys, out_span)
                                                   : store_->Lookup(t.table_id(), keys, out_span));
     if (encoding != WireFloat::kFp32) EncodeFloatsTo(encoding, out_span, bytes->data());
+    counters_.at(t.table_id())->pulled.fetch_add(n, std::memory_order_relaxed);
+  }
+  return absl::OkStatus();
+}
+
+Status EmbeddingShard::PullTo(const pb::PullRequest& request, const PullPiece& piece) {
+  SIFT_RETURN_IF_ERROR(CheckPull(request));
+  const WireFloat encoding = *EncodingFromProto(request.encoding());
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  SIFT_RETURN_IF_ERROR(CheckPullTablesLocked(request));
+  const size_t width = static_cast<size_t>(WireFloatBytes(encoding));
+  std::vector<float> scratch;
+  for (const pb::TableKeys& t : request.tables()) {
+    const TableConfig& config = *store_->FindTable(t.table_id());
+    const size_t n = static_cast<size_t>(t.keys_size());
+    const size_t floats = n * static_cast<size_t>(config.dim);
+    const size_t rows_bytes = floats * width;
+    // TableRows {table_id = 1; dim = 2; rows = 3}, as an element of PullResponse.tables (1).
+    const size_t inner = VarintFieldSize(t.table_id()) +
+                         VarintFieldSize(static_cast<uint32_t>(config.dim)) +
+                         (rows_bytes == 0 ? 0 : 1 + VarintSize(rows_bytes) + rows_bytes);
+    char framing[48];
+    char* p = framing;
+    p = PutVarint(p, (1 << 3) | 2);
+    p = PutVarint(p, inner);
+    p = PutVarintField(p, (1 << 3) | 0, t.table_id());
+    p = PutVarintField(p, (2 << 3) | 0, static_cast<uint32_t>(config.dim));
+    if (rows_bytes > 0) {
+      p = PutVarint(p, (3 << 3) | 2);
+      p = PutVarint(p, rows_bytes);
+    }
+    char* bytes = piece(absl::string_view(framing, static_cast<size_t>(p - framing)), rows_bytes);
+    if (rows_bytes == 0) continue;
+    float* out = nullptr;
+    if (encoding == WireFloat::kFp32) {
+      out = reinterpret_cast<float*>(bytes);
+    } else {
+      scratch.resize(floats);
+      out = scratch.data();
+    }
+    const absl::Span<const uint64_t> keys(t.keys().data(), n);
+    const absl::Span<float> out_span(out, floats);
+    SIFT_RETURN_IF_ERROR(request.create_missing() ? store_->Pull(t.table_id(), keys, out_span)
+                                                  : store_->Lookup(t.table_id(), keys, out_span));
+    if (encoding != WireFloat::kFp32) EncodeFloatsTo(encoding, out_span, bytes);
     counters_.at(t.table_id())->pulled.fetch_add(n, std::memory_order_relaxed);
   }
   return absl::OkStatus();

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -59,6 +60,13 @@ class EmbeddingShard {
 
   Status Configure(const pb::ConfigureRequest& request, pb::ConfigureResponse* response);
   Status Pull(const pb::PullRequest& request, pb::PullResponse* response);
+  // Pull with the reply as wire bytes, no message in between (the gRPC service's path): validates
+  // as Pull, then for each request table calls piece(framing, n), which must append `framing` to
+  // the reply and return memory, aligned for float and not moved until the reply is sent, for
+  // the n bytes of rows that follow it (nullptr allowed when n == 0). Together the pieces are the
+  // serialized PullResponse that Pull would fill. No piece is asked for when validation fails.
+  using PullPiece = std::function<char*(absl::string_view framing, size_t rows_bytes)>;
+  Status PullTo(const pb::PullRequest& request, const PullPiece& piece);
   Status Push(const pb::PushRequest& request, pb::PushResponse* response);
   Status Stats(pb::StatsResponse* response) const;
   Status Snapshot(const pb::SnapshotRequest& request, pb::SnapshotResponse* response);
@@ -87,6 +95,10 @@ class EmbeddingShard {
   Status InstallLocked(const pb::ConfigureRequest& config, std::unique_ptr<EmbeddingStore> store);
   StatusOr<std::unique_ptr<EmbeddingStore>> MakeStore(const pb::ConfigureRequest& config) const;
   Status CheckKeyLimit(uint64_t keys, absl::string_view op) const;
+  // Pull's checks of the request alone, and those against the tables. REQUIRES (the latter): mu_
+  // held (shared).
+  Status CheckPull(const pb::PullRequest& request) const;
+  Status CheckPullTablesLocked(const pb::PullRequest& request) const;
   // Remembers (client_id, sequence); false when it was already there. REQUIRES: client_id != 0.
   bool MarkPushApplied(uint64_t client_id, uint64_t sequence);
   void ForgetPush(uint64_t client_id, uint64_t sequence);
