@@ -40,13 +40,22 @@ Status CheckBatchShape(const std::string& label, absl::string_view op, size_t id
   return absl::OkStatus();
 }
 
-// True when no value is inf or NaN: one branch-free pass the compiler vectorises.
+// True when no value is inf or NaN (exponent bits all ones). Blocks of 16 with a fixed trip count
+// let -O2 vectorise the loop.
 bool AllFinite(absl::Span<const float> x) {
+  constexpr size_t kBlock = 16;
+  constexpr uint32_t kExponent = 0x7f800000u;
   uint32_t bad = 0;
-  for (const float f : x) {
+  size_t i = 0;
+  for (; i + kBlock <= x.size(); i += kBlock) {
+    uint32_t bits[kBlock];
+    std::memcpy(bits, x.data() + i, sizeof(bits));
+    for (size_t j = 0; j < kBlock; ++j) bad |= (bits[j] & kExponent) == kExponent ? ~0u : 0u;
+  }
+  for (; i < x.size(); ++i) {
     uint32_t bits;
-    std::memcpy(&bits, &f, sizeof(bits));
-    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    std::memcpy(&bits, x.data() + i, sizeof(bits));
+    bad |= (bits & kExponent) == kExponent ? ~0u : 0u;
   }
   return bad == 0;
 }
@@ -331,10 +340,21 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
     SIFT_RETURN_IF_ERROR(ForEachStripe(plan.offsets, [&](int s) -> Status {
       Stripe& stripe = table->stripes[s];
       std::lock_guard<std::mutex> lock(stripe.mu);
-      for (uint32_t k = plan.offsets[s]; k < plan.offsets[s + 1]; ++k) {
+      const uint32_t begin = plan.offsets[s], end = plan.offsets[s + 1];
+      // Two passes: find (or create) every row while the gradients are prefetched, then apply.
+      thread_local std::vector<float*> rows;
+      rows.resize(end - begin);
+      const float* grads = push.grads.data();
+      for (uint32_t k = begin; k < end; ++k) {
         const uint32_t i = plan.order[k];
-        SIFT_ASSIGN_OR_RETURN(float* row, FindOrCreateRow(*table, stripe, push.ids[i]));
-        ApplyOptimizer(c.optimizer, c.dim, push.grads.data() + i * dim, row, row + c.dim);
+        __builtin_prefetch(grads + i * dim);
+        __builtin_prefetch(grads + (i + 1) * dim - 1);
+        SIFT_ASSIGN_OR_RETURN(rows[k - begin], FindOrCreateRow(*table, stripe, push.ids[i]));
+      }
+      for (uint32_t k = begin; k < end; ++k) {
+        const uint32_t i = plan.order[k];
+        float* row = rows[k - begin];
+        ApplyOptimizer(c.optimizer, c.dim, grads + i * dim, row, row + c.dim);
       }
       return absl::OkStatus();
     }));
