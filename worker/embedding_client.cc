@@ -74,6 +74,12 @@ void MakeUnique(absl::Span<const uint64_t> keys, UniqueKeys* u) {
   u->keys = u->storage;
 }
 
+// Bytes per RPC (keys and rows) and RPCs in flight at once per shard: a large shard request is
+// split into sub-requests of about kSplitBytes, at most kWindow in flight, so that building,
+// sending, serving and decoding them overlap (on the client's and the server's cores).
+constexpr uint64_t kSplitBytes = uint64_t{1} << 20;
+constexpr size_t kWindow = 4;
+
 // One RPC's share of a shard's keys: segments [begin, end) of item `item`'s slice for the shard.
 struct Segment {
   size_t item;
@@ -82,8 +88,8 @@ struct Segment {
 using Chunk = std::vector<Segment>;
 
 // Splits each shard's keys (over all items, in item order) into chunks of at most max_keys keys
-// and max_bytes bytes (bytes_per_key[item] each). RESOURCE_EXHAUSTED naming the table when one
-// key of an item does not fit max_bytes.
+// and max_bytes bytes (bytes_per_key[item] each), and of about kSplitBytes. RESOURCE_EXHAUSTED
+// naming the table when one key of an item does not fit max_bytes.
 StatusOr<std::vector<std::vector<Chunk>>> PlanChunks(const std::vector<ShardSlices>& slices,
                                                      uint32_t shards,
                                                      const std::vector<uint32_t>& table_ids,
@@ -97,6 +103,10 @@ StatusOr<std::vector<std::vector<Chunk>>> PlanChunks(const std::vector<ShardSlic
                        max_bytes, " bytes (the servers' max_message_bytes less framing)"));
     }
   }
+  // Sub-requests of about kSplitBytes (at least one key each), within the servers' limit.
+  uint64_t chunk_bytes = kSplitBytes;
+  for (const uint64_t b : bytes_per_key) chunk_bytes = std::max(chunk_bytes, b);
+  max_bytes = std::min(max_bytes, chunk_bytes);
   std::vector<std::vector<Chunk>> plan(shards);
   for (uint32_t s = 0; s < shards; ++s) {
     Chunk chunk;
@@ -241,11 +251,6 @@ void ForEachRun(const uint32_t* pos, size_t n, Fn fn) {
   }
 }
 
-// Keys per RPC (0: only the servers' limits) and RPCs in flight at once per shard: a large shard
-// request split into sub-requests overlaps building, sending, serving and decoding them.
-constexpr size_t kSplitKeys = 0;
-constexpr size_t kWindow = 4;
-
 }  // namespace
 
 StatusOr<std::vector<std::string>> ParseServerList(const std::string& list) {
@@ -281,11 +286,6 @@ class EmbeddingClient::Impl {
       absl::StrCat("/", pb::EmbeddingService::service_full_name(), "/Pull");
   const std::string push_method =
       absl::StrCat("/", pb::EmbeddingService::service_full_name(), "/Push");
-
-  // Keys per RPC when planning chunks: the servers' limit, or less to pipeline sub-requests.
-  uint64_t ChunkKeys() const {
-    return kSplitKeys > 0 ? std::min<uint64_t>(max_keys, kSplitKeys) : max_keys;
-  }
 
   uint32_t shards() const { return static_cast<uint32_t>(stubs.size()); }
 
@@ -443,6 +443,7 @@ StatusOr<std::unique_ptr<EmbeddingClient>> EmbeddingClient::Connect(
     return absl::InvalidArgumentError(
         "embedding client: deadline must be > 0, retries and backoff >= 0");
   }
+  embedding::KeepFreedHeapMemory();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->max_keys = options.max_keys_per_request > 0 ? options.max_keys_per_request : UINT64_MAX;
@@ -541,8 +542,8 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
   }
   std::vector<uint32_t> table_ids(items.size());
   for (size_t i = 0; i < items.size(); ++i) table_ids[i] = items[i].table_id;
-  SIFT_ASSIGN_OR_RETURN(const auto plan, PlanChunks(slices, S, table_ids, bytes_per_key,
-                                                    im.ChunkKeys(), im.max_bytes));
+  SIFT_ASSIGN_OR_RETURN(const auto plan,
+                        PlanChunks(slices, S, table_ids, bytes_per_key, im.max_keys, im.max_bytes));
   // Where item i's unique rows go.
   auto rows_of = [&](size_t i) {
     return uniq[i].inverse.empty() ? items[i].out.data() : uniq_rows[i].data();
@@ -724,8 +725,8 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step) {
   }
   std::vector<uint32_t> table_ids(items.size());
   for (size_t i = 0; i < items.size(); ++i) table_ids[i] = items[i].table_id;
-  SIFT_ASSIGN_OR_RETURN(const auto plan, PlanChunks(slices, S, table_ids, bytes_per_key,
-                                                    im.ChunkKeys(), im.max_bytes));
+  SIFT_ASSIGN_OR_RETURN(const auto plan,
+                        PlanChunks(slices, S, table_ids, bytes_per_key, im.max_keys, im.max_bytes));
   // Sequence numbers are fixed before sending, so a retry repeats its request's identity.
   std::vector<uint64_t> first_sequence(S);
   for (uint32_t s = 0; s < S; ++s) {

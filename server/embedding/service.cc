@@ -260,6 +260,7 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
   }
   auto impl = std::make_unique<Impl>();
   SIFT_ASSIGN_OR_RETURN(impl->shard, EmbeddingShard::Create(options.shard));
+  KeepFreedHeapMemory();
   impl->registry = std::make_shared<prometheus::Registry>();
   AddBuildInfo(*impl->registry, options.shard.version);
   impl->grpc_metrics = std::make_unique<GrpcServerMetrics>(

@@ -6,6 +6,11 @@
 //
 // One process-wide pool (SlicePool::Get()), never destroyed: slices may outlive any server or
 // client. Keeps at most 16 free blocks and 256 MiB. Thread-safe.
+//
+// KeepFreedHeapMemory() does the same for the buffers gRPC itself allocates (every received
+// message lands in fresh malloc'd slices): it makes glibc keep freed memory instead of returning
+// it to the kernel and faulting it in again on the next message. Process-wide, once; called by
+// EmbeddingServer::Start and EmbeddingClient::Connect.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +18,10 @@
 #include <memory>
 #include <mutex>
 #include <vector>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <grpcpp/support/slice.h>
 
@@ -92,5 +101,19 @@ class SlicePool {
   std::vector<Block*> free_;  // guarded by mu_
   size_t free_bytes_ = 0;     // guarded by mu_
 };
+
+// glibc malloc: blocks up to 32 MiB come from the heap (not a fresh mmap each), the heap keeps up
+// to 256 MiB of free memory at its top and grows by 64 MiB extra. A measured 25-30% of Pull and
+// Push throughput at 64K keys (4 MiB messages) went to page faults without it.
+inline void KeepFreedHeapMemory() {
+#if defined(__GLIBC__)
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    mallopt(M_TOP_PAD, 64 << 20);
+  });
+#endif
+}
 
 }  // namespace sift::embedding
