@@ -8,6 +8,7 @@
 // request entirely or not at all, and a request never sees a half-restored shard.
 // Every method validates its whole request before changing anything and returns the error codes
 // documented in proto/embedding.proto, with messages that name the table or field.
+// REQUIRES: every `response` argument is a fresh (empty) message; methods add to it.
 #pragma once
 
 #include <atomic>
