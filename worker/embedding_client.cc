@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/proto_wire.h"
 #include "common/sharding.h"
 #include "common/thread_pool.h"
 #include "proto/embedding.grpc.pb.h"
@@ -26,6 +27,13 @@
 
 namespace sift::worker {
 namespace {
+
+using wire::LenFieldSize;
+using wire::PutLenHeader;
+using wire::PutVarint;
+using wire::PutVarintField;
+using wire::VarintFieldSize;
+using wire::VarintSize;
 
 constexpr const char* kCodeNames[] = {
     "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
@@ -143,32 +151,6 @@ StatusOr<std::vector<std::vector<Chunk>>> PlanChunks(const std::vector<ShardSlic
 // other valid encoding falls back to protobuf's parser.
 static_assert(std::endian::native == std::endian::little,
               "fixed64 keys and fp32 rows are copied as little-endian bytes");
-
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  for (; v >= 0x80; v >>= 7) ++n;
-  return n;
-}
-char* PutVarint(char* p, uint64_t v) {
-  for (; v >= 0x80; v >>= 7) *p++ = static_cast<char>(v | 0x80);
-  *p++ = static_cast<char>(v);
-  return p;
-}
-// A field of tag `tag` (field number < 16: one byte) and varint value v, omitted when 0 (proto3).
-size_t VarintFieldSize(uint64_t v) { return v == 0 ? 0 : 1 + VarintSize(v); }
-char* PutVarintField(char* p, uint8_t tag, uint64_t v) {
-  if (v == 0) return p;
-  *p++ = static_cast<char>(tag);
-  return PutVarint(p, v);
-}
-// A length-delimited field of `len` bytes (omitted when empty unless `always`).
-size_t LenFieldSize(size_t len, bool always = false) {
-  return len == 0 && !always ? 0 : 1 + VarintSize(len) + len;
-}
-char* PutLenHeader(char* p, uint8_t tag, size_t len) {
-  *p++ = static_cast<char>(tag);
-  return PutVarint(p, len);
-}
 
 // Reads protobuf wire data spread over the slices of a ByteBuffer. Every method returns false at
 // the end of the data or on a malformed value.

@@ -6,12 +6,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/proto_wire.h"
 #include "common/wire_float.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/embedding/snapshot.h"
 
 namespace sift::embedding {
 namespace {
+
+using wire::PutVarint;
+using wire::PutVarintField;
+using wire::VarintFieldSize;
+using wire::VarintSize;
 
 constexpr int kMaxDim = 65536;
 
@@ -53,22 +59,6 @@ Status CheckTablesOnce(const Tables& tables, absl::string_view op) {
     }
   }
   return absl::OkStatus();
-}
-
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  for (; v >= 0x80; v >>= 7) ++n;
-  return n;
-}
-char* PutVarint(char* p, uint64_t v) {
-  for (; v >= 0x80; v >>= 7) *p++ = static_cast<char>(v | 0x80);
-  *p++ = static_cast<char>(v);
-  return p;
-}
-// A varint field (one-byte tag) as protobuf writes it: omitted when 0 (proto3).
-size_t VarintFieldSize(uint64_t v) { return v == 0 ? 0 : 1 + VarintSize(v); }
-char* PutVarintField(char* p, uint32_t tag, uint64_t v) {
-  return v == 0 ? p : PutVarint(PutVarint(p, tag), v);
 }
 
 }  // namespace
@@ -249,35 +239,18 @@ Status EmbeddingShard::CheckPullTablesLocked(const pb::PullRequest& request) con
 }
 
 Status EmbeddingShard::Pull(const pb::PullRequest& request, pb::PullResponse* response) {
-  SIFT_RETURN_IF_ERROR(CheckPull(request));
-  const WireFloat encoding = *EncodingFromProto(request.encoding());
-  std::shared_lock<std::shared_mutex> lock(mu_);
-  SIFT_RETURN_IF_ERROR(CheckPullTablesLocked(request));
-  const size_t width = static_cast<size_t>(WireFloatBytes(encoding));
-  std::vector<float> scratch;
-  for (const pb::TableKeys& t : request.tables()) {
-    const TableConfig& config = *store_->FindTable(t.table_id());
-    const size_t n = static_cast<size_t>(t.keys_size());
-    const size_t floats = n * static_cast<size_t>(config.dim);
-    pb::TableRows* rows = response->add_tables();
-    rows->set_table_id(t.table_id());
-    rows->set_dim(static_cast<uint32_t>(config.dim));
-    std::string* bytes = rows->mutable_rows();
-    bytes->resize(floats * width);
-    const absl::Span<const uint64_t> keys(t.keys().data(), n);
-    // fp32 rows go straight into the reply's buffer (heap memory, aligned for float).
-    float* out = nullptr;
-    if (encoding == WireFloat::kFp32) {
-      out = reinterpret_cast<float*>(bytes->data());
-    } else {
-      scratch.resize(floats);
-      out = scratch.data();
-    }
-    const absl::Span<float> out_span(out, floats);
-    SIFT_RETURN_IF_ERROR(request.create_missing() ? store_->Pull(t.table_id(), keys, out_span)
-                                                  : store_->Lookup(t.table_id(), keys, out_span));
-    if (encoding != WireFloat::kFp32) EncodeFloatsTo(encoding, out_span, bytes->data());
-    counters_.at(t.table_id())->pulled.fetch_add(n, std::memory_order_relaxed);
+  // One implementation: PullTo's wire bytes, parsed (so every caller of Pull also checks them
+  // against protobuf's own parser).
+  std::vector<std::unique_ptr<std::string>> pieces;
+  SIFT_RETURN_IF_ERROR(PullTo(request, [&pieces](absl::string_view framing, size_t rows_bytes) {
+    pieces.push_back(std::make_unique<std::string>(framing));
+    pieces.push_back(std::make_unique<std::string>(rows_bytes, '\0'));
+    return pieces.back()->data();
+  }));
+  std::string wire;
+  for (const auto& piece : pieces) wire += *piece;
+  if (!response->ParseFromString(wire)) {
+    return absl::InternalError("pull: the reply's wire bytes do not parse as a PullResponse");
   }
   return absl::OkStatus();
 }

@@ -50,6 +50,24 @@ std::string Slurp(int fd) {
 }
 }  // namespace
 
+namespace {
+// In a forked child: stdout/stderr to the given files, stdin from /dev/null, exec the built sift.
+[[noreturn]] void ExecSift(const std::vector<std::string>& args, int out_fd, int err_fd) {
+  ::dup2(out_fd, 1);
+  ::dup2(err_fd, 2);
+  int devnull = ::open("/dev/null", O_RDONLY);
+  ::dup2(devnull, 0);
+  std::vector<char*> argv;
+  std::string bin = SIFT_BINARY;
+  argv.push_back(bin.data());
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(bin.c_str(), argv.data());
+  ::_exit(127);
+}
+}  // namespace
+
 RunResult RunSift(const std::vector<std::string>& args) {
   RunResult r;
   char out_tmpl[] = "/tmp/sift_out_XXXXXX";
@@ -57,18 +75,7 @@ RunResult RunSift(const std::vector<std::string>& args) {
   int out_fd = ::mkstemp(out_tmpl), err_fd = ::mkstemp(err_tmpl);
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::dup2(out_fd, 1);
-    ::dup2(err_fd, 2);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    ::dup2(devnull, 0);
-    std::vector<char*> argv;
-    std::string bin = SIFT_BINARY;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
+    ExecSift(args, out_fd, err_fd);
   }
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -90,18 +97,7 @@ SiftProcess::SiftProcess(const std::vector<std::string>& args, const std::string
   const int err_fd = ::open((prefix_ + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_ = ::fork();
   if (pid_ == 0) {
-    ::dup2(out_fd, 1);
-    ::dup2(err_fd, 2);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    ::dup2(devnull, 0);
-    std::vector<char*> argv;
-    std::string bin = SIFT_BINARY;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
+    ExecSift(args, out_fd, err_fd);
   }
   ::close(out_fd);
   ::close(err_fd);
