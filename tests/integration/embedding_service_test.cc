@@ -38,6 +38,7 @@
 #include "server/embedding/service.h"
 #include "server/embedding/snapshot.h"
 #include "server/embedding/table.h"
+#include "tests/util/embedding_requests.h"
 #include "tests/util/test_util.h"
 #include "worker/embedding_client.h"
 
@@ -169,48 +170,11 @@ void ExpectGrpcError(const grpc::Status& s, grpc::StatusCode code,
   for (const std::string& p : parts) EXPECT_THAT(s.error_message(), HasSubstr(p));
 }
 
-void ExpectError(const Status& s, absl::StatusCode code, const std::vector<std::string>& parts) {
-  EXPECT_EQ(s.code(), code) << s;
-  for (const std::string& p : parts) EXPECT_THAT(std::string(s.message()), HasSubstr(p));
-}
-
-struct Keys {
-  uint32_t table;
-  std::vector<uint64_t> keys;
-};
-
-pb::PullRequest PullReq(const std::vector<Keys>& tables, bool create_missing = true,
-                        pb::RowEncoding encoding = pb::ROW_ENCODING_FP32) {
-  pb::PullRequest r;
-  r.set_create_missing(create_missing);
-  r.set_encoding(encoding);
-  for (const Keys& k : tables) {
-    pb::TableKeys* t = r.add_tables();
-    t->set_table_id(k.table);
-    for (uint64_t key : k.keys) t->add_keys(key);
-  }
-  return r;
-}
-
-struct Grads {
-  uint32_t table;
-  std::vector<uint64_t> keys;
-  std::vector<float> grads;
-};
-
-pb::PushRequest PushReq(const std::vector<Grads>& tables, int64_t step = 1,
-                        pb::RowEncoding encoding = pb::ROW_ENCODING_FP32) {
-  pb::PushRequest r;
-  r.set_step(step);
-  r.set_encoding(encoding);
-  for (const Grads& g : tables) {
-    pb::TableGradients* t = r.add_tables();
-    t->set_table_id(g.table);
-    for (uint64_t key : g.keys) t->add_keys(key);
-    EncodeFloats(static_cast<WireFloat>(encoding), g.grads, t->mutable_gradients());
-  }
-  return r;
-}
+using ::sift::testing::ExpectError;
+using ::sift::testing::Grads;
+using ::sift::testing::Keys;
+using ::sift::testing::PullReq;
+using ::sift::testing::PushReq;
 
 std::vector<float> Decode(const std::string& bytes) {
   std::vector<float> out(bytes.size() / 4);
