@@ -233,6 +233,15 @@ void ForEachRun(const uint32_t* pos, size_t n, Fn fn) {
   }
 }
 
+// A Pull's or Push's keys prepared for the wire: per item its unique keys, their slices by shard
+// and the row width; per shard the planned RPCs.
+struct RequestLayout {
+  std::vector<UniqueKeys> uniq;
+  std::vector<ShardSlices> slices;
+  std::vector<size_t> dims;
+  std::vector<std::vector<Chunk>> plan;
+};
+
 }  // namespace
 
 StatusOr<std::vector<std::string>> ParseServerList(const std::string& list) {
@@ -395,6 +404,39 @@ class EmbeddingClient::Impl {
     return absl::OkStatus();
   }
 
+  // Dedups each item's keys, checks its float count (`floats_of`), slices the unique keys by
+  // shard and plans the RPCs. INVALID_ARGUMENT naming the table for an unknown table or a wrong
+  // float count.
+  template <typename Item, typename FloatsOf>
+  StatusOr<RequestLayout> Layout(absl::Span<const Item> items, absl::string_view op,
+                                 absl::string_view what, FloatsOf floats_of) const {
+    const size_t width = static_cast<size_t>(WireFloatBytes(options.encoding));
+    RequestLayout l;
+    l.uniq.resize(items.size());
+    l.slices.resize(items.size());
+    l.dims.resize(items.size());
+    std::vector<uint64_t> bytes_per_key(items.size());
+    std::vector<uint32_t> table_ids(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      SIFT_ASSIGN_OR_RETURN(const int dim, Dim(items[i].table_id));
+      const size_t d = static_cast<size_t>(dim);
+      const size_t n = items[i].keys.size();
+      if (floats_of(items[i]) != n * d) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "embedding client: ", op, " of table ", items[i].table_id, ": ", n, " keys x dim ", dim,
+            " need ", n * d, " ", what, " floats, got ", floats_of(items[i])));
+      }
+      l.dims[i] = d;
+      table_ids[i] = items[i].table_id;
+      MakeUnique(items[i].keys, &l.uniq[i]);
+      SliceByShard(items[i].table_id, l.uniq[i].keys, shards(), &l.slices[i]);
+      bytes_per_key[i] = 8 + d * width;
+    }
+    SIFT_ASSIGN_OR_RETURN(
+        l.plan, PlanChunks(l.slices, shards(), table_ids, bytes_per_key, max_keys, max_bytes));
+    return l;
+  }
+
   StatusOr<int> Dim(uint32_t table_id) const {
     auto it = dims.find(table_id);
     if (it == dims.end()) {
@@ -500,32 +542,19 @@ Status EmbeddingClient::Configure(uint64_t seed, const std::vector<embedding::Ta
 
 Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missing) {
   Impl& im = *impl_;
-  const uint32_t S = im.shards();
   const WireFloat encoding = im.options.encoding;
   const size_t width = static_cast<size_t>(WireFloatBytes(encoding));
-  std::vector<UniqueKeys> uniq(items.size());
-  std::vector<ShardSlices> slices(items.size());
-  std::vector<uint64_t> bytes_per_key(items.size());
-  std::vector<size_t> dims(items.size());
+  SIFT_ASSIGN_OR_RETURN(
+      RequestLayout layout,
+      im.Layout(items, "pull", "output", [](const PullItem& item) { return item.out.size(); }));
+  const std::vector<UniqueKeys>& uniq = layout.uniq;
+  const std::vector<ShardSlices>& slices = layout.slices;
+  const std::vector<size_t>& dims = layout.dims;
+  const auto& plan = layout.plan;
   std::vector<std::vector<float>> uniq_rows(items.size());  // only for items with repeats
   for (size_t i = 0; i < items.size(); ++i) {
-    SIFT_ASSIGN_OR_RETURN(const int dim, im.Dim(items[i].table_id));
-    dims[i] = static_cast<size_t>(dim);
-    if (items[i].out.size() != items[i].keys.size() * dims[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "embedding client: pull of table ", items[i].table_id, ": ", items[i].keys.size(),
-          " keys x dim ", dim, " need ", items[i].keys.size() * dims[i], " output floats, got ",
-          items[i].out.size()));
-    }
-    MakeUnique(items[i].keys, &uniq[i]);
     if (!uniq[i].inverse.empty()) uniq_rows[i].resize(uniq[i].keys.size() * dims[i]);
-    SliceByShard(items[i].table_id, uniq[i].keys, S, &slices[i]);
-    bytes_per_key[i] = 8 + dims[i] * width;
   }
-  std::vector<uint32_t> table_ids(items.size());
-  for (size_t i = 0; i < items.size(); ++i) table_ids[i] = items[i].table_id;
-  SIFT_ASSIGN_OR_RETURN(const auto plan,
-                        PlanChunks(slices, S, table_ids, bytes_per_key, im.max_keys, im.max_bytes));
   // Where item i's unique rows go.
   auto rows_of = [&](size_t i) {
     return uniq[i].inverse.empty() ? items[i].out.data() : uniq_rows[i].data();
@@ -675,40 +704,28 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step) {
   const uint32_t S = im.shards();
   const WireFloat encoding = im.options.encoding;
   const size_t width = static_cast<size_t>(WireFloatBytes(encoding));
-  std::vector<UniqueKeys> uniq(items.size());
-  std::vector<ShardSlices> slices(items.size());
-  std::vector<uint64_t> bytes_per_key(items.size());
-  std::vector<size_t> dims(items.size());
-  std::vector<std::vector<float>> summed(items.size());  // only for items with repeats
+  SIFT_ASSIGN_OR_RETURN(
+      RequestLayout layout,
+      im.Layout(items, "push", "gradient", [](const PushItem& item) { return item.grads.size(); }));
+  const std::vector<UniqueKeys>& uniq = layout.uniq;
+  const std::vector<ShardSlices>& slices = layout.slices;
+  const std::vector<size_t>& dims = layout.dims;
+  const auto& plan = layout.plan;
+  // Gradients per unique key: the caller's, or the sums over repeated keys.
+  std::vector<std::vector<float>> summed(items.size());
   std::vector<const float*> grads(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
-    SIFT_ASSIGN_OR_RETURN(const int dim, im.Dim(items[i].table_id));
-    const size_t d = static_cast<size_t>(dim);
-    dims[i] = d;
-    if (items[i].grads.size() != items[i].keys.size() * d) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("embedding client: push of table ", items[i].table_id, ": ",
-                       items[i].keys.size(), " keys x dim ", dim, " need ",
-                       items[i].keys.size() * d, " gradient floats, got ", items[i].grads.size()));
-    }
-    MakeUnique(items[i].keys, &uniq[i]);
+    const size_t d = dims[i];
     grads[i] = items[i].grads.data();
-    if (!uniq[i].inverse.empty()) {
-      summed[i].assign(uniq[i].keys.size() * d, 0.0f);
-      for (size_t k = 0; k < uniq[i].inverse.size(); ++k) {
-        float* dst = summed[i].data() + uniq[i].inverse[k] * d;
-        const float* src = items[i].grads.data() + k * d;
-        for (size_t c = 0; c < d; ++c) dst[c] += src[c];
-      }
-      grads[i] = summed[i].data();
+    if (uniq[i].inverse.empty()) continue;
+    summed[i].assign(uniq[i].keys.size() * d, 0.0f);
+    for (size_t k = 0; k < uniq[i].inverse.size(); ++k) {
+      float* dst = summed[i].data() + uniq[i].inverse[k] * d;
+      const float* src = items[i].grads.data() + k * d;
+      for (size_t c = 0; c < d; ++c) dst[c] += src[c];
     }
-    SliceByShard(items[i].table_id, uniq[i].keys, S, &slices[i]);
-    bytes_per_key[i] = 8 + d * width;
+    grads[i] = summed[i].data();
   }
-  std::vector<uint32_t> table_ids(items.size());
-  for (size_t i = 0; i < items.size(); ++i) table_ids[i] = items[i].table_id;
-  SIFT_ASSIGN_OR_RETURN(const auto plan,
-                        PlanChunks(slices, S, table_ids, bytes_per_key, im.max_keys, im.max_bytes));
   // Sequence numbers are fixed before sending, so a retry repeats its request's identity.
   std::vector<uint64_t> first_sequence(S);
   for (uint32_t s = 0; s < S; ++s) {
