@@ -8,13 +8,13 @@
 #include <cstdio>
 #include <memory>
 #include <new>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/auc.h"
-#include "common/crc32c.h"
 #include "common/data/dataset.h"
 #include "common/dllogger.h"
 #include "common/file_util.h"
@@ -126,6 +126,7 @@ class Trainer {
   std::unique_ptr<embedding::EmbeddingStore> store_;   // in-process tables, or
   std::unique_ptr<EmbeddingClient> remote_;            // the embedding servers'
   std::vector<embedding::TableConfig> remote_tables_;  // checked after a restore
+  uint64_t snapshot_nonce_ = 0;                        // names this run's server snapshots
   DenseAdam adam_;
   BatchKeys keys_;
   std::unique_ptr<DLLogger> json_log_, stdout_log_;
@@ -214,6 +215,10 @@ Status Trainer::Setup(RunMode mode) {
     co.servers = o_.embedding_servers;
     SIFT_ASSIGN_OR_RETURN(co.encoding, ParseWireFloat(o_.wire_encoding));
     SIFT_ASSIGN_OR_RETURN(remote_, EmbeddingClient::Connect(co));
+    std::random_device rd;
+    snapshot_nonce_ =
+        Mix64((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid()) ^
+              static_cast<uint64_t>(SystemWallClockMicros()));
     // A fresh run starts from empty tables (stale rows of an earlier job would change the
     // results); a resumed run gets its tables from the checkpoint's snapshot (below) and checks
     // they are this run's.
@@ -242,9 +247,26 @@ Status Trainer::Setup(RunMode mode) {
     SIFT_RETURN_IF_ERROR(LoadCheckpoint(o_.load_checkpoint, ModelSummary(config_),
                                         static_cast<int64_t>(np), &st, store_.get()));
     if (remote_ != nullptr) {
-      SIFT_RETURN_IF_ERROR(Annotate(
-          remote_->Restore(st.remote.name).status(),
-          absl::StrCat(o_.load_checkpoint, ": restoring snapshot '", st.remote.name, "'")));
+      const std::string what =
+          absl::StrCat(o_.load_checkpoint, ": restoring snapshot '", st.remote.name, "'");
+      StatusOr<std::vector<pb::RestoreResponse>> restored_or = remote_->Restore(st.remote.name);
+      SIFT_RETURN_IF_ERROR(Annotate(restored_or.status(), what));
+      const std::vector<pb::RestoreResponse>& restored = *restored_or;
+      // The restored shards must be the ones the manifest recorded: same step, same rows.
+      int64_t rows = 0, want_rows = 0;
+      for (const pb::RestoreResponse& r : restored) {
+        rows += r.rows();
+        if (r.step() != st.global_step || r.source_shards() != st.remote.num_shards) {
+          return absl::DataLossError(absl::StrCat(
+              what, ": the servers restored step ", r.step(), " of ", r.source_shards(),
+              " shards, the manifest says step ", st.global_step, " of ", st.remote.num_shards));
+        }
+      }
+      for (const CheckpointState::RemoteSnapshot::File& f : st.remote.files) want_rows += f.rows;
+      if (rows != want_rows) {
+        return absl::DataLossError(absl::StrCat(what, ": the servers restored ", rows,
+                                                " rows, the manifest says ", want_rows));
+      }
       SIFT_RETURN_IF_ERROR(Annotate(remote_->Configure(o_.seed, remote_tables_, /*replace=*/false),
                                     absl::StrCat(o_.load_checkpoint, ": the restored tables")));
     }
@@ -403,8 +425,9 @@ Status Trainer::SaveCheckpointNow(int64_t epochs_done) {
   if (remote_ != nullptr) {
     // The servers write the tables (a consistent cut: this process is their only writer and
     // its pushes have all returned); the manifest then names the snapshot.
-    const uint64_t dir_hash = Mix64(Crc32c(o_.save_checkpoint.data(), o_.save_checkpoint.size()));
-    st.remote.name = absl::StrFormat("ckpt-%016x-step-%d", dir_hash, global_step_);
+    // A name no other save uses (this run's nonce, the step): a later or concurrent run can never
+    // overwrite the files an existing manifest points to.
+    st.remote.name = absl::StrFormat("ckpt-%016x-step-%d", snapshot_nonce_, global_step_);
     SIFT_ASSIGN_OR_RETURN(std::vector<pb::SnapshotResponse> shards,
                           remote_->Snapshot(st.remote.name, global_step_));
     st.remote.num_shards = static_cast<uint32_t>(shards.size());

@@ -148,21 +148,31 @@ class EmbeddingService final : public RawService {
       }
     }
     grpc::Status result;
-    if constexpr (std::is_same_v<Resp, grpc::ByteBuffer>) {
-      result = ToGrpc(fn(*req, response));
-    } else {
-      google::protobuf::Arena arena;
-      Resp* resp = google::protobuf::Arena::CreateMessage<Resp>(&arena);
-      const Status status = fn(*req, resp);
-      if (status.ok()) {
-        bool own = false;
-        result = grpc::SerializationTraits<Resp>::Serialize(*resp, response, &own);
+    try {
+      if constexpr (std::is_same_v<Resp, grpc::ByteBuffer>) {
+        result = ToGrpc(fn(*req, response));
       } else {
-        result = ToGrpc(status);
+        google::protobuf::Arena arena;
+        Resp* resp = google::protobuf::Arena::CreateMessage<Resp>(&arena);
+        const Status status = fn(*req, resp);
+        if (status.ok()) {
+          bool own = false;
+          result = grpc::SerializationTraits<Resp>::Serialize(*resp, response, &own);
+        } else {
+          result = ToGrpc(status);
+        }
       }
+    } catch (const std::bad_alloc&) {
+      // One request too large for this machine's memory must not take the shard down.
+      result =
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       absl::StrCat(kMethodNames[method], ": out of memory serving this request (",
+                                    request_bytes, " bytes); split it"));
     }
-    // Keep the memory of ordinary requests; let an unusually large one go.
-    if (request_bytes > kMaxCachedRequestBytes) {
+    // Keep the memory of ordinary requests; let an unusually large one go — by what the parsed
+    // message holds, not its wire size (millions of empty sub-messages are small on the wire).
+    if (request_bytes > kMaxCachedRequestBytes ||
+        req->SpaceUsedLong() > static_cast<size_t>(2 * kMaxCachedRequestBytes)) {
       cached.reset();
     } else {
       req->Clear();
@@ -192,9 +202,10 @@ EmbeddingServer::EmbeddingServer(std::unique_ptr<Impl> impl) : impl_(std::move(i
 
 EmbeddingServer::~EmbeddingServer() {
   Shutdown();
-  // The service's pool drains before the shard it calls is destroyed.
-  impl_->service.reset();
+  // gRPC's rule: the server goes before the services registered with it; the service's pool then
+  // drains before the shard it calls is destroyed.
   impl_->server.reset();
+  impl_->service.reset();
 }
 
 int EmbeddingServer::port() const { return impl_->port; }
@@ -282,6 +293,9 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
   const int max_bytes = static_cast<int>(options.shard.max_message_bytes);
+  // A second server on the same port must fail, not share it (gRPC sets SO_REUSEPORT by default,
+  // which would split clients between two copies of a shard).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
   // Let clients keep idle connections alive with pings every 10 s or more (ops-notes 4.3).

@@ -47,15 +47,21 @@ pb::ConfigureRequest Canonical(const pb::ConfigureRequest& request) {
   return c;
 }
 
-// Names each request table once; INVALID_ARGUMENT on a repeat.
+// Names each request table once, and at most kMaxTables tables; INVALID_ARGUMENT otherwise.
+// Linear in the table count (a hash set), so a request listing millions of tables cannot stall a
+// request thread.
 template <typename Tables>
 Status CheckTablesOnce(const Tables& tables, absl::string_view op) {
-  for (int i = 0; i < tables.size(); ++i) {
-    for (int j = 0; j < i; ++j) {
-      if (tables[i].table_id() == tables[j].table_id()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(op, ": table id ", tables[i].table_id(), " appears twice in one request"));
-      }
+  if (tables.size() > static_cast<int>(kMaxTables)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", tables.size(), " tables in one request, more than the limit of ", kMaxTables));
+  }
+  absl::flat_hash_set<uint32_t> seen;
+  seen.reserve(static_cast<size_t>(tables.size()));
+  for (const auto& t : tables) {
+    if (!seen.insert(t.table_id()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": table id ", t.table_id(), " appears twice in one request"));
     }
   }
   return absl::OkStatus();
@@ -182,7 +188,21 @@ Status EmbeddingShard::InstallLocked(const pb::ConfigureRequest& config,
 
 Status EmbeddingShard::Configure(const pb::ConfigureRequest& request,
                                  pb::ConfigureResponse* response) {
+  SIFT_RETURN_IF_ERROR(CheckTablesOnce(request.tables(), "configure"));
   const pb::ConfigureRequest wanted = Canonical(request);
+  // The usual repeat from another worker: compare under the shared lock, build nothing.
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    if (store_ != nullptr && !request.replace() &&
+        google::protobuf::util::MessageDifferencer::Equals(config_, wanted)) {
+      response->set_shard(options_.shard);
+      response->set_num_shards(options_.num_shards);
+      response->set_max_keys_per_request(options_.max_keys_per_request);
+      response->set_max_message_bytes(options_.max_message_bytes);
+      response->set_created(false);
+      return absl::OkStatus();
+    }
+  }
   // Validate (and build) outside the lock: a bad config never touches the current tables.
   SIFT_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingStore> store, MakeStore(wanted));
   std::unique_lock<std::shared_mutex> lock(mu_);
@@ -228,12 +248,24 @@ Status EmbeddingShard::CheckPullTablesLocked(const pb::PullRequest& request) con
   if (store_ == nullptr) {
     return absl::FailedPreconditionError("pull: this embedding server is not configured yet");
   }
-  // Validate every table before creating any row.
+  // Validate every table before creating any row, and the size of the reply before building it
+  // (a small request for wide rows could ask for more than the message limit, or than memory).
+  const uint64_t width =
+      static_cast<uint64_t>(WireFloatBytes(*EncodingFromProto(request.encoding())));
+  uint64_t reply_bytes = 0;
   for (const pb::TableKeys& t : request.tables()) {
-    if (store_->FindTable(t.table_id()) == nullptr) {
+    const TableConfig* config = store_->FindTable(t.table_id());
+    if (config == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("pull: unknown table (id ", t.table_id(), ") on this embedding server"));
     }
+    reply_bytes +=
+        16 + static_cast<uint64_t>(t.keys_size()) * static_cast<uint64_t>(config->dim) * width;
+  }
+  if (reply_bytes > options_.max_message_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "pull: the reply would take ", reply_bytes, " bytes, more than this server's limit of ",
+        options_.max_message_bytes, " bytes per message; split the request"));
   }
   return absl::OkStatus();
 }

@@ -43,8 +43,11 @@ struct ShardOptions {
   std::string version;                                // reported by Stats
 };
 
-// How many (client_id, sequence) pairs of applied pushes the shard remembers for retries.
-inline constexpr size_t kPushDedupWindow = 4096;
+// How many (client_id, sequence) pairs of applied pushes the shard remembers for retries (all
+// clients together; a 64K-key push of one client is about 5 of them).
+inline constexpr size_t kPushDedupWindow = 65536;
+// Most tables in one config or request.
+inline constexpr size_t kMaxTables = 1024;
 
 // Converts between the wire's table configs and the store's; INVALID_ARGUMENT naming the table and
 // field for values the store cannot take (dim 0 or over 65536, unknown optimizer).

@@ -259,6 +259,21 @@ std::map<std::string, double> Scrape(const EmbeddingServer& server, std::string*
 // ---------------------------------------------------------------------------------------------
 // 1. Bad input: the right code and a message naming the table or field; the server keeps serving.
 
+TEST(EmbeddingServiceTest, ASecondServerOnTheSamePortFails) {
+  // gRPC allows SO_REUSEPORT by default; two copies of a shard on one port would split clients.
+  auto first = StartServer({});
+  ASSERT_NE(first, nullptr);
+  embedding::EmbeddingServerOptions o;
+  o.bind_address = "127.0.0.1";
+  o.port = first->port();
+  o.metrics_port = -1;
+  auto second = EmbeddingServer::Start(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr(absl::StrCat("127.0.0.1:", first->port())));
+}
+
 TEST(EmbeddingServiceTest, BadRequestsGetTheirCodesAndTheServerKeepsServing) {
   TempDir dir;
   ServerSpec spec;

@@ -294,6 +294,37 @@ TEST(ShardTest, BadPullsNameTheProblemAndCreateNothing) {
   EXPECT_EQ(RowsOf(*shard, kUser), 5);
 }
 
+TEST(ShardTest, OversizeRepliesAndHugeTableListsAreRefusedBeforeAnyWork) {
+  // A small request for wide rows: the reply (3 keys x dim 8 x 4 bytes + framing) is over the
+  // limit, so it is refused before any row is created or any reply memory is taken.
+  ShardOptions o;
+  o.max_message_bytes = 1024;
+  auto shard = ConfiguredShard(o);
+  std::vector<uint64_t> keys(40);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i + 1;
+  pb::PullResponse r;
+  ExpectError(shard->Pull(PullReq({{kItem, keys}}), &r), absl::StatusCode::kResourceExhausted,
+              {"reply would take", "1024"});
+  EXPECT_EQ(RowsOf(*shard, kItem), 0);
+  keys.resize(20);  // 20 x 8 x 4 = 640 bytes: fine
+  r.Clear();
+  ASSERT_TRUE(shard->Pull(PullReq({{kItem, keys}}), &r).ok());
+  EXPECT_EQ(RowsOf(*shard, kItem), 20);
+
+  // More tables than any config may have: refused (in linear time) without looking further.
+  std::vector<Keys> many;
+  for (uint32_t t = 0; t <= kMaxTables; ++t) many.push_back({t + 100, {}});
+  ExpectError(shard->Pull(PullReq(many), &r), absl::StatusCode::kInvalidArgument,
+              {"tables in one request", "1024"});
+  pb::ConfigureRequest big;
+  for (uint32_t t = 0; t <= kMaxTables; ++t) {
+    *big.add_tables() = TableProto(t, "t", 1, 10, pb::OPTIMIZER_SGD, 0.1f);
+  }
+  pb::ConfigureResponse cr;
+  ExpectError(shard->Configure(big, &cr), absl::StatusCode::kInvalidArgument,
+              {"tables in one request"});
+}
+
 TEST(ShardTest, FailedPushesChangeNothingInAnyTable) {
   ShardOptions o;
   o.max_keys_per_request = 20;
