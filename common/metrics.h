@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,15 +26,15 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 
-namespace prometheus {
-class Exposer;
-}  // namespace prometheus
-
 namespace sift {
 
-// Serves `registry` (and collectables added later) at http://<bind_address>/metrics.
-// Owns the HTTP server (civetweb threads) and keeps the registry and every added collectable
-// alive for its own lifetime (prometheus-cpp holds only weak_ptrs). Thread-safe.
+// Serves `registry` (and collectables added later) at http://<bind_address>/metrics (GET or HEAD;
+// other paths 404). Owns a small HTTP/1.1 server: one thread, one connection at a time,
+// `Connection: close`, 5 s socket timeouts (Prometheus scrapes every few seconds at most). It is
+// not prometheus-cpp's civetweb Exposer on purpose: Debian's civetweb starts its threads with a
+// fixed 100 KiB stack, glibc carves every loaded library's static TLS out of it (OpenBLAS alone
+// takes 60 KiB in the one `sift` binary), and a scrape then overflowed the stack and killed the
+// process. Keeps the registry and every added collectable alive. Thread-safe.
 class MetricsExposer {
  public:
   // bind_address: "host:port" or "port" ("0.0.0.0:9464", "127.0.0.1:0" for an ephemeral port).
@@ -57,10 +58,16 @@ class MetricsExposer {
 
   const std::string bind_address_;
   int port_ = 0;
+  void Serve();              // the server thread
+  void Answer(int fd);       // one connection
+  std::string Exposition();  // every family, in the text format
+
   std::mutex mu_;  // guards collectables_
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;
   const std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;  // last: stops serving before the rest dies
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  // an eventfd: written by the destructor to end Serve()
+  std::thread thread_;
 };
 
 // Histogram bucket bounds start, start*factor, ..., start*factor^(count-1).
