@@ -232,8 +232,9 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
 
 void AddTrain(CLI::App* app, Action* action) {
   auto f = std::make_shared<TrainFlags>();
-  CLI::App* cmd = app->add_subcommand(
-      "train", "Train SIM, DIEN or DIN on a dataset in this process (in-process embedding table)");
+  CLI::App* cmd = app->add_subcommand("train",
+                                      "Train SIM, DIEN or DIN on a dataset in this process "
+                                      "(in-process tables or --embedding-servers)");
   AddTrainerFlags(cmd, f.get(), /*bench=*/false);
   cmd->callback([f, action] { *action = [f] { return RunTrain(f.get()); }; });
 }
