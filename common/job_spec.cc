@@ -1,0 +1,450 @@
+#include "common/job_spec.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/file_util.h"
+#include "yaml-cpp/yaml.h"
+
+namespace sift {
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+const std::vector<std::string> kModelTypes = {"sim", "dien", "din"};
+const std::vector<std::string> kOptimizers = {"adam"};
+const std::vector<std::string> kSparseOptimizers = {"adam", "adagrad", "sgd"};
+const std::vector<std::string> kOrders = {"shuffled", "reference"};
+const std::vector<std::string> kBackends = {"cpu", "cuda"};
+
+// One key/value pair of a mapping, with the dotted path of the field it sets.
+struct Entry {
+  YAML::Node key;
+  YAML::Node value;
+  std::string field;
+  // 0-based line of the value, or of the key when the value is empty (yaml-cpp marks an empty
+  // value on the line after it).
+  int line() const {
+    if (value.IsDefined() && !value.IsNull() && value.Mark().line >= 0) return value.Mark().line;
+    return key.Mark().line;
+  }
+};
+
+using Handler = std::function<Status(const Entry&)>;
+using FieldTable = std::vector<std::pair<std::string, Handler>>;
+
+// Edit distance, for "did you mean" hints on unknown keys.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// What a node holds, for "got ..." in messages.
+std::string Describe(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "an empty value";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return absl::StrCat("'", n.Scalar(), "'");
+}
+
+class Parser {
+ public:
+  explicit Parser(const std::string& source) : source_(source) {}
+
+  // "<source>:<line>: <field>: <what>"; `line` is 0-based (< 0: unknown), `field` may be empty.
+  Status Error(int line, absl::string_view field, absl::string_view what) const {
+    std::string where = line >= 0 ? absl::StrCat(source_, ":", line + 1) : source_;
+    if (field.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", field, ": ", what));
+  }
+  Status Error(const Entry& e, absl::string_view what) const {
+    return Error(e.line(), e.field, what);
+  }
+
+  // Dispatches every key of `node` (a mapping, or empty for all defaults) to its handler.
+  // Rejects non-scalar, duplicate and unknown keys.
+  Status ParseMap(const YAML::Node& node, const std::string& prefix, int fallback_line,
+                  const FieldTable& table) const {
+    if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) {
+      const int line = node.Mark().line >= 0 ? node.Mark().line : fallback_line;
+      return Error(line, prefix,
+                   absl::StrCat("expected a mapping with keys ", KnownKeys(table), ", got ",
+                                Describe(node)));
+    }
+    std::map<std::string, int> seen;  // key -> 0-based line of its first occurrence
+    for (const auto& kv : node) {
+      const YAML::Node& key = kv.first;
+      if (!key.IsScalar()) {
+        return Error(key.Mark().line, prefix,
+                     absl::StrCat("keys must be names, got ", Describe(key)));
+      }
+      const std::string name = key.Scalar();
+      Entry entry{key, kv.second, prefix.empty() ? name : absl::StrCat(prefix, ".", name)};
+      auto [it, inserted] = seen.emplace(name, key.Mark().line);
+      if (!inserted) {
+        return Error(key.Mark().line, entry.field,
+                     absl::StrCat("duplicate key (first given on line ", it->second + 1, ")"));
+      }
+      const Handler* handler = nullptr;
+      for (const auto& [known, h] : table) {
+        if (known == name) handler = &h;
+      }
+      if (handler == nullptr) {
+        return Error(key.Mark().line, entry.field,
+                     absl::StrCat("unknown key", Suggestion(name, table),
+                                  "; known keys: ", KnownKeys(table)));
+      }
+      SIFT_RETURN_IF_ERROR((*handler)(entry));
+    }
+    return absl::OkStatus();
+  }
+
+  // Handlers for the value kinds.
+  Handler Int(int64_t* out, int64_t min, int64_t max) const {
+    return [this, out, min, max](const Entry& e) -> Status {
+      int64_t v = 0;
+      if (!e.value.IsScalar() || !absl::SimpleAtoi(e.value.Scalar(), &v) || v < min || v > max) {
+        return Error(
+            e, absl::StrCat("must be an integer ", Range(min, max), ", got ", Describe(e.value)));
+      }
+      *out = v;
+      lines_[e.field] = e.line();
+      return absl::OkStatus();
+    };
+  }
+  Handler Int(int* out, int64_t min) const {
+    return [this, out, min](const Entry& e) -> Status {
+      int64_t v = 0;
+      SIFT_RETURN_IF_ERROR(Int(&v, min, kIntMax)(e));
+      *out = static_cast<int>(v);
+      return absl::OkStatus();
+    };
+  }
+  Handler Uint(uint64_t* out) const {
+    return [this, out](const Entry& e) -> Status {
+      uint64_t v = 0;
+      if (!e.value.IsScalar() || !absl::SimpleAtoi(e.value.Scalar(), &v)) {
+        return Error(
+            e, absl::StrCat("must be an integer in [0, ", std::numeric_limits<uint64_t>::max(),
+                            "], got ", Describe(e.value)));
+      }
+      *out = v;
+      return absl::OkStatus();
+    };
+  }
+  Handler PositiveFloat(double* out) const {
+    return [this, out](const Entry& e) -> Status {
+      double v = 0;
+      // Decimal notation only (strtod would also take hex floats such as 0x10).
+      const bool decimal = e.value.IsScalar() && e.value.Scalar().find_first_not_of(
+                                                     "0123456789+-.eE") == std::string::npos;
+      if (!decimal || !absl::SimpleAtod(e.value.Scalar(), &v) || !std::isfinite(v) || v <= 0) {
+        return Error(e, absl::StrCat("must be a finite number > 0, got ", Describe(e.value)));
+      }
+      *out = v;
+      return absl::OkStatus();
+    };
+  }
+  Handler Bool(bool* out) const {
+    return [this, out](const Entry& e) -> Status {
+      const std::string s = e.value.IsScalar() ? absl::AsciiStrToLower(e.value.Scalar()) : "";
+      if (s != "true" && s != "false") {
+        return Error(e, absl::StrCat("must be true or false, got ", Describe(e.value)));
+      }
+      *out = s == "true";
+      return absl::OkStatus();
+    };
+  }
+  Handler String(std::string* out) const {
+    return [this, out](const Entry& e) -> Status {
+      if (!e.value.IsScalar()) {
+        return Error(e, absl::StrCat("must be a string (\"\" for none), got ", Describe(e.value)));
+      }
+      *out = e.value.Scalar();
+      return absl::OkStatus();
+    };
+  }
+  Handler Enum(std::string* out, const std::vector<std::string>& accepted) const {
+    return [this, out, &accepted](const Entry& e) -> Status {
+      const bool ok = e.value.IsScalar() && std::find(accepted.begin(), accepted.end(),
+                                                      e.value.Scalar()) != accepted.end();
+      if (!ok) {
+        return Error(e, absl::StrCat("must be one of ", absl::StrJoin(accepted, ", "), "; got ",
+                                     Describe(e.value)));
+      }
+      *out = e.value.Scalar();
+      lines_[e.field] = e.line();
+      return absl::OkStatus();
+    };
+  }
+  // A non-empty list of widths >= 1 (MLP hidden layers).
+  Handler Dims(std::vector<int>* out) const {
+    return [this, out](const Entry& e) -> Status {
+      const std::string what = "must be a non-empty list of integers >= 1, e.g. [200, 80]";
+      if (!e.value.IsSequence() || e.value.size() == 0) {
+        return Error(e, absl::StrCat(what, "; got ", Describe(e.value)));
+      }
+      std::vector<int> dims;
+      for (size_t i = 0; i < e.value.size(); ++i) {
+        const YAML::Node item = e.value[i];
+        int64_t v = 0;
+        if (!item.IsScalar() || !absl::SimpleAtoi(item.Scalar(), &v) || v < 1 || v > kIntMax) {
+          const int line = item.Mark().line >= 0 ? item.Mark().line : e.line();
+          return Error(
+              line, absl::StrCat(e.field, "[", i, "]"),
+              absl::StrCat("must be an integer ", Range(1, kIntMax), ", got ", Describe(item)));
+        }
+        dims.push_back(static_cast<int>(v));
+      }
+      *out = std::move(dims);
+      return absl::OkStatus();
+    };
+  }
+  Handler Section(FieldTable table) const {
+    return [this, table = std::move(table)](const Entry& e) -> Status {
+      return ParseMap(e.value, e.field, e.line(), table);
+    };
+  }
+
+  // 0-based line where `field` was set, or -1.
+  int LineOf(const std::string& field) const {
+    auto it = lines_.find(field);
+    return it == lines_.end() ? -1 : it->second;
+  }
+
+ private:
+  static std::string Range(int64_t min, int64_t max) {
+    if (max == kInt64Max) return absl::StrCat(">= ", min);
+    return absl::StrCat("in [", min, ", ", max, "]");
+  }
+  static std::string KnownKeys(const FieldTable& table) {
+    std::vector<std::string> names;
+    for (const auto& [name, h] : table) names.push_back(name);
+    return absl::StrJoin(names, ", ");
+  }
+  static std::string Suggestion(const std::string& name, const FieldTable& table) {
+    std::string best;
+    size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;
+    for (const auto& [known, h] : table) {
+      const size_t d = EditDistance(absl::AsciiStrToLower(name), known);
+      if (d < best_distance) {
+        best_distance = d;
+        best = known;
+      }
+    }
+    return best.empty() ? "" : absl::StrCat(" (did you mean '", best, "'?)");
+  }
+
+  const std::string& source_;
+  mutable std::map<std::string, int> lines_;
+};
+
+// Checks that involve more than one field, after every field is read.
+Status CrossCheck(const Parser& p, const JobSpec& spec) {
+  if (spec.model.type != "din" && spec.model.short_seq_length < 2) {
+    return p.Error(p.LineOf("model.short_seq_length"), "model.short_seq_length",
+                   absl::StrCat("must be >= 2 for model type ", spec.model.type, ", got ",
+                                spec.model.short_seq_length));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
+  Parser p(source);
+  JobSpec spec;
+  JobSpec::Model& m = spec.model;
+  JobSpec::Training& t = spec.training;
+  JobSpec::Cluster& c = spec.cluster;
+  JobSpec::Checkpoint& k = spec.checkpoint;
+  bool has_dataset = false;
+  const FieldTable table = {
+      {"name", p.String(&spec.name)},
+      {"dataset",
+       [&](const Entry& e) -> Status {
+         SIFT_RETURN_IF_ERROR(p.String(&spec.dataset)(e));
+         if (spec.dataset.empty()) return p.Error(e, "must not be empty (a sift dataset path)");
+         has_dataset = true;
+         return absl::OkStatus();
+       }},
+      {"model", p.Section({
+                    {"type", p.Enum(&m.type, kModelTypes)},
+                    {"embedding_dim", p.Int(&m.embedding_dim, 1)},
+                    {"long_seq_length", p.Int(&m.long_seq_length, 1)},
+                    {"short_seq_length", p.Int(&m.short_seq_length, 1)},
+                    {"top_k", p.Int(&m.top_k, 1)},
+                    {"gru_hidden", p.Int(&m.gru_hidden, 0)},
+                    {"stage_one_mlp_dims", p.Dims(&m.stage_one_mlp_dims)},
+                    {"stage_two_mlp_dims", p.Dims(&m.stage_two_mlp_dims)},
+                    {"aux_mlp_dims", p.Dims(&m.aux_mlp_dims)},
+                    {"attention_mlp_dims", p.Dims(&m.attention_mlp_dims)},
+                })},
+      {"training", p.Section({
+                       {"epochs", p.Int(&t.epochs, 1)},
+                       {"batch_size", p.Int(&t.batch_size, 1, kInt64Max)},
+                       {"eval_batch_size", p.Int(&t.eval_batch_size, 0, kInt64Max)},
+                       {"lr", p.PositiveFloat(&t.lr)},
+                       {"optimizer", p.Enum(&t.optimizer, kOptimizers)},
+                       {"sparse_optimizer", p.Enum(&t.sparse_optimizer, kSparseOptimizers)},
+                       {"staleness", p.Int(&t.staleness, 0, kInt64Max)},
+                       {"seed", p.Uint(&t.seed)},
+                       {"order", p.Enum(&t.order, kOrders)},
+                       {"train_eval_samples", p.Int(&t.train_eval_samples, 0, kInt64Max)},
+                       {"max_steps_per_epoch", p.Int(&t.max_steps_per_epoch, 0, kInt64Max)},
+                   })},
+      {"cluster", p.Section({
+                      {"servers", p.Int(&c.servers, 1)},
+                      {"workers", p.Int(&c.workers, 1)},
+                      {"backend", p.Enum(&c.backend, kBackends)},
+                      {"threads_per_worker", p.Int(&c.threads_per_worker, 0)},
+                  })},
+      {"checkpoint", p.Section({
+                         {"dir", p.String(&k.dir)},
+                         {"every_steps", p.Int(&k.every_steps, 0, kInt64Max)},
+                         {"every_epoch", p.Bool(&k.every_epoch)},
+                     })},
+      {"results_dir", p.String(&spec.results_dir)},
+  };
+  if (!root.IsMap()) {
+    return p.Error(
+        std::max(0, root.Mark().line), "",
+        absl::StrCat("a job spec must be a mapping (dataset: ..., model: ..., ...), got ",
+                     Describe(root)));
+  }
+  SIFT_RETURN_IF_ERROR(p.ParseMap(root, "", 0, table));
+  if (!has_dataset) {
+    return p.Error(std::max(0, root.Mark().line), "dataset",
+                   "required key missing (the path of a sift dataset)");
+  }
+  if (k.every_steps > 0 && k.dir.empty()) {
+    return p.Error(p.LineOf("checkpoint.every_steps"), "checkpoint.every_steps",
+                   "checkpoints every N steps need checkpoint.dir");
+  }
+  SIFT_RETURN_IF_ERROR(CrossCheck(p, spec));
+  return spec;
+}
+
+// Shortest decimal that reads back as the same double.
+std::string ShortestDouble(double v) {
+  char buf[64];
+  auto result = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, result.ptr);
+}
+
+void EmitDims(YAML::Emitter& out, const char* key, const std::vector<int>& dims) {
+  out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (int d : dims) out << d;
+  out << YAML::EndSeq;
+}
+
+}  // namespace
+
+StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, const std::string& source_name) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    Parser p(source_name);
+    return p.Error(e.mark.line, "", absl::StrCat("YAML syntax error: ", e.msg));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": YAML error: ", e.what()));
+  }
+  if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source_name, ":1: the job spec is empty; expected a mapping with at least 'dataset'"));
+  }
+  if (docs.size() > 1) {
+    return Parser(source_name)
+        .Error(std::max(0, docs[1].Mark().line), "",
+               "more than one YAML document ('---'); a job spec is one mapping");
+  }
+  try {
+    return ParseRoot(docs[0], source_name);
+  } catch (const YAML::Exception& e) {
+    return Parser(source_name).Error(e.mark.line, "", e.msg);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": ", e.what()));
+  }
+}
+
+StatusOr<JobSpec> ReadJobSpec(const std::string& path) {
+  SIFT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseJobSpec(text, path);
+}
+
+std::string JobSpecToYaml(const JobSpec& spec) {
+  const auto& m = spec.model;
+  const auto& t = spec.training;
+  const auto& c = spec.cluster;
+  const auto& k = spec.checkpoint;
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted << spec.name;
+  out << YAML::Key << "dataset" << YAML::Value << YAML::DoubleQuoted << spec.dataset;
+
+  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "type" << YAML::Value << m.type;
+  out << YAML::Key << "embedding_dim" << YAML::Value << m.embedding_dim;
+  out << YAML::Key << "long_seq_length" << YAML::Value << m.long_seq_length;
+  out << YAML::Key << "short_seq_length" << YAML::Value << m.short_seq_length;
+  out << YAML::Key << "top_k" << YAML::Value << m.top_k;
+  out << YAML::Key << "gru_hidden" << YAML::Value << m.gru_hidden;
+  EmitDims(out, "stage_one_mlp_dims", m.stage_one_mlp_dims);
+  EmitDims(out, "stage_two_mlp_dims", m.stage_two_mlp_dims);
+  EmitDims(out, "aux_mlp_dims", m.aux_mlp_dims);
+  EmitDims(out, "attention_mlp_dims", m.attention_mlp_dims);
+  out << YAML::EndMap;
+
+  out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "epochs" << YAML::Value << t.epochs;
+  out << YAML::Key << "batch_size" << YAML::Value << t.batch_size;
+  out << YAML::Key << "eval_batch_size" << YAML::Value << t.eval_batch_size;
+  out << YAML::Key << "lr" << YAML::Value << ShortestDouble(t.lr);
+  out << YAML::Key << "optimizer" << YAML::Value << t.optimizer;
+  out << YAML::Key << "sparse_optimizer" << YAML::Value << t.sparse_optimizer;
+  out << YAML::Key << "staleness" << YAML::Value << t.staleness;
+  out << YAML::Key << "seed" << YAML::Value << t.seed;
+  out << YAML::Key << "order" << YAML::Value << t.order;
+  out << YAML::Key << "train_eval_samples" << YAML::Value << t.train_eval_samples;
+  out << YAML::Key << "max_steps_per_epoch" << YAML::Value << t.max_steps_per_epoch;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "servers" << YAML::Value << c.servers;
+  out << YAML::Key << "workers" << YAML::Value << c.workers;
+  out << YAML::Key << "backend" << YAML::Value << c.backend;
+  out << YAML::Key << "threads_per_worker" << YAML::Value << c.threads_per_worker;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << k.dir;
+  out << YAML::Key << "every_steps" << YAML::Value << k.every_steps;
+  out << YAML::Key << "every_epoch" << YAML::Value << k.every_epoch;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "results_dir" << YAML::Value << YAML::DoubleQuoted << spec.results_dir;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace sift

@@ -1,0 +1,86 @@
+// JobSpec: the YAML job description users submit to the coordinator (issue 5): the dataset, the
+// model, training, cluster and checkpoint settings. A plain value struct of strings and numbers
+// (common/ does not depend on worker/ or server/): enumerations are validated by name here and
+// mapped onto worker::ModelType, data::SampleOrder, OptimizerKind by the code that runs the job.
+// Parsing is strict: unknown keys (typos), duplicate keys, wrong types, out-of-range values and
+// unknown enumeration values are INVALID_ARGUMENT errors of the form
+//   "<source>:<line>: <dotted.field>: <what is wrong>"
+// and no exception escapes. Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "common/status.h"
+
+namespace sift {
+
+struct JobSpec {
+  // Defaults are the reference's dims (worker/model.h ModelConfig).
+  struct Model {
+    std::string type = "sim";  // sim | dien | din
+    int embedding_dim = 16;
+    int long_seq_length = 90;   // T_L (SIM, DIN)
+    int short_seq_length = 10;  // T_S (SIM, DIEN, DIN); >= 2 for sim and dien
+    int top_k = 50;             // SIM
+    int gru_hidden = 0;         // 0 = 6 * embedding_dim
+    std::vector<int> stage_one_mlp_dims = {200};
+    std::vector<int> stage_two_mlp_dims = {200, 80};
+    std::vector<int> aux_mlp_dims = {100, 50};
+    std::vector<int> attention_mlp_dims = {80, 40};
+    bool operator==(const Model&) const = default;
+  };
+  struct Training {
+    int epochs = 3;                         // >= 1
+    int64_t batch_size = 131072;            // >= 1, global (all workers together)
+    int64_t eval_batch_size = 0;            // 0 = batch_size
+    double lr = 0.01;                       // finite, > 0
+    std::string optimizer = "adam";         // dense: adam
+    std::string sparse_optimizer = "adam";  // adam | adagrad | sgd
+    int64_t staleness = 1;                  // k >= 0; 0 = synchronous
+    uint64_t seed = 1;
+    std::string order = "shuffled";       // shuffled | reference
+    int64_t train_eval_samples = 262144;  // >= 0; 0 = the full training split
+    int64_t max_steps_per_epoch = 0;      // >= 0; 0 = the whole split
+    bool operator==(const Training&) const = default;
+  };
+  struct Cluster {
+    int servers = 2;              // embedding servers, >= 1
+    int workers = 2;              // >= 1
+    std::string backend = "cpu";  // cpu | cuda
+    int threads_per_worker = 0;   // >= 0; 0 = every available CPU
+    bool operator==(const Cluster&) const = default;
+  };
+  struct Checkpoint {
+    std::string dir;          // "" = no checkpoints
+    int64_t every_steps = 0;  // >= 0; 0 = not by steps
+    bool every_epoch = true;
+    bool operator==(const Checkpoint&) const = default;
+  };
+
+  std::string name;     // optional job name
+  std::string dataset;  // required: a sift dataset (or a reference TFRecord directory)
+  Model model;
+  Training training;
+  Cluster cluster;
+  Checkpoint checkpoint;
+  std::string results_dir;  // optional: the job's DLLL log.json goes here
+
+  bool operator==(const JobSpec&) const = default;
+};
+
+// Parses and validates a job spec; `source_name` (e.g. "job.yaml") prefixes every error message.
+// Absent keys keep their defaults; `dataset` is required. An empty section (`cluster:`) means all
+// defaults.
+StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, const std::string& source_name);
+
+// Reads `path` and parses it (errors name the path). NOT_FOUND when the file does not exist.
+StatusOr<JobSpec> ReadJobSpec(const std::string& path);
+
+// The canonical YAML of `spec`: every field, fixed order, strings double-quoted, lr in the
+// shortest form that reads back exactly. ParseJobSpec(JobSpecToYaml(x)) == x for a valid x.
+std::string JobSpecToYaml(const JobSpec& spec);
+
+}  // namespace sift

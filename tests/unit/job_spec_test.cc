@@ -1,0 +1,414 @@
+#include "common/job_spec.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+
+namespace sift {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// The example of issue 5, with concrete values.
+constexpr char kIssueExample[] = R"(dataset: /data/amazon            # a sift dataset
+model: {type: dien, embedding_dim: 16}
+training: {epochs: 3, batch_size: 131072, lr: 0.01, optimizer: adam, sparse_optimizer: adam,
+           staleness: 1, seed: 1, order: shuffled}
+cluster: {servers: 2, workers: 2, backend: cpu}
+checkpoint: {dir: /ckpt/job1, every_steps: 0, every_epoch: true}
+results_dir: /results/job1
+)";
+
+// The error message of parsing `yaml` as "job.yaml"; fails the test when it parses.
+std::string ErrorOf(const std::string& yaml) {
+  StatusOr<JobSpec> spec = ParseJobSpec(yaml, "job.yaml");
+  EXPECT_FALSE(spec.ok()) << yaml;
+  if (spec.ok()) return "";
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
+  return std::string(spec.status().message());
+}
+
+TEST(JobSpecTest, IssueExampleParses) {
+  StatusOr<JobSpec> spec = ParseJobSpec(kIssueExample, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  JobSpec expected;
+  expected.dataset = "/data/amazon";
+  expected.model.type = "dien";
+  expected.checkpoint.dir = "/ckpt/job1";
+  expected.results_dir = "/results/job1";
+  EXPECT_EQ(*spec, expected);
+  EXPECT_EQ(spec->model.type, "dien");
+  EXPECT_EQ(spec->training.batch_size, 131072);
+  EXPECT_DOUBLE_EQ(spec->training.lr, 0.01);
+  EXPECT_EQ(spec->cluster.servers, 2);
+  EXPECT_TRUE(spec->checkpoint.every_epoch);
+}
+
+TEST(JobSpecTest, DefaultsWithOnlyDataset) {
+  StatusOr<JobSpec> spec = ParseJobSpec("dataset: d\n", "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const JobSpec& s = *spec;
+  EXPECT_EQ(s.name, "");
+  EXPECT_EQ(s.dataset, "d");
+  EXPECT_EQ(s.results_dir, "");
+  EXPECT_EQ(s.model.type, "sim");
+  EXPECT_EQ(s.model.embedding_dim, 16);
+  EXPECT_EQ(s.model.long_seq_length, 90);
+  EXPECT_EQ(s.model.short_seq_length, 10);
+  EXPECT_EQ(s.model.top_k, 50);
+  EXPECT_EQ(s.model.gru_hidden, 0);
+  EXPECT_THAT(s.model.stage_one_mlp_dims, ElementsAre(200));
+  EXPECT_THAT(s.model.stage_two_mlp_dims, ElementsAre(200, 80));
+  EXPECT_THAT(s.model.aux_mlp_dims, ElementsAre(100, 50));
+  EXPECT_THAT(s.model.attention_mlp_dims, ElementsAre(80, 40));
+  EXPECT_EQ(s.training.epochs, 3);
+  EXPECT_EQ(s.training.batch_size, 131072);
+  EXPECT_EQ(s.training.eval_batch_size, 0);
+  EXPECT_DOUBLE_EQ(s.training.lr, 0.01);
+  EXPECT_EQ(s.training.optimizer, "adam");
+  EXPECT_EQ(s.training.sparse_optimizer, "adam");
+  EXPECT_EQ(s.training.staleness, 1);
+  EXPECT_EQ(s.training.seed, 1u);
+  EXPECT_EQ(s.training.order, "shuffled");
+  EXPECT_EQ(s.training.train_eval_samples, 262144);
+  EXPECT_EQ(s.training.max_steps_per_epoch, 0);
+  EXPECT_EQ(s.cluster.servers, 2);
+  EXPECT_EQ(s.cluster.workers, 2);
+  EXPECT_EQ(s.cluster.backend, "cpu");
+  EXPECT_EQ(s.cluster.threads_per_worker, 0);
+  EXPECT_EQ(s.checkpoint.dir, "");
+  EXPECT_EQ(s.checkpoint.every_steps, 0);
+  EXPECT_TRUE(s.checkpoint.every_epoch);
+  JobSpec expected;
+  expected.dataset = "d";
+  EXPECT_EQ(s, expected);
+}
+
+TEST(JobSpecTest, EmptySectionsMeanDefaults) {
+  StatusOr<JobSpec> spec =
+      ParseJobSpec("dataset: d\nmodel:\ntraining: {}\ncluster:\ncheckpoint:\n", "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  JobSpec expected;
+  expected.dataset = "d";
+  EXPECT_EQ(*spec, expected);
+}
+
+TEST(JobSpecTest, BlockStyleEveryField) {
+  const std::string yaml = R"(name: nightly
+dataset: /data/x
+model:
+  type: sim
+  embedding_dim: 8
+  long_seq_length: 50
+  short_seq_length: 5
+  top_k: 20
+  gru_hidden: 32
+  stage_one_mlp_dims: [64]
+  stage_two_mlp_dims:
+    - 64
+    - 32
+  aux_mlp_dims: [16, 8]
+  attention_mlp_dims: [16]
+training:
+  epochs: 1
+  batch_size: 4096
+  eval_batch_size: 8192
+  lr: 1e-3
+  optimizer: adam
+  sparse_optimizer: adagrad
+  staleness: 0
+  seed: 18446744073709551615
+  order: reference
+  train_eval_samples: 0
+  max_steps_per_epoch: 100
+cluster:
+  servers: 3
+  workers: 4
+  backend: cuda
+  threads_per_worker: 8
+checkpoint:
+  dir: /ckpt
+  every_steps: 500
+  every_epoch: false
+results_dir: /res
+)";
+  StatusOr<JobSpec> spec = ParseJobSpec(yaml, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "nightly");
+  EXPECT_EQ(spec->model.gru_hidden, 32);
+  EXPECT_THAT(spec->model.stage_two_mlp_dims, ElementsAre(64, 32));
+  EXPECT_THAT(spec->model.attention_mlp_dims, ElementsAre(16));
+  EXPECT_DOUBLE_EQ(spec->training.lr, 1e-3);
+  EXPECT_EQ(spec->training.sparse_optimizer, "adagrad");
+  EXPECT_EQ(spec->training.seed, 18446744073709551615ull);
+  EXPECT_EQ(spec->training.order, "reference");
+  EXPECT_EQ(spec->training.max_steps_per_epoch, 100);
+  EXPECT_EQ(spec->cluster.backend, "cuda");
+  EXPECT_EQ(spec->cluster.threads_per_worker, 8);
+  EXPECT_EQ(spec->checkpoint.every_steps, 500);
+  EXPECT_FALSE(spec->checkpoint.every_epoch);
+  EXPECT_EQ(spec->results_dir, "/res");
+}
+
+void ExpectRoundTrip(const JobSpec& spec) {
+  const std::string yaml = JobSpecToYaml(spec);
+  StatusOr<JobSpec> back = ParseJobSpec(yaml, "canonical.yaml");
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(*back, spec) << yaml;
+  // Canonical: a second trip gives the same text.
+  EXPECT_EQ(JobSpecToYaml(*back), yaml);
+}
+
+TEST(JobSpecTest, RoundTripThroughCanonicalYaml) {
+  JobSpec defaults;
+  defaults.dataset = "d";
+  ExpectRoundTrip(defaults);
+
+  StatusOr<JobSpec> example = ParseJobSpec(kIssueExample, "job.yaml");
+  ASSERT_TRUE(example.ok()) << example.status();
+  ExpectRoundTrip(*example);
+
+  JobSpec odd;
+  odd.name = "a \"quoted\": name # not a comment\nsecond line";
+  odd.dataset = "/path with spaces/and: colon";
+  odd.results_dir = "null";  // a string that YAML would read as null unless quoted
+  odd.checkpoint.dir = "123";
+  odd.checkpoint.every_steps = 7;
+  odd.checkpoint.every_epoch = false;
+  odd.model.type = "din";
+  odd.model.short_seq_length = 1;
+  odd.model.stage_one_mlp_dims = {1, 2, 3, 4};
+  odd.training.lr = 0.1 + 0.2;  // needs 17 significant digits
+  odd.training.seed = 18446744073709551615ull;
+  odd.training.batch_size = int64_t{1} << 40;
+  odd.training.sparse_optimizer = "sgd";
+  odd.training.order = "reference";
+  odd.cluster.backend = "cuda";
+  odd.cluster.workers = 16;
+  ExpectRoundTrip(odd);
+
+  JobSpec tiny_lr = defaults;
+  tiny_lr.training.lr = 3e-7;
+  ExpectRoundTrip(tiny_lr);
+}
+
+TEST(JobSpecTest, CanonicalYamlListsEveryField) {
+  JobSpec spec;
+  spec.dataset = "d";
+  const std::string yaml = JobSpecToYaml(spec);
+  for (const char* key : {"name:",
+                          "dataset:",
+                          "model:",
+                          "type: sim",
+                          "embedding_dim: 16",
+                          "long_seq_length: 90",
+                          "short_seq_length: 10",
+                          "top_k: 50",
+                          "gru_hidden: 0",
+                          "stage_one_mlp_dims: [200]",
+                          "stage_two_mlp_dims: [200, 80]",
+                          "aux_mlp_dims: [100, 50]",
+                          "attention_mlp_dims: [80, 40]",
+                          "epochs: 3",
+                          "batch_size: 131072",
+                          "eval_batch_size: 0",
+                          "lr: 0.01",
+                          "optimizer: adam",
+                          "sparse_optimizer: adam",
+                          "staleness: 1",
+                          "seed: 1",
+                          "order: shuffled",
+                          "train_eval_samples: 262144",
+                          "max_steps_per_epoch: 0",
+                          "servers: 2",
+                          "workers: 2",
+                          "backend: cpu",
+                          "threads_per_worker: 0",
+                          "dir: \"\"",
+                          "every_steps: 0",
+                          "every_epoch: true",
+                          "results_dir: \"\""}) {
+    EXPECT_THAT(yaml, HasSubstr(key)) << yaml;
+  }
+}
+
+TEST(JobSpecTest, UnknownKeysAreErrors) {
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 2\n  bach_size: 10\n"),
+            "job.yaml:4: training.bach_size: unknown key (did you mean 'batch_size'?); known "
+            "keys: epochs, batch_size, eval_batch_size, lr, optimizer, sparse_optimizer, "
+            "staleness, seed, order, train_eval_samples, max_steps_per_epoch");
+  EXPECT_THAT(ErrorOf("datset: d\n"),
+              StartsWith("job.yaml:1: datset: unknown key (did you mean 'dataset'?); known keys: "
+                         "name, dataset, model,"));
+  EXPECT_THAT(ErrorOf("dataset: d\nmodel: {type: sim, colour: red}\n"),
+              StartsWith("job.yaml:2: model.colour: unknown key; known keys: type,"));
+  EXPECT_THAT(ErrorOf("dataset: d\ncluster:\n  workers: 1\n  gpus: 1\n"),
+              StartsWith("job.yaml:4: cluster.gpus: unknown key;"));
+  EXPECT_THAT(ErrorOf("dataset: d\ncheckpoint:\n  every_epochs: true\n"),
+              StartsWith("job.yaml:3: checkpoint.every_epochs: unknown key (did you mean "
+                         "'every_epoch'?)"));
+}
+
+TEST(JobSpecTest, WrongTypes) {
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 2\n  batch_size: abc\n"),
+            "job.yaml:4: training.batch_size: must be an integer >= 1, got 'abc'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 2.5\n"),
+            "job.yaml:3: training.epochs: must be an integer in [1, 2147483647], got '2.5'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  lr: fast\n"),
+            "job.yaml:3: training.lr: must be a finite number > 0, got 'fast'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  seed: [1]\n"),
+            "job.yaml:3: training.seed: must be an integer in [0, 18446744073709551615], got a "
+            "list");
+  EXPECT_EQ(ErrorOf("dataset: d\ncheckpoint:\n  every_epoch: maybe\n"),
+            "job.yaml:3: checkpoint.every_epoch: must be true or false, got 'maybe'");
+  EXPECT_EQ(ErrorOf("dataset: [a, b]\n"),
+            "job.yaml:1: dataset: must be a string (\"\" for none), got a list");
+  EXPECT_EQ(ErrorOf("dataset: d\nresults_dir:\n"),
+            "job.yaml:2: results_dir: must be a string (\"\" for none), got an empty value");
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel: sim\n"),
+            "job.yaml:2: model: expected a mapping with keys type, embedding_dim, "
+            "long_seq_length, short_seq_length, top_k, gru_hidden, stage_one_mlp_dims, "
+            "stage_two_mlp_dims, aux_mlp_dims, attention_mlp_dims, got 'sim'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs:\n"),
+            "job.yaml:3: training.epochs: must be an integer in [1, 2147483647], got an empty "
+            "value");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  servers: {n: 1}\n"),
+            "job.yaml:3: cluster.servers: must be an integer in [1, 2147483647], got a mapping");
+}
+
+TEST(JobSpecTest, OutOfRangeValues) {
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {epochs: 0}\n"),
+            "job.yaml:2: training.epochs: must be an integer in [1, 2147483647], got '0'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {batch_size: -5}\n"),
+            "job.yaml:2: training.batch_size: must be an integer >= 1, got '-5'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: 0}\n"),
+            "job.yaml:2: training.lr: must be a finite number > 0, got '0'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: -0.1}\n"),
+            "job.yaml:2: training.lr: must be a finite number > 0, got '-0.1'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: inf}\n"),
+            "job.yaml:2: training.lr: must be a finite number > 0, got 'inf'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: nan}\n"),
+            "job.yaml:2: training.lr: must be a finite number > 0, got 'nan'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: 0x10}\n"),
+            "job.yaml:2: training.lr: must be a finite number > 0, got '0x10'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: 1e999}\n"),
+            "job.yaml:2: training.lr: must be a finite number > 0, got '1e999'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {staleness: -1}\n"),
+            "job.yaml:2: training.staleness: must be an integer >= 0, got '-1'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {seed: -1}\n"),
+            "job.yaml:2: training.seed: must be an integer in [0, 18446744073709551615], got "
+            "'-1'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster: {servers: 0}\n"),
+            "job.yaml:2: cluster.servers: must be an integer in [1, 2147483647], got '0'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  workers: 0\n"),
+            "job.yaml:3: cluster.workers: must be an integer in [1, 2147483647], got '0'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  workers: 99999999999\n"),
+            "job.yaml:3: cluster.workers: must be an integer in [1, 2147483647], got "
+            "'99999999999'");
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  embedding_dim: 0\n"),
+            "job.yaml:3: model.embedding_dim: must be an integer in [1, 2147483647], got '0'");
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  gru_hidden: -1\n"),
+            "job.yaml:3: model.gru_hidden: must be an integer in [0, 2147483647], got '-1'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncheckpoint:\n  dir: /c\n  every_steps: -3\n"),
+            "job.yaml:4: checkpoint.every_steps: must be an integer >= 0, got '-3'");
+}
+
+TEST(JobSpecTest, MlpDims) {
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  stage_two_mlp_dims: []\n"),
+            "job.yaml:3: model.stage_two_mlp_dims: must be a non-empty list of integers >= 1, "
+            "e.g. [200, 80]; got a list");
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  aux_mlp_dims: 100\n"),
+            "job.yaml:3: model.aux_mlp_dims: must be a non-empty list of integers >= 1, e.g. "
+            "[200, 80]; got '100'");
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  attention_mlp_dims:\n    - 80\n    - 0\n"),
+            "job.yaml:5: model.attention_mlp_dims[1]: must be an integer in [1, 2147483647], got "
+            "'0'");
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  stage_one_mlp_dims: [200, x]\n"),
+            "job.yaml:3: model.stage_one_mlp_dims[1]: must be an integer in [1, 2147483647], got "
+            "'x'");
+}
+
+TEST(JobSpecTest, Enumerations) {
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel: {type: SIM}\n"),
+            "job.yaml:2: model.type: must be one of sim, dien, din; got 'SIM'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  optimizer: sgd\n"),
+            "job.yaml:3: training.optimizer: must be one of adam; got 'sgd'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  sparse_optimizer: rmsprop\n"),
+            "job.yaml:3: training.sparse_optimizer: must be one of adam, adagrad, sgd; got "
+            "'rmsprop'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  order: random\n"),
+            "job.yaml:3: training.order: must be one of shuffled, reference; got 'random'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  backend: tpu\n"),
+            "job.yaml:3: cluster.backend: must be one of cpu, cuda; got 'tpu'");
+}
+
+TEST(JobSpecTest, MissingOrEmptyDataset) {
+  EXPECT_EQ(ErrorOf("model: {type: din}\n"),
+            "job.yaml:1: dataset: required key missing (the path of a sift dataset)");
+  EXPECT_EQ(ErrorOf("name: x\ndataset: \"\"\n"),
+            "job.yaml:2: dataset: must not be empty (a sift dataset path)");
+}
+
+TEST(JobSpecTest, CrossFieldChecks) {
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  type: dien\n  short_seq_length: 1\n"),
+            "job.yaml:4: model.short_seq_length: must be >= 2 for model type dien, got 1");
+  EXPECT_TRUE(ParseJobSpec("dataset: d\nmodel: {type: din, short_seq_length: 1}\n", "j").ok());
+  EXPECT_EQ(ErrorOf("dataset: d\ncheckpoint:\n  every_steps: 100\n"),
+            "job.yaml:3: checkpoint.every_steps: checkpoints every N steps need checkpoint.dir");
+}
+
+TEST(JobSpecTest, MalformedYamlAndDocumentShape) {
+  EXPECT_THAT(ErrorOf("dataset: d\ntraining: {epochs: 3\n"),
+              StartsWith("job.yaml:3: YAML syntax error: "));
+  EXPECT_THAT(ErrorOf("dataset: d\n  bad indent: [\n"), StartsWith("job.yaml:"));
+  EXPECT_EQ(ErrorOf("- dataset: d\n"),
+            "job.yaml:1: a job spec must be a mapping (dataset: ..., model: ..., ...), got a list");
+  EXPECT_EQ(ErrorOf("just a string\n"),
+            "job.yaml:1: a job spec must be a mapping (dataset: ..., model: ..., ...), got 'just "
+            "a string'");
+  EXPECT_EQ(ErrorOf(""),
+            "job.yaml:1: the job spec is empty; expected a mapping with at least 'dataset'");
+  EXPECT_EQ(ErrorOf("# only a comment\n"),
+            "job.yaml:1: the job spec is empty; expected a mapping with at least 'dataset'");
+  EXPECT_EQ(ErrorOf("dataset: d\n---\ndataset: e\n"),
+            "job.yaml:3: more than one YAML document ('---'); a job spec is one mapping");
+  EXPECT_EQ(ErrorOf("dataset: d\n[a]: 1\n"), "job.yaml:2: keys must be names, got a list");
+}
+
+TEST(JobSpecTest, DuplicateKeys) {
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 2\n  lr: 0.1\n  epochs: 5\n"),
+            "job.yaml:5: training.epochs: duplicate key (first given on line 3)");
+  EXPECT_EQ(ErrorOf("dataset: d\nresults_dir: a\ndataset: e\n"),
+            "job.yaml:3: dataset: duplicate key (first given on line 1)");
+}
+
+TEST(JobSpecTest, ReadFromDisk) {
+  testing::TempDir dir;
+  const std::string path = dir.Sub("job.yaml");
+  testing::WriteAll(path, kIssueExample);
+  StatusOr<JobSpec> spec = ReadJobSpec(path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->dataset, "/data/amazon");
+  EXPECT_EQ(spec->model.type, "dien");
+
+  const std::string bad = dir.Sub("bad.yaml");
+  testing::WriteAll(bad, "dataset: d\ncluster:\n  workers: none\n");
+  StatusOr<JobSpec> bad_spec = ReadJobSpec(bad);
+  ASSERT_FALSE(bad_spec.ok());
+  EXPECT_EQ(bad_spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad_spec.status().message()),
+              StartsWith(bad + ":3: cluster.workers: must be an integer"));
+
+  const std::string missing = dir.Sub("nope.yaml");
+  StatusOr<JobSpec> none = ReadJobSpec(missing);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr(missing));
+}
+
+}  // namespace
+}  // namespace sift
