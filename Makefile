@@ -10,7 +10,7 @@ DEMO_DIR ?= out/demo
 APT_PACKAGES := build-essential cmake ninja-build pkg-config libabsl-dev libyaml-cpp-dev \
   libcli11-dev nlohmann-json3-dev zlib1g-dev libprotobuf-dev protobuf-compiler libgtest-dev \
   libgmock-dev libopenblas-dev python3 \
-  libgrpc++-dev protobuf-compiler-grpc grpc-proto prometheus-cpp-dev prometheus
+  libgrpc++-dev protobuf-compiler-grpc grpc-proto prometheus-cpp-dev prometheus libgloo-dev
 
 .PHONY: all deps build demo test test-all clean format
 
