@@ -24,7 +24,7 @@ struct HealthFlags {
 
 Status RunHealth(const HealthFlags& f) {
   auto channel = grpc::CreateChannel(f.server, grpc::InsecureChannelCredentials());
-  auto stub = grpc::health::v1::Health::NewStub(channel);
+  auto health = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::microseconds(static_cast<int64_t>(f.timeout_s * 1e6)));
@@ -32,7 +32,7 @@ Status RunHealth(const HealthFlags& f) {
   grpc::health::v1::HealthCheckRequest req;
   req.set_service(f.service);
   grpc::health::v1::HealthCheckResponse resp;
-  const grpc::Status st = stub->Check(&ctx, req, &resp);
+  const grpc::Status st = health->Check(&ctx, req, &resp);
   const std::string what = absl::StrCat(f.server, " service '", f.service, "'");
   if (!st.ok()) {
     return absl::UnavailableError(absl::StrCat(what, ": ", st.error_message(), " (gRPC code ",

@@ -152,15 +152,15 @@ void SetDeadline(grpc::ClientContext* ctx, int seconds = 30) {
 // A unary call of `method` with raw request bytes (grpc::GenericStub).
 grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
                      const std::string& bytes) {
-  grpc::GenericStub stub(channel);
+  grpc::GenericStub rpc(channel);
   grpc::Slice slice(bytes);
   grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   std::promise<grpc::Status> done;
-  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
-                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  rpc.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                [&done](grpc::Status s) { done.set_value(std::move(s)); });
   return done.get_future().get();
 }
 
@@ -283,18 +283,18 @@ TEST(EmbeddingServiceTest, BadRequestsGetTheirCodesAndTheServerKeepsServing) {
   auto server = StartServer(spec);
   ASSERT_NE(server, nullptr);
   auto channel = Channel(*server);
-  auto stub = pb::EmbeddingService::NewStub(channel);
+  auto rpc = pb::EmbeddingService::NewStub(channel);
   auto pull = [&](const pb::PullRequest& req, pb::PullResponse* resp = nullptr) {
     pb::PullResponse local;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
-    return stub->Pull(&ctx, req, resp != nullptr ? resp : &local);
+    return rpc->Pull(&ctx, req, resp != nullptr ? resp : &local);
   };
   auto push = [&](const pb::PushRequest& req, pb::PushResponse* resp = nullptr) {
     pb::PushResponse local;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
-    return stub->Push(&ctx, req, resp != nullptr ? resp : &local);
+    return rpc->Push(&ctx, req, resp != nullptr ? resp : &local);
   };
   const std::vector<uint64_t> probe = {1, 2, 3};
   std::vector<float> probe_rows;  // the user rows of `probe` once configured
@@ -316,7 +316,7 @@ TEST(EmbeddingServiceTest, BadRequestsGetTheirCodesAndTheServerKeepsServing) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     pb::ConfigureResponse r;
-    ASSERT_TRUE(stub->Configure(&ctx, ConfigProto(), &r).ok());
+    ASSERT_TRUE(rpc->Configure(&ctx, ConfigProto(), &r).ok());
     EXPECT_TRUE(r.created());
     EXPECT_EQ(r.max_keys_per_request(), 64u);
     EXPECT_EQ(r.max_message_bytes(), 4096u);
@@ -385,15 +385,14 @@ TEST(EmbeddingServiceTest, BadRequestsGetTheirCodesAndTheServerKeepsServing) {
     pb::SnapshotRequest req;
     req.set_name(name);
     pb::SnapshotResponse r;
-    ExpectGrpcError(stub->Snapshot(&ctx, req, &r), grpc::StatusCode::INVALID_ARGUMENT,
+    ExpectGrpcError(rpc->Snapshot(&ctx, req, &r), grpc::StatusCode::INVALID_ARGUMENT,
                     {"'name'", absl::StrCat("'", name, "'")});
     grpc::ClientContext ctx2;
     SetDeadline(&ctx2);
     pb::RestoreRequest rreq;
     rreq.set_name(name);
     pb::RestoreResponse rr;
-    ExpectGrpcError(stub->Restore(&ctx2, rreq, &rr), grpc::StatusCode::INVALID_ARGUMENT,
-                    {"'name'"});
+    ExpectGrpcError(rpc->Restore(&ctx2, rreq, &rr), grpc::StatusCode::INVALID_ARGUMENT, {"'name'"});
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
   expect_serving("bad snapshot names");
@@ -412,7 +411,7 @@ TEST(EmbeddingServiceTest, BadRequestsGetTheirCodesAndTheServerKeepsServing) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     pb::StatsResponse stats;
-    ASSERT_TRUE(stub->Stats(&ctx, pb::StatsRequest(), &stats).ok());
+    ASSERT_TRUE(rpc->Stats(&ctx, pb::StatsRequest(), &stats).ok());
     for (const pb::TableStats& t : stats.tables()) {
       EXPECT_EQ(t.rows(), t.table_id() == kUser ? 3 : 0) << t.name();  // no row 444, no cat row
       EXPECT_EQ(t.pushed_keys(), 0u) << t.name();
@@ -426,7 +425,7 @@ TEST(EmbeddingServiceTest, BadRequestsGetTheirCodesAndTheServerKeepsServing) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     pb::ConfigureResponse r;
-    ExpectGrpcError(stub->Configure(&ctx, other, &r), grpc::StatusCode::FAILED_PRECONDITION,
+    ExpectGrpcError(rpc->Configure(&ctx, other, &r), grpc::StatusCode::FAILED_PRECONDITION,
                     {"different config", "learning_rate"});
   }
   expect_serving("a different config");
@@ -435,12 +434,12 @@ TEST(EmbeddingServiceTest, BadRequestsGetTheirCodesAndTheServerKeepsServing) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     pb::ConfigureResponse r;
-    ASSERT_TRUE(stub->Configure(&ctx, other, &r).ok());
+    ASSERT_TRUE(rpc->Configure(&ctx, other, &r).ok());
     EXPECT_TRUE(r.created());
     grpc::ClientContext ctx2;
     SetDeadline(&ctx2);
     pb::StatsResponse stats;
-    ASSERT_TRUE(stub->Stats(&ctx2, pb::StatsRequest(), &stats).ok());
+    ASSERT_TRUE(rpc->Stats(&ctx2, pb::StatsRequest(), &stats).ok());
     for (const pb::TableStats& t : stats.tables()) EXPECT_EQ(t.rows(), 0) << t.name();
     for (const pb::TableConfig& c : stats.configs()) {
       if (c.table_id() == kItem) {
@@ -917,7 +916,7 @@ TEST(EmbeddingServiceTest, UnavailableIsRetriedThenNamesTheServer) {
 
 TEST(EmbeddingServiceTest, PushRetryIdentityAppliesOnce) {
   auto servers = StartServers(1);
-  auto stub = pb::EmbeddingService::NewStub(Channel(*servers[0]));
+  auto rpc = pb::EmbeddingService::NewStub(Channel(*servers[0]));
   auto client = Connect(servers);
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->Configure(kSeed, Tables()).ok());
@@ -930,7 +929,7 @@ TEST(EmbeddingServiceTest, PushRetryIdentityAppliesOnce) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     pb::PushResponse r;
-    const grpc::Status s = stub->Push(&ctx, req, &r);
+    const grpc::Status s = rpc->Push(&ctx, req, &r);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return r;
   };
@@ -970,12 +969,12 @@ TEST(EmbeddingServiceTest, MetricsCountRowsKeysAndCodesAndPassPromtool) {
   PullRows(*client, kCat, {1, 2, 3, 4}, /*create_missing=*/false);  // 4 cat keys, no rows
   ASSERT_TRUE(PushRows(*client, kItem, {5, 6, 7}, Fill(24, 0.25f)).ok());
   auto channel = Channel(*servers[0]);
-  auto stub = pb::EmbeddingService::NewStub(channel);
+  auto rpc = pb::EmbeddingService::NewStub(channel);
   for (int i = 0; i < 2; ++i) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     pb::PullResponse r;
-    EXPECT_EQ(stub->Pull(&ctx, PullReq({{555, {1}}}), &r).error_code(),
+    EXPECT_EQ(rpc->Pull(&ctx, PullReq({{555, {1}}}), &r).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT);
   }
   EXPECT_EQ(
