@@ -11,6 +11,7 @@ namespace sift::wire {
 
 // Wire types.
 inline constexpr uint8_t kVarint = 0;
+inline constexpr uint8_t kFixed64 = 1;
 inline constexpr uint8_t kLengthDelimited = 2;
 // The one-byte tag of field `number` (< 16) with `wire_type`.
 constexpr uint8_t Tag(uint32_t number, uint8_t wire_type) {

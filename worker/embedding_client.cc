@@ -240,6 +240,11 @@ struct RequestLayout {
   std::vector<ShardSlices> slices;
   std::vector<size_t> dims;
   std::vector<std::vector<Chunk>> plan;
+  // Positions (in the item's unique keys) of the keys of `seg`, an RPC segment of `shard`.
+  const uint32_t* Positions(uint32_t shard, const Segment& seg) const {
+    const ShardSlices& sl = slices[seg.item];
+    return sl.positions.data() + sl.offsets[shard] + seg.begin;
+  }
 };
 
 }  // namespace
@@ -548,7 +553,6 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
       RequestLayout layout,
       im.Layout(items, "pull", "output", [](const PullItem& item) { return item.out.size(); }));
   const std::vector<UniqueKeys>& uniq = layout.uniq;
-  const std::vector<ShardSlices>& slices = layout.slices;
   const std::vector<size_t>& dims = layout.dims;
   const auto& plan = layout.plan;
   std::vector<std::vector<float>> uniq_rows(items.size());  // only for items with repeats
@@ -562,10 +566,7 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
   const uint64_t encoding_value = static_cast<uint64_t>(encoding);
   SIFT_RETURN_IF_ERROR(im.ForEachShard([&](uint32_t s) -> Status {
     const std::vector<Chunk>& chunks = plan[s];
-    // Positions (in the unique keys) of a segment's keys.
-    auto positions = [&](const Segment& seg) {
-      return slices[seg.item].positions.data() + slices[seg.item].offsets[s] + seg.begin;
-    };
+    auto positions = [&](const Segment& seg) { return layout.Positions(s, seg); };
     std::vector<char> scratch;
     // Copies n rows from the reply to rows[pos[k] * dim ..]: false when the bytes run out.
     auto read_rows = [&](WireReader& r, float* rows, const uint32_t* pos, size_t n, size_t dim) {
@@ -600,10 +601,10 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
       for (size_t t = 0; t < chunk.size(); ++t) {  // PullRequest.tables: TableKeys
         const Segment& seg = chunk[t];
         const size_t n = seg.end - seg.begin;
-        p = PutLenHeader(p, 0x0a, inner[t]);
-        p = PutVarintField(p, 0x08, items[seg.item].table_id);
+        p = PutLenHeader(p, embedding::tags::kTables, inner[t]);
+        p = PutVarintField(p, embedding::tags::kTableId, items[seg.item].table_id);
         if (n == 0) continue;
-        p = PutLenHeader(p, 0x12, n * 8);  // packed fixed64 keys
+        p = PutLenHeader(p, embedding::tags::kKeys, n * 8);
         const uint64_t* keys = uniq[seg.item].keys.data();
         const uint32_t* pos = positions(seg);
         ForEachRun(pos, n, [&](size_t k, size_t run) {
@@ -611,8 +612,8 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
           p += run * 8;
         });
       }
-      p = PutVarintField(p, 0x10, create_missing ? 1 : 0);
-      PutVarintField(p, 0x18, encoding_value);
+      p = PutVarintField(p, embedding::tags::kCreateMissing, create_missing ? 1 : 0);
+      PutVarintField(p, embedding::tags::kEncoding, encoding_value);
       return grpc::ByteBuffer(&slice, 1);
     };
     // The usual reply (PullResponse as protobuf writes it) straight into the rows; false for
@@ -636,7 +637,7 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
         bool seen_rows = false;
         while (r.position() < end) {
           if (!r.ReadVarint(&tag)) return false;
-          if (tag != 0x1a) {  // table_id, dim and unknown fields
+          if (tag != embedding::tags::kValues) {  // table_id, dim and unknown fields
             if (!r.SkipField(tag & 7)) return false;
             continue;
           }
@@ -708,7 +709,6 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step) {
       RequestLayout layout,
       im.Layout(items, "push", "gradient", [](const PushItem& item) { return item.grads.size(); }));
   const std::vector<UniqueKeys>& uniq = layout.uniq;
-  const std::vector<ShardSlices>& slices = layout.slices;
   const std::vector<size_t>& dims = layout.dims;
   const auto& plan = layout.plan;
   // Gradients per unique key: the caller's, or the sums over repeated keys.
@@ -753,32 +753,31 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step) {
       for (size_t t = 0; t < chunk.size(); ++t) {  // PushRequest.tables: TableGradients
         const Segment& seg = chunk[t];
         const size_t n = seg.end - seg.begin, dim = dims[seg.item];
-        p = PutLenHeader(p, 0x0a, inner[t]);
-        p = PutVarintField(p, 0x08, items[seg.item].table_id);
+        p = PutLenHeader(p, embedding::tags::kTables, inner[t]);
+        p = PutVarintField(p, embedding::tags::kTableId, items[seg.item].table_id);
         if (n == 0) continue;
-        const uint32_t* pos =
-            slices[seg.item].positions.data() + slices[seg.item].offsets[s] + seg.begin;
-        p = PutLenHeader(p, 0x12, n * 8);  // packed fixed64 keys
+        const uint32_t* pos = layout.Positions(s, seg);
+        p = PutLenHeader(p, embedding::tags::kKeys, n * 8);
         const uint64_t* keys = uniq[seg.item].keys.data();
         ForEachRun(pos, n, [&](size_t k, size_t run) {
           std::memcpy(p, keys + pos[k], run * 8);
           p += run * 8;
         });
-        p = PutLenHeader(p, 0x1a, n * dim * width);  // gradients
+        p = PutLenHeader(p, embedding::tags::kValues, n * dim * width);
         const float* g = grads[seg.item];
         ForEachRun(pos, n, [&](size_t k, size_t run) {
           EncodeFloatsTo(encoding, absl::MakeConstSpan(g + pos[k] * dim, run * dim), p);
           p += run * dim * width;
         });
       }
-      p = PutVarintField(p, 0x10, static_cast<uint64_t>(step));
-      p = PutVarintField(p, 0x18, encoding_value);
+      p = PutVarintField(p, embedding::tags::kStep, static_cast<uint64_t>(step));
+      p = PutVarintField(p, embedding::tags::kEncoding, encoding_value);
       if (im.client_id != 0) {
-        *p++ = 0x21;  // fixed64 client_id
+        *p++ = static_cast<char>(embedding::tags::kClientId);
         std::memcpy(p, &im.client_id, 8);
         p += 8;
       }
-      PutVarintField(p, 0x28, sequence);
+      PutVarintField(p, embedding::tags::kSequence, sequence);
       return grpc::ByteBuffer(&slice, 1);
     };
     return im.CallPipelined(

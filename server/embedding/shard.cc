@@ -50,12 +50,17 @@ pb::ConfigureRequest Canonical(const pb::ConfigureRequest& request) {
 // Names each request table once, and at most kMaxTables tables; INVALID_ARGUMENT otherwise.
 // Linear in the table count (a hash set), so a request listing millions of tables cannot stall a
 // request thread.
+Status CheckTableCount(int tables, absl::string_view op) {
+  if (tables > static_cast<int>(kMaxTables)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", tables, " tables in one request, more than the limit of ", kMaxTables));
+  }
+  return absl::OkStatus();
+}
+
 template <typename Tables>
 Status CheckTablesOnce(const Tables& tables, absl::string_view op) {
-  if (tables.size() > static_cast<int>(kMaxTables)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ", tables.size(), " tables in one request, more than the limit of ", kMaxTables));
-  }
+  SIFT_RETURN_IF_ERROR(CheckTableCount(tables.size(), op));
   absl::flat_hash_set<uint32_t> seen;
   seen.reserve(static_cast<size_t>(tables.size()));
   for (const auto& t : tables) {
@@ -305,14 +310,10 @@ Status EmbeddingShard::PullTo(const pb::PullRequest& request, const PullPiece& p
                          (rows_bytes == 0 ? 0 : 1 + VarintSize(rows_bytes) + rows_bytes);
     char framing[48];
     char* p = framing;
-    p = PutVarint(p, (1 << 3) | 2);
-    p = PutVarint(p, inner);
-    p = PutVarintField(p, (1 << 3) | 0, t.table_id());
-    p = PutVarintField(p, (2 << 3) | 0, static_cast<uint32_t>(config.dim));
-    if (rows_bytes > 0) {
-      p = PutVarint(p, (3 << 3) | 2);
-      p = PutVarint(p, rows_bytes);
-    }
+    p = wire::PutLenHeader(p, tags::kTables, inner);
+    p = PutVarintField(p, tags::kTableId, t.table_id());
+    p = PutVarintField(p, tags::kDim, static_cast<uint32_t>(config.dim));
+    if (rows_bytes > 0) p = wire::PutLenHeader(p, tags::kValues, rows_bytes);
     char* bytes = piece(absl::string_view(framing, static_cast<size_t>(p - framing)), rows_bytes);
     if (rows_bytes == 0) continue;
     float* out = nullptr;
@@ -358,6 +359,8 @@ Status EmbeddingShard::Push(const pb::PushRequest& request, pb::PushResponse* re
     total += static_cast<uint64_t>(t.keys_size());
   }
   SIFT_RETURN_IF_ERROR(CheckKeyLimit(total, "push"));
+  // Repeats are found by PushMany (naming the table); bounding the count keeps that cheap.
+  SIFT_RETURN_IF_ERROR(CheckTableCount(request.tables_size(), "push"));
   if (request.step() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("push: field 'step' is ", request.step(), ", must be >= 0"));
@@ -380,14 +383,14 @@ Status EmbeddingShard::Push(const pb::PushRequest& request, pb::PushResponse* re
     const size_t n = static_cast<size_t>(t.keys_size());
     const size_t floats = n * static_cast<size_t>(config->dim);
     const std::string& bytes = t.gradients();
-    const std::string what =
-        absl::StrCat("push: table '", config->name, "' (id ", t.table_id(), ") field 'gradients' (",
-                     n, " keys x dim ", config->dim, ")");
     absl::Span<const float> grads;
     if (encoding == WireFloat::kFp32 && bytes.size() == floats * width &&
         reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
       grads = absl::MakeConstSpan(reinterpret_cast<const float*>(bytes.data()), floats);
     } else {
+      const std::string what =
+          absl::StrCat("push: table '", config->name, "' (id ", t.table_id(),
+                       ") field 'gradients' (", n, " keys x dim ", config->dim, ")");
       if (bytes.size() != floats * width) {
         return absl::InvalidArgumentError(
             absl::StrCat(what, ": ", bytes.size(), " bytes, expected ", floats * width));

@@ -24,6 +24,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "common/proto_wire.h"
 #include "common/status.h"
 #include "proto/embedding.pb.h"
 #include "server/embedding/table.h"
@@ -48,6 +49,22 @@ struct ShardOptions {
 inline constexpr size_t kPushDedupWindow = 65536;
 // Most tables in one config or request.
 inline constexpr size_t kMaxTables = 1024;
+
+// Tags of the proto/embedding.proto fields that the hand-encoded hot paths (EmbeddingShard::PullTo,
+// worker/embedding_client.cc) write and read; tests check the bytes against protobuf's parser.
+namespace tags {
+inline constexpr uint8_t kTables =
+    wire::Tag(1, wire::kLengthDelimited);                               // *Request/Response.tables
+inline constexpr uint8_t kTableId = wire::Tag(1, wire::kVarint);        // Table*.table_id
+inline constexpr uint8_t kKeys = wire::Tag(2, wire::kLengthDelimited);  // packed fixed64 keys
+inline constexpr uint8_t kDim = wire::Tag(2, wire::kVarint);            // TableRows.dim
+inline constexpr uint8_t kValues = wire::Tag(3, wire::kLengthDelimited);  // rows / gradients
+inline constexpr uint8_t kCreateMissing = wire::Tag(2, wire::kVarint);    // PullRequest
+inline constexpr uint8_t kStep = wire::Tag(2, wire::kVarint);             // PushRequest
+inline constexpr uint8_t kEncoding = wire::Tag(3, wire::kVarint);         // Pull/PushRequest
+inline constexpr uint8_t kClientId = wire::Tag(4, wire::kFixed64);        // PushRequest
+inline constexpr uint8_t kSequence = wire::Tag(5, wire::kVarint);         // PushRequest
+}  // namespace tags
 
 // Converts between the wire's table configs and the store's; INVALID_ARGUMENT naming the table and
 // field for values the store cannot take (dim 0 or over 65536, unknown optimizer).
