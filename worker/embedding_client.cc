@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/metrics.h"
 #include "common/proto_wire.h"
 #include "common/sharding.h"
 #include "common/thread_pool.h"
@@ -35,17 +36,11 @@ using wire::PutVarintField;
 using wire::VarintFieldSize;
 using wire::VarintSize;
 
-constexpr const char* kCodeNames[] = {
-    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-    "DATA_LOSS", "UNAUTHENTICATED"};
-
 Status FromGrpc(const grpc::Status& s, const std::string& where) {
   const int code = static_cast<int>(s.error_code());
-  const char* name = code >= 0 && code <= 16 ? kCodeNames[code] : "UNKNOWN";
-  return Status(static_cast<absl::StatusCode>(code),
-                absl::StrCat(where, ": ", name, ": ", s.error_message()));
+  return Status(
+      static_cast<absl::StatusCode>(code),
+      absl::StrCat(where, ": ", GrpcServerMetrics::CodeName(code), ": ", s.error_message()));
 }
 
 // A table's keys made unique and ascending: `keys` points at the caller's keys when they already

@@ -20,10 +20,6 @@ namespace {
 
 constexpr uint32_t kTable = 0;
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // The floats `x` become after a trip over the wire in `encoding`.
 void RoundThroughWire(WireFloat encoding, std::vector<float>& x) {
   if (encoding == WireFloat::kFp32) return;
@@ -50,17 +46,17 @@ StatusOr<double> RunRound(std::vector<ClientState>& clients, ThreadPool& pool, i
   const size_t c = clients.size();
   std::vector<std::vector<double>> lat(c);
   std::vector<Status> status(c);
-  const double start = Now();
+  const double start = SteadyClockSeconds();
   pool.ParallelFor(static_cast<int64_t>(c), 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       for (int k = 0; k < calls && status[i].ok(); ++k) {
-        const double t0 = Now();
+        const double t0 = SteadyClockSeconds();
         status[i] = fn(clients[i]);
-        lat[i].push_back(Now() - t0);
+        lat[i].push_back(SteadyClockSeconds() - t0);
       }
     }
   });
-  const double wall = Now() - start;
+  const double wall = SteadyClockSeconds() - start;
   for (const Status& s : status) SIFT_RETURN_IF_ERROR(s);
   if (latencies != nullptr) {
     for (auto& l : lat) latencies->insert(latencies->end(), l.begin(), l.end());
