@@ -22,6 +22,7 @@
 #include "common/proto_wire.h"
 #include "common/sharding.h"
 #include "common/thread_pool.h"
+#include "common/grpc_status.h"
 #include "proto/embedding.grpc.pb.h"
 #include "server/embedding/shard.h"
 #include "server/embedding/slice_pool.h"
@@ -35,13 +36,6 @@ using wire::PutVarint;
 using wire::PutVarintField;
 using wire::VarintFieldSize;
 using wire::VarintSize;
-
-Status FromGrpc(const grpc::Status& s, const std::string& where) {
-  const int code = static_cast<int>(s.error_code());
-  return Status(
-      static_cast<absl::StatusCode>(code),
-      absl::StrCat(where, ": ", GrpcServerMetrics::CodeName(code), ": ", s.error_message()));
-}
 
 // A table's keys made unique and ascending: `keys` points at the caller's keys when they already
 // are (inverse empty), else at `storage`, with inverse[i] = index of keys[i] in the unique set.

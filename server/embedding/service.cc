@@ -13,6 +13,7 @@
 #include <grpcpp/support/proto_buffer_writer.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "common/metrics.h"
 #include "common/thread_pool.h"
 #include "google/protobuf/arena.h"
@@ -38,11 +39,6 @@ using RawService = pb::EmbeddingService::WithRawCallbackMethod_Configure<
                 pb::EmbeddingService::WithRawCallbackMethod_Snapshot<
                     pb::EmbeddingService::WithRawCallbackMethod_Restore<
                         pb::EmbeddingService::Service>>>>>>;
-
-grpc::Status ToGrpc(const Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 }  // namespace
 

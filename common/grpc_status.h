@@ -1,0 +1,31 @@
+// Conversions between absl::Status (sift's error values) and grpc::Status at the RPC boundary.
+// The canonical codes are the same numbers in both. Header-only: include it only from targets
+// that link gRPC (servers and clients), not from the rest of common/.
+#pragma once
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "grpcpp/support/status.h"
+
+namespace sift {
+
+// A handler's result as the gRPC status sent to the client (the message unchanged).
+inline grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+// A call's gRPC status as a Status with the same code, its message prefixed by `where` (the
+// server and method, e.g. "coordinator localhost:7000 SubmitJob") and the code's name.
+inline Status FromGrpc(const grpc::Status& s, const std::string& where) {
+  if (s.ok()) return absl::OkStatus();
+  const int code = static_cast<int>(s.error_code());
+  return Status(
+      static_cast<absl::StatusCode>(code),
+      absl::StrCat(where, ": ", GrpcServerMetrics::CodeName(code), ": ", s.error_message()));
+}
+
+}  // namespace sift
