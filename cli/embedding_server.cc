@@ -1,6 +1,7 @@
 // sift embedding-server: serves one shard of the job's sparse tables over gRPC until SIGINT or
 // SIGTERM, then drains (health NOT_SERVING, in-flight requests finish) and exits 0.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include "cli/commands.h"
 #include "common/file_util.h"
 #include "common/thread_pool.h"
+#include "server/coordinator/member_session.h"
 #include "server/embedding/service.h"
 
 namespace sift::cli {
@@ -17,7 +19,31 @@ namespace {
 struct ServerFlags {
   embedding::EmbeddingServerOptions options;
   std::string port_file;
+  std::string coordinator;  // "" = standalone (no registration)
+  std::string advertise_host = "127.0.0.1";
+  double register_timeout_s = 120;
 };
+
+// Joins the cluster of the coordinator at flags.coordinator as the server of its shard.
+StatusOr<std::unique_ptr<coordinator::MemberSession>> JoinCluster(
+    const ServerFlags& flags, const embedding::EmbeddingServer& server,
+    std::unique_ptr<coordinator::CoordinatorClient>* client) {
+  coordinator::CoordinatorClientOptions co;
+  co.address = flags.coordinator;
+  co.connect_timeout = absl::ZeroDuration();  // MemberSession::Start retries until its timeout
+  SIFT_ASSIGN_OR_RETURN(*client, coordinator::CoordinatorClient::Connect(co));
+  coordinator::pb::RegisterRequest req;
+  req.set_role(coordinator::pb::EMBEDDING_SERVER);
+  req.set_address(absl::StrCat(flags.advertise_host, ":", server.port()));
+  req.set_shard(flags.options.shard.shard);
+  req.set_num_shards(flags.options.shard.num_shards);
+  if (server.metrics_port() >= 0) {
+    req.set_metrics_address(absl::StrCat(flags.advertise_host, ":", server.metrics_port()));
+  }
+  req.set_pid(::getpid());
+  return coordinator::MemberSession::Start(client->get(), req,
+                                           absl::Seconds(flags.register_timeout_s));
+}
 
 Status RunEmbeddingServer(ServerFlags flags) {
   if (flags.options.shard.snapshot_dir.empty()) {
@@ -50,8 +76,18 @@ Status RunEmbeddingServer(ServerFlags flags) {
     SIFT_RETURN_IF_ERROR(WriteFileAtomic(
         flags.port_file, absl::StrCat(server->port(), " ", server->metrics_port(), "\n")));
   }
+  // Registered only once serving: the coordinator may hand our address to workers at once.
+  std::unique_ptr<coordinator::CoordinatorClient> client;
+  std::unique_ptr<coordinator::MemberSession> session;
+  if (!flags.coordinator.empty()) {
+    SIFT_ASSIGN_OR_RETURN(session, JoinCluster(flags, *server, &client));
+    std::printf("sift embedding-server: registered with the coordinator at %s as %s\n",
+                flags.coordinator.c_str(), session->member_id().c_str());
+    std::fflush(stdout);
+  }
   int sig = 0;
   sigwait(&stop, &sig);
+  session.reset();  // stop heartbeating: the coordinator sees the lease end
   std::printf("sift embedding-server: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   std::fflush(stdout);
   server->Shutdown();
@@ -94,6 +130,16 @@ void AddEmbeddingServer(CLI::App* app, Action* action) {
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--port-file", flags->port_file,
                   "Write '<port> <metrics-port>' here once listening (for launchers and tests)");
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "Register with the coordinator at host:port as this shard's server "
+                  "(default: standalone)");
+  cmd->add_option("--advertise-host", flags->advertise_host,
+                  "Host name or IP the workers reach this server at (with --coordinator)")
+      ->capture_default_str();
+  cmd->add_option("--register-timeout", flags->register_timeout_s,
+                  "Seconds to keep trying to reach the coordinator at start")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([flags, action] { *action = [flags] { return RunEmbeddingServer(*flags); }; });
 }
 
