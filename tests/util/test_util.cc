@@ -51,20 +51,25 @@ std::string Slurp(int fd) {
 }  // namespace
 
 namespace {
-// In a forked child: stdout/stderr to the given files, stdin from /dev/null, exec the built sift.
-[[noreturn]] void ExecSift(const std::vector<std::string>& args, int out_fd, int err_fd) {
+// In a forked child: stdout/stderr to the given files, stdin from /dev/null, exec argv[0].
+[[noreturn]] void Exec(const std::vector<std::string>& args, int out_fd, int err_fd) {
   ::dup2(out_fd, 1);
   ::dup2(err_fd, 2);
   int devnull = ::open("/dev/null", O_RDONLY);
   ::dup2(devnull, 0);
   std::vector<char*> argv;
-  std::string bin = SIFT_BINARY;
-  argv.push_back(bin.data());
   std::vector<std::string> copy = args;
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
-  ::execv(bin.c_str(), argv.data());
+  ::execv(copy[0].c_str(), argv.data());
   ::_exit(127);
+}
+
+// The built sift binary followed by `args`.
+std::vector<std::string> SiftArgv(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {SIFT_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
 }
 }  // namespace
 
@@ -75,7 +80,7 @@ RunResult RunSift(const std::vector<std::string>& args) {
   int out_fd = ::mkstemp(out_tmpl), err_fd = ::mkstemp(err_tmpl);
   pid_t pid = ::fork();
   if (pid == 0) {
-    ExecSift(args, out_fd, err_fd);
+    Exec(SiftArgv(args), out_fd, err_fd);
   }
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -92,22 +97,26 @@ RunResult RunSift(const std::vector<std::string>& args) {
 }
 
 SiftProcess::SiftProcess(const std::vector<std::string>& args, const std::string& log_prefix)
+    : BackgroundProcess(SiftArgv(args), log_prefix) {}
+
+BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv,
+                                     const std::string& log_prefix)
     : prefix_(log_prefix) {
   const int out_fd = ::open((prefix_ + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const int err_fd = ::open((prefix_ + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_ = ::fork();
   if (pid_ == 0) {
-    ExecSift(args, out_fd, err_fd);
+    Exec(argv, out_fd, err_fd);
   }
   ::close(out_fd);
   ::close(err_fd);
 }
 
-SiftProcess::~SiftProcess() {
+BackgroundProcess::~BackgroundProcess() {
   if (pid_ > 0) Stop(SIGKILL);
 }
 
-int SiftProcess::Stop(int sig) {
+int BackgroundProcess::Stop(int sig) {
   if (pid_ <= 0) return -1;
   ::kill(pid_, sig);
   int status = 0;
@@ -116,8 +125,8 @@ int SiftProcess::Stop(int sig) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-std::string SiftProcess::Out() const { return ReadAll(prefix_ + ".out"); }
-std::string SiftProcess::Err() const { return ReadAll(prefix_ + ".err"); }
+std::string BackgroundProcess::Out() const { return ReadAll(prefix_ + ".out"); }
+std::string BackgroundProcess::Err() const { return ReadAll(prefix_ + ".err"); }
 
 std::string WaitForFile(const std::string& path, double timeout_s) {
   for (double waited = 0; waited < timeout_s; waited += 0.02) {

@@ -31,15 +31,15 @@ struct RunResult {
 // Runs the built `sift` binary with `args` (no shell), capturing stdout and stderr.
 RunResult RunSift(const std::vector<std::string>& args);
 
-// The built `sift` binary running in the background (a server), its stdout and stderr going to
-// files. The destructor kills it (SIGKILL) and reaps it, so a failing test leaves no process.
-class SiftProcess {
+// A program running in the background (a server), its stdout and stderr going to
+// `log_prefix`.out / .err. The destructor kills it (SIGKILL) and reaps it, so a failing test
+// leaves no process. argv[0] is the program's path.
+class BackgroundProcess {
  public:
-  // `log_prefix`.out / .err receive the output.
-  SiftProcess(const std::vector<std::string>& args, const std::string& log_prefix);
-  ~SiftProcess();
-  SiftProcess(const SiftProcess&) = delete;
-  SiftProcess& operator=(const SiftProcess&) = delete;
+  BackgroundProcess(const std::vector<std::string>& argv, const std::string& log_prefix);
+  ~BackgroundProcess();
+  BackgroundProcess(const BackgroundProcess&) = delete;
+  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
   int pid() const { return pid_; }
   // Sends `sig` and waits for the exit; returns the exit code (128 + signal when killed).
   int Stop(int sig);
@@ -49,6 +49,12 @@ class SiftProcess {
  private:
   int pid_ = -1;
   std::string prefix_;
+};
+
+// The built `sift` binary with `args`, in the background.
+class SiftProcess : public BackgroundProcess {
+ public:
+  SiftProcess(const std::vector<std::string>& args, const std::string& log_prefix);
 };
 
 // Waits (polling, up to `timeout_s`) until `path` exists and is non-empty; returns its content,
