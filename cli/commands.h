@@ -25,6 +25,7 @@ void AddBenchInference(CLI::App* bench, Action* action);  // sift bench inferenc
 void AddBenchPs(CLI::App* bench, Action* action);         // sift bench ps
 void AddEmbeddingServer(CLI::App* app, Action* action);   // sift embedding-server
 void AddHealth(CLI::App* app, Action* action);            // sift health
+void AddWorker(CLI::App* app, Action* action);            // sift worker
 
 // The full command line, as typed (benchmarks print it).
 const std::string& CommandLine();

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   AddTrain(&app, &action);
   AddEmbeddingServer(&app, &action);
   AddHealth(&app, &action);
+  AddWorker(&app, &action);
 
   try {
     app.parse(argc, argv);

@@ -24,6 +24,7 @@
 #include "worker/batch_keys.h"
 #include "worker/checkpoint.h"
 #include "worker/embedding_client.h"
+#include "worker/step_pipeline.h"
 
 namespace sift::worker {
 namespace {
@@ -97,26 +98,145 @@ struct DenseAdam {
   }
 };
 
+// `sift train`: world 1; step records and epoch records to the DLLL logs (<results_dir>/<file>
+// and stdout), AUC computed here, checkpoints written as they come.
+class LocalEnv : public TrainerEnv {
+ public:
+  explicit LocalEnv(const TrainerOptions& o) : o_(o), collectives_(CreateLocalCollectives()) {
+    std::random_device rd;
+    snapshot_nonce_ =
+        Mix64((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid()) ^
+              static_cast<uint64_t>(SystemWallClockMicros()));
+  }
+
+  Collectives* collectives() override { return collectives_.get(); }
+  Status CheckAbort() override { return absl::OkStatus(); }
+
+  Status OnSetup(double oracle_test_auc) override {
+    oracle_test_auc_ = oracle_test_auc;
+    // Logs: every record to the JSON file; stdout gets epoch and summary records (and every
+    // log_every-th step record).
+    if (!o_.results_dir.empty()) {
+      SIFT_RETURN_IF_ERROR(MakeDirs(o_.results_dir));
+      SIFT_ASSIGN_OR_RETURN(auto sink,
+                            FileLineSink::Open(JoinPath(o_.results_dir, o_.log_filename)));
+      json_log_ = std::make_unique<DLLogger>(std::move(sink), nullptr);
+      SIFT_RETURN_IF_ERROR(json_log_->WriteReferenceMetadata());
+    }
+    stdout_log_ = std::make_unique<DLLogger>(nullptr, std::make_unique<StdoutLineSink>());
+    return stdout_log_->WriteReferenceMetadata();
+  }
+
+  Status OnStep(const StepReport& r) override {
+    DllMetrics m;
+    if (r.has_losses) {
+      m.emplace_back("total_loss", r.losses.total);
+      if (o_.model.type != ModelType::kDin) {
+        m.emplace_back("classification_loss", r.losses.classification);
+        m.emplace_back("dien_aux_loss", r.losses.aux);
+      }
+    }
+    m.emplace_back("samples/s", r.samples_per_second);
+    const DllStep s = {r.epoch, r.step};
+    if (json_log_) SIFT_RETURN_IF_ERROR(json_log_->Log(s, m));
+    if (o_.log_every > 0 && r.step % o_.log_every == 0) {
+      SIFT_RETURN_IF_ERROR(stdout_log_->Log(s, m));
+    }
+    return absl::OkStatus();
+  }
+
+  Status OnEpochTrained(int64_t, const DllMetrics&, double) override { return absl::OkStatus(); }
+
+  StatusOr<EvalResult> OnEvaluation(int64_t, data::Split, const EvalPredictions& p) override {
+    EvalResult r;
+    r.auc = ExactAuc(absl::MakeConstSpan(p.scores), absl::MakeConstSpan(p.labels));
+    r.loss = p.scores.empty() ? 0 : p.loss_sum / static_cast<double>(p.scores.size());
+    return r;
+  }
+
+  // A name no other save uses (this run's nonce, the step): a later or concurrent run can never
+  // overwrite the files an existing manifest points to.
+  std::string SnapshotName(int64_t global_step) override {
+    return absl::StrFormat("ckpt-%016x-step-%d", snapshot_nonce_, global_step);
+  }
+  Status CheckpointBegin(int64_t) override { return absl::OkStatus(); }
+  Status CheckpointCommit(const std::string&, int64_t, int64_t) override {
+    return absl::OkStatus();
+  }
+
+  Status OnEpochEnd(const EpochMetrics& em, const DllMetrics& perf) override {
+    DllMetrics m = perf;
+    m.emplace_back("train_auc", em.train_auc);
+    m.emplace_back("train_loss", em.train_loss);
+    m.emplace_back("test_auc", em.test_auc);
+    m.emplace_back("test_loss", em.test_loss);
+    if (oracle_test_auc_ > 0) {
+      m.emplace_back("oracle_test_auc", oracle_test_auc_);
+      m.emplace_back("test_auc_to_oracle", em.test_auc / oracle_test_auc_);
+    }
+    return LogBoth({em.epoch}, m);
+  }
+
+  Status OnFinish(RunMode mode, const RunResult& result, const DllMetrics& bench_summary) override {
+    if (mode != RunMode::kTrain) return LogBoth({}, bench_summary);
+    const EpochMetrics& last = result.epochs.back();
+    DllMetrics m = {{"time_to_train", result.time_to_train_s},
+                    {"train_auc", last.train_auc},
+                    {"train_loss", last.train_loss},
+                    {"test_auc", last.test_auc},
+                    {"test_loss", last.test_loss}};
+    return LogBoth({}, m);
+  }
+
+ private:
+  Status LogBoth(const DllStep& step, const DllMetrics& data) {
+    if (json_log_) SIFT_RETURN_IF_ERROR(json_log_->Log(step, data));
+    return stdout_log_->Log(step, data);
+  }
+
+  const TrainerOptions& o_;
+  std::unique_ptr<Collectives> collectives_;
+  uint64_t snapshot_nonce_ = 0;  // names this run's server snapshots
+  double oracle_test_auc_ = -1;
+  std::unique_ptr<DLLogger> json_log_, stdout_log_;
+};
+
 class Trainer {
  public:
-  explicit Trainer(const TrainerOptions& o) : o_(o) {}
+  Trainer(const TrainerOptions& o, TrainerEnv* env)
+      : o_(o),
+        env_(env),
+        coll_(env->collectives()),
+        rank_(coll_->rank()),
+        world_(coll_->world_size()) {}
 
   Status Setup(RunMode mode);
   StatusOr<RunResult> Run(RunMode mode);
 
  private:
-  // One training step on `batch`; returns the losses.
-  StatusOr<Losses> TrainStep(const data::Batch& batch, int64_t epoch, int64_t step);
+  // Loads, dedups and pulls step `step` of the epoch into `slot` (the step pipeline's stage).
+  Status PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mode, PreparedStep* slot);
+  // One training step on a prepared step; returns the losses (the mean over ranks).
+  StatusOr<Losses> TrainStep(PreparedStep* ps, int64_t epoch, int64_t step, PhaseTimes* ph);
   // Dedups `batch`'s ids for `mode` into `keys` and fetches their rows: training pulls (creating
   // unseen rows), evaluation and inference look them up without creating any. Adds the wall time
-  // to phases->dedup / phases->pull when phases is non-null.
-  Status FetchRows(const data::Batch& batch, ForwardMode mode, BatchKeys* keys, PhaseTimes* phases);
-  // AUC and sample-weighted total loss over `max_samples` (0 = all) of a split.
-  Status Evaluate(data::Split split, int64_t max_samples, double* auc, double* loss);
-  Status LogBoth(const DllStep& step, const DllMetrics& data);
+  // to *dedup_s and *pull_s.
+  Status FetchRows(const data::Batch& batch, ForwardMode mode, BatchKeys* keys, double* dedup_s,
+                   double* pull_s);
+  // This rank's share of a split (at most ceil(max_samples / world) samples, rounded up to whole
+  // eval batches; 0 = all), handed to the env.
+  StatusOr<EvalResult> Evaluate(data::Split split, int64_t max_samples, int64_t epoch);
+  // The checkpoint protocol of TrainerEnv (REQUIRES: the step pipeline is drained).
+  Status Checkpoint(int64_t epochs_done);
   Status SaveCheckpointNow(int64_t epochs_done);
+  // The client that pushes: its own when pulls run on the prefetch thread (EmbeddingClient
+  // takes one caller at a time).
+  EmbeddingClient* push_client() { return remote_push_ ? remote_push_.get() : remote_.get(); }
 
   const TrainerOptions& o_;
+  TrainerEnv* const env_;
+  Collectives* const coll_;
+  const int rank_, world_;
   RunMode mode_ = RunMode::kTrain;
   std::unique_ptr<data::Dataset> ds_;
   data::HistoryOptions history_;
@@ -124,12 +244,10 @@ class Trainer {
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<embedding::EmbeddingStore> store_;   // in-process tables, or
-  std::unique_ptr<EmbeddingClient> remote_;            // the embedding servers'
+  std::unique_ptr<EmbeddingClient> remote_;            // the embedding servers' (pulls)
+  std::unique_ptr<EmbeddingClient> remote_push_;       // pushes, when prefetching
   std::vector<embedding::TableConfig> remote_tables_;  // checked after a restore
-  uint64_t snapshot_nonce_ = 0;                        // names this run's server snapshots
   DenseAdam adam_;
-  BatchKeys keys_;
-  std::unique_ptr<DLLogger> json_log_, stdout_log_;
   RunResult result_;
   int64_t epochs_done_ = 0;
   int64_t global_step_ = 0;
@@ -151,6 +269,14 @@ Status Trainer::Setup(RunMode mode) {
   if (o_.log_every < 0) return absl::InvalidArgumentError("--log-every must be >= 0");
   if (o_.train_eval_samples < 0) {
     return absl::InvalidArgumentError("--train-eval-samples must be >= 0");
+  }
+  if (o_.staleness < 0) return absl::InvalidArgumentError("training.staleness must be >= 0");
+  if (o_.checkpoint_every_steps < 0) {
+    return absl::InvalidArgumentError("checkpoint.every_steps must be >= 0");
+  }
+  if (world_ > 1 && o_.embedding_servers.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a world of ", world_, " workers needs the embedding tables on embedding servers"));
   }
   SIFT_ASSIGN_OR_RETURN(ds_, data::Dataset::Open(o_.dataset));
   const data::SampleSource& src = ds_->samples();
@@ -206,6 +332,7 @@ Status Trainer::Setup(RunMode mode) {
     c.optimizer.learning_rate = o_.lr;
     tables.push_back(std::move(c));
   }
+  const bool prefetch = mode == RunMode::kTrain && o_.staleness > 0;
   if (o_.embedding_servers.empty()) {
     SIFT_ASSIGN_OR_RETURN(
         store_, embedding::EmbeddingStore::Create(
@@ -215,15 +342,14 @@ Status Trainer::Setup(RunMode mode) {
     co.servers = o_.embedding_servers;
     SIFT_ASSIGN_OR_RETURN(co.encoding, ParseWireFloat(o_.wire_encoding));
     SIFT_ASSIGN_OR_RETURN(remote_, EmbeddingClient::Connect(co));
-    std::random_device rd;
-    snapshot_nonce_ =
-        Mix64((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid()) ^
-              static_cast<uint64_t>(SystemWallClockMicros()));
+    if (prefetch) {
+      SIFT_ASSIGN_OR_RETURN(remote_push_, EmbeddingClient::Connect(co));
+    }
     // A fresh run starts from empty tables (stale rows of an earlier job would change the
     // results); a resumed run gets its tables from the checkpoint's snapshot (below) and checks
-    // they are this run's.
+    // they are this run's. Rank 0 alone sets the servers up; the others start after a barrier.
     if (o_.load_checkpoint.empty()) {
-      SIFT_RETURN_IF_ERROR(remote_->Configure(o_.seed, tables, /*replace=*/true));
+      if (rank_ == 0) SIFT_RETURN_IF_ERROR(remote_->Configure(o_.seed, tables, /*replace=*/true));
     } else {
       remote_tables_ = std::move(tables);
     }
@@ -243,10 +369,12 @@ Status Trainer::Setup(RunMode mode) {
   // Fail before training, not after the first epoch, when the checkpoint directory is unusable.
   if (!o_.save_checkpoint.empty()) SIFT_RETURN_IF_ERROR(MakeDirs(o_.save_checkpoint));
   if (!o_.load_checkpoint.empty()) {
+    // Every rank reads the dense state (a shared file system, like the dataset); rank 0 restores
+    // the tables.
     CheckpointState st;
     SIFT_RETURN_IF_ERROR(LoadCheckpoint(o_.load_checkpoint, ModelSummary(config_),
                                         static_cast<int64_t>(np), &st, store_.get()));
-    if (remote_ != nullptr) {
+    if (remote_ != nullptr && rank_ == 0) {
       const std::string what =
           absl::StrCat(o_.load_checkpoint, ": restoring snapshot '", st.remote.name, "'");
       StatusOr<std::vector<pb::RestoreResponse>> restored_or = remote_->Restore(st.remote.name);
@@ -282,64 +410,77 @@ Status Trainer::Setup(RunMode mode) {
     epochs_done_ = st.epochs_done;
     global_step_ = st.global_step;
   }
-
-  // Logs: every record to the JSON file; stdout gets epoch and summary records (and every
-  // log_every-th step record).
-  if (!o_.results_dir.empty()) {
-    SIFT_RETURN_IF_ERROR(MakeDirs(o_.results_dir));
-    SIFT_ASSIGN_OR_RETURN(auto sink, FileLineSink::Open(JoinPath(o_.results_dir, o_.log_filename)));
-    json_log_ = std::make_unique<DLLogger>(std::move(sink), nullptr);
-    SIFT_RETURN_IF_ERROR(json_log_->WriteReferenceMetadata());
+  if (world_ > 1) {
+    // The servers are set up; the dense replicas start identical: rank 0's state everywhere
+    // (architecture.md: initialised on rank 0 and broadcast).
+    SIFT_RETURN_IF_ERROR(Annotate(coll_->Barrier(), "setup barrier"));
+    SIFT_RETURN_IF_ERROR(Annotate(coll_->Broadcast(model_->parameters(), 0), "broadcast"));
+    SIFT_RETURN_IF_ERROR(Annotate(coll_->Broadcast(absl::MakeSpan(adam_.m), 0), "broadcast"));
+    SIFT_RETURN_IF_ERROR(Annotate(coll_->Broadcast(absl::MakeSpan(adam_.v), 0), "broadcast"));
   }
-  stdout_log_ = std::make_unique<DLLogger>(nullptr, std::make_unique<StdoutLineSink>());
-  return stdout_log_->WriteReferenceMetadata();
-}
-
-Status Trainer::LogBoth(const DllStep& step, const DllMetrics& data) {
-  if (json_log_) SIFT_RETURN_IF_ERROR(json_log_->Log(step, data));
-  return stdout_log_->Log(step, data);
+  return env_->OnSetup(result_.oracle_test_auc);
 }
 
 Status Trainer::FetchRows(const data::Batch& batch, ForwardMode mode, BatchKeys* keys,
-                          PhaseTimes* phases) {
-  double dedup_s = 0, pull_s = 0;
+                          double* dedup_s, double* pull_s) {
   {
-    ScopedTimer t(&dedup_s);
+    ScopedTimer t(dedup_s);
     SIFT_RETURN_IF_ERROR(
         BuildBatchKeys(batch, model_->key_usage(mode), config_.embedding_dim, keys));
   }
-  {
-    ScopedTimer t(&pull_s);
-    const size_t dim = static_cast<size_t>(config_.embedding_dim);
-    std::vector<EmbeddingClient::PullItem> items;
-    for (size_t tb = 0; tb < keys->tables.size(); ++tb) {
-      TableKeys& tk = keys->tables[tb];
-      const absl::Span<float> out = absl::MakeSpan(tk.rows.data(), tk.keys.size() * dim);
-      const uint32_t table = static_cast<uint32_t>(tb);
-      if (remote_ != nullptr) {
-        items.push_back({table, tk.keys, out});
-      } else {
-        SIFT_RETURN_IF_ERROR(mode == ForwardMode::kTrain ? store_->Pull(table, tk.keys, out)
-                                                         : store_->Lookup(table, tk.keys, out));
-      }
+  ScopedTimer t(pull_s);
+  const size_t dim = static_cast<size_t>(config_.embedding_dim);
+  std::vector<EmbeddingClient::PullItem> items;
+  for (size_t tb = 0; tb < keys->tables.size(); ++tb) {
+    TableKeys& tk = keys->tables[tb];
+    const absl::Span<float> out = absl::MakeSpan(tk.rows.data(), tk.keys.size() * dim);
+    const uint32_t table = static_cast<uint32_t>(tb);
+    if (remote_ != nullptr) {
+      items.push_back({table, tk.keys, out});
+    } else {
+      SIFT_RETURN_IF_ERROR(mode == ForwardMode::kTrain ? store_->Pull(table, tk.keys, out)
+                                                       : store_->Lookup(table, tk.keys, out));
     }
-    // One request per shard for all tables; training creates rows, evaluation only reads.
-    if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(remote_->Pull(items, mode == ForwardMode::kTrain));
   }
-  if (phases != nullptr) {
-    phases->dedup += dedup_s;
-    phases->pull += pull_s;
-  }
+  // One request per shard for all tables; training creates rows, evaluation only reads.
+  if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(remote_->Pull(items, mode == ForwardMode::kTrain));
   return absl::OkStatus();
 }
 
-StatusOr<Losses> Trainer::TrainStep(const data::Batch& batch, int64_t epoch, int64_t step) {
-  PhaseTimes& ph = result_.phases;
-  SIFT_RETURN_IF_ERROR(FetchRows(batch, ForwardMode::kTrain, &keys_, &ph));
+Status Trainer::PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mode,
+                            PreparedStep* slot) {
+  slot->load_s = slot->dedup_s = slot->pull_s = 0;
+  {
+    ScopedTimer t(&slot->load_s);
+    const data::Batch* b = loader->Next();
+    if (b == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("the batch loader ended before step ", slot->step, " of the epoch"));
+    }
+    if (copy) {
+      slot->copy = *b;  // the loader reuses its buffer once the next batch is taken
+      slot->batch = &slot->copy;
+    } else {
+      slot->batch = b;
+    }
+  }
+  return FetchRows(*slot->batch, mode, &slot->keys, &slot->dedup_s, &slot->pull_s);
+}
+
+StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t step, PhaseTimes* ph) {
   Losses losses;
   {
-    ScopedTimer t(&ph.forward);
-    SIFT_ASSIGN_OR_RETURN(losses, model_->Forward(batch, keys_, ForwardMode::kTrain));
+    ScopedTimer t(&ph->forward);
+    SIFT_ASSIGN_OR_RETURN(losses, model_->Forward(*ps->batch, ps->keys, ForwardMode::kTrain));
+  }
+  if (world_ > 1) {
+    // The mean over ranks: every rank sees the same value (and fails alike when it is not
+    // finite).
+    ScopedTimer t(&ph->allreduce);
+    float l[3] = {static_cast<float>(losses.total), static_cast<float>(losses.classification),
+                  static_cast<float>(losses.aux)};
+    SIFT_RETURN_IF_ERROR(Annotate(coll_->AllreduceAverage(absl::MakeSpan(l)), "loss allreduce"));
+    losses = {l[0], l[1], l[2]};
   }
   if (!std::isfinite(losses.total)) {
     return absl::InternalError(absl::StrFormat(
@@ -347,68 +488,90 @@ StatusOr<Losses> Trainer::TrainStep(const data::Batch& batch, int64_t epoch, int
         epoch, step, losses.classification, losses.aux));
   }
   {
-    ScopedTimer t(&ph.backward);
-    SIFT_RETURN_IF_ERROR(model_->Backward(&keys_));
+    ScopedTimer t(&ph->backward);
+    SIFT_RETURN_IF_ERROR(model_->Backward(&ps->keys));
+  }
+  if (world_ > 1) {
+    ScopedTimer t(&ph->allreduce);
+    SIFT_RETURN_IF_ERROR(
+        Annotate(coll_->AllreduceAverage(model_->gradients()), "dense gradient allreduce"));
   }
   {
-    ScopedTimer t(&ph.dense_opt);
+    ScopedTimer t(&ph->dense_opt);
     adam_.Step(backend_.get(), model_->parameters(), model_->gradients());
   }
   {
-    ScopedTimer t(&ph.push);
+    ScopedTimer t(&ph->push);
     const size_t dim = static_cast<size_t>(config_.embedding_dim);
     std::vector<EmbeddingClient::PushItem> items;
-    for (size_t tb = 0; tb < keys_.tables.size(); ++tb) {
-      const TableKeys& tk = keys_.tables[tb];
-      const absl::Span<const float> grads =
-          absl::MakeConstSpan(tk.grads.data(), tk.keys.size() * dim);
+    for (size_t tb = 0; tb < ps->keys.tables.size(); ++tb) {
+      TableKeys& tk = ps->keys.tables[tb];
+      const absl::Span<float> grads = absl::MakeSpan(tk.grads.data(), tk.keys.size() * dim);
+      // Each rank's gradient is of its own mean loss: 1/W of each makes their sum on the servers
+      // the gradient of the global mean loss.
+      ScaleSparseGradients(world_, grads);
       if (remote_ != nullptr) {
         items.push_back({static_cast<uint32_t>(tb), tk.keys, grads});
       } else {
         SIFT_RETURN_IF_ERROR(store_->Push(static_cast<uint32_t>(tb), tk.keys, grads, global_step_));
       }
     }
-    if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(remote_->Push(items, global_step_));
+    if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(push_client()->Push(items, global_step_));
   }
   ++global_step_;
   return losses;
 }
 
-Status Trainer::Evaluate(data::Split split, int64_t max_samples, double* auc, double* loss) {
+StatusOr<EvalResult> Trainer::Evaluate(data::Split split, int64_t max_samples, int64_t epoch) {
   data::BatchLoaderOptions lo;
   lo.split = split;
   lo.batch_size = o_.eval_batch_size > 0 ? o_.eval_batch_size : o_.batch_size;
   lo.history = history_;
-  // A fixed sample of the training split: the first positions of one seeded permutation.
+  // A fixed sample of the training split: the first positions of one seeded permutation (of
+  // each rank's share).
   lo.order = max_samples > 0 ? data::SampleOrder::kShuffled : data::SampleOrder::kReference;
   lo.seed = HashCombine(o_.seed, 0x5eed0e7a1ull);
+  lo.rank = rank_;
+  lo.world = world_;
   lo.drop_remainder = false;
   lo.threads = o_.threads;
   SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(&ds_->samples(), lo));
   loader->StartEpoch(0);
-  std::vector<double> scores;  // ESU logits: AUC is rank-based, sigmoid would only add ties
-  std::vector<float> labels;
-  double loss_sum = 0;
-  const int64_t n = ds_->samples().NumSamples(split);
-  const int64_t want = max_samples > 0 ? std::min(max_samples, n) : n;
+  EvalPredictions p;
+  const int64_t n = loader->samples_per_epoch();
+  const int64_t want = max_samples > 0 ? std::min((max_samples + world_ - 1) / world_, n) : n;
   ProgressBar bar(o_.progress, absl::StrCat("eval ", data::SplitName(split)), want);
   BatchKeys keys;
-  while (static_cast<int64_t>(scores.size()) < want) {
+  double unused_s = 0;
+  while (static_cast<int64_t>(p.scores.size()) < want) {
+    SIFT_RETURN_IF_ERROR(env_->CheckAbort());
     const data::Batch* b = loader->Next();
     if (b == nullptr) break;
-    SIFT_RETURN_IF_ERROR(FetchRows(*b, ForwardMode::kEval, &keys, /*phases=*/nullptr));
+    SIFT_RETURN_IF_ERROR(FetchRows(*b, ForwardMode::kEval, &keys, &unused_s, &unused_s));
     SIFT_ASSIGN_OR_RETURN(Losses l, model_->Forward(*b, keys, ForwardMode::kEval));
-    loss_sum += l.total * static_cast<double>(b->size);
+    const double batch_loss = l.total * static_cast<double>(b->size);
+    p.loss_sum += batch_loss;
+    p.batch_rows.push_back(b->size);
+    p.batch_loss_sums.push_back(batch_loss);
     absl::Span<const float> logits = model_->logits();
     for (int64_t i = 0; i < b->size; ++i) {
-      scores.push_back(logits[i]);
-      labels.push_back(b->label[i]);
+      p.scores.push_back(logits[i]);
+      p.labels.push_back(b->label[i]);
     }
-    bar.Update(static_cast<int64_t>(scores.size()), static_cast<int64_t>(scores.size()));
+    bar.Update(static_cast<int64_t>(p.scores.size()), static_cast<int64_t>(p.scores.size()));
   }
   bar.Finish();
-  *auc = ExactAuc(absl::MakeConstSpan(scores), absl::MakeConstSpan(labels));
-  *loss = scores.empty() ? 0 : loss_sum / static_cast<double>(scores.size());
+  return env_->OnEvaluation(epoch, split, p);
+}
+
+Status Trainer::Checkpoint(int64_t epochs_done) {
+  if (world_ > 1) SIFT_RETURN_IF_ERROR(Annotate(coll_->Barrier(), "checkpoint barrier"));
+  if (rank_ == 0) {
+    SIFT_RETURN_IF_ERROR(env_->CheckpointBegin(global_step_));
+    SIFT_RETURN_IF_ERROR(SaveCheckpointNow(epochs_done));
+    SIFT_RETURN_IF_ERROR(env_->CheckpointCommit(o_.save_checkpoint, epochs_done, global_step_));
+  }
+  if (world_ > 1) SIFT_RETURN_IF_ERROR(Annotate(coll_->Barrier(), "checkpoint barrier"));
   return absl::OkStatus();
 }
 
@@ -423,11 +586,9 @@ Status Trainer::SaveCheckpointNow(int64_t epochs_done) {
   st.adam_m = adam_.m;
   st.adam_v = adam_.v;
   if (remote_ != nullptr) {
-    // The servers write the tables (a consistent cut: this process is their only writer and
-    // its pushes have all returned); the manifest then names the snapshot.
-    // A name no other save uses (this run's nonce, the step): a later or concurrent run can never
-    // overwrite the files an existing manifest points to.
-    st.remote.name = absl::StrFormat("ckpt-%016x-step-%d", snapshot_nonce_, global_step_);
+    // The servers write the tables (a consistent cut: every rank's pushes have returned and no
+    // pull is in flight); the manifest then names the snapshot.
+    st.remote.name = env_->SnapshotName(global_step_);
     SIFT_ASSIGN_OR_RETURN(std::vector<pb::SnapshotResponse> shards,
                           remote_->Snapshot(st.remote.name, global_step_));
     st.remote.num_shards = static_cast<uint32_t>(shards.size());
@@ -447,105 +608,120 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
   lo.history = history_;
   lo.order = o_.order;
   lo.seed = o_.seed;
-  lo.drop_remainder = true;  // as the reference's run scripts (model-spec 0)
+  lo.rank = rank_;
+  lo.world = world_;
+  lo.drop_remainder = true;  // as the reference's run scripts (model-spec 0); equal steps per rank
   lo.threads = o_.threads;
   SIFT_RETURN_IF_ERROR(data::ValidateBatchLoaderOptions(ds_->samples(), lo));
   SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(&ds_->samples(), lo));
   int64_t steps_per_epoch = loader->steps_per_epoch();
   if (o_.max_steps_per_epoch > 0)
     steps_per_epoch = std::min(steps_per_epoch, o_.max_steps_per_epoch);
-  result_.samples_per_step = o_.batch_size;
+  result_.samples_per_step = o_.batch_size * world_;
   const int64_t first_epoch = inference ? 0 : epochs_done_;
   if (first_epoch >= o_.epochs) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint already completed ", first_epoch,
                                                    " epoch(s); --epochs ", o_.epochs,
                                                    " leaves nothing to train"));
   }
+  int64_t first_step = 0;  // steps of first_epoch already trained (a mid-epoch checkpoint)
+  if (!inference && o_.resume_within_epoch && !o_.load_checkpoint.empty()) {
+    first_step = global_step_ - epochs_done_ * steps_per_epoch;
+    if (first_step < 0 || first_step > steps_per_epoch) {
+      return absl::DataLossError(absl::StrCat(
+          o_.load_checkpoint, ": global_step ", global_step_, " is not within epoch ", epochs_done_,
+          " of ", steps_per_epoch, " steps (was it taken by another job?)"));
+    }
+  }
   PerfStatsOptions po;
   po.warmup_steps = o_.warmup_steps;
   po.total_steps = bench && o_.benchmark_steps > 0 ? o_.warmup_steps + o_.benchmark_steps : 0;
-  po.planned_steps = (o_.epochs - first_epoch) * steps_per_epoch;
+  po.planned_steps = (o_.epochs - first_epoch) * steps_per_epoch - first_step;
   if (po.total_steps > 0) po.planned_steps = std::min(po.planned_steps, po.total_steps);
   PerfStats perf(po);
-  const bool is_din = config_.type == ModelType::kDin;
+  const ForwardMode fmode = inference ? ForwardMode::kInference : ForwardMode::kTrain;
+  StepPipeline pipeline(mode == RunMode::kTrain ? o_.staleness : 0,
+                        [&](int64_t, PreparedStep* slot) {
+                          return PrepareStep(loader.get(), o_.staleness > 0, fmode, slot);
+                        });
 
   for (int64_t epoch = first_epoch; epoch < o_.epochs && !perf.completed(); ++epoch) {
-    loader->StartEpoch(epoch);
+    const int64_t start_step = epoch == first_epoch ? first_step : 0;
+    loader->StartEpoch(epoch, start_step);
+    pipeline.Start(start_step, steps_per_epoch);
     perf.StartEpoch();
     const double epoch_start = Now();
     ProgressBar bar(
         o_.progress,
         absl::StrFormat("%s epoch %d/%d", inference ? "inference" : "train", epoch + 1, o_.epochs),
         steps_per_epoch);
-    int64_t step = 0;
+    int64_t step = start_step;
     for (; step < steps_per_epoch && !perf.completed(); ++step) {
-      const data::Batch* b;
-      {
-        ScopedTimer t(&result_.phases.load);
-        b = loader->Next();
-      }
-      if (b == nullptr) break;
-      DllMetrics m;
+      SIFT_RETURN_IF_ERROR(env_->CheckAbort());
+      const double step_start = Now();
+      SIFT_ASSIGN_OR_RETURN(PreparedStep * ps, pipeline.Next());
+      if (ps == nullptr) break;
+      StepReport r;
+      r.epoch = inference ? 0 : epoch;
+      r.step = step;
+      r.global_step = global_step_;
+      r.steps_per_epoch = steps_per_epoch;
+      r.phases.load = ps->load_s;
+      r.phases.dedup = ps->dedup_s;
+      r.phases.pull = ps->pull_s;
       if (inference) {
-        SIFT_RETURN_IF_ERROR(FetchRows(*b, ForwardMode::kInference, &keys_, &result_.phases));
-        ScopedTimer t(&result_.phases.forward);
-        SIFT_RETURN_IF_ERROR(model_->Forward(*b, keys_, ForwardMode::kInference).status());
+        ScopedTimer t(&r.phases.forward);
+        SIFT_RETURN_IF_ERROR(
+            model_->Forward(*ps->batch, ps->keys, ForwardMode::kInference).status());
       } else {
-        SIFT_ASSIGN_OR_RETURN(Losses l, TrainStep(*b, epoch, step));
-        result_.step_losses.push_back(l.total);
-        m.emplace_back("total_loss", l.total);
-        if (!is_din) {
-          m.emplace_back("classification_loss", l.classification);
-          m.emplace_back("dien_aux_loss", l.aux);
-        }
+        SIFT_ASSIGN_OR_RETURN(r.losses, TrainStep(ps, epoch, step, &r.phases));
+        r.has_losses = true;
+        result_.step_losses.push_back(r.losses.total);
       }
-      const double sps = perf.Step(b->size);
-      m.emplace_back("samples/s", sps);
-      const DllStep s = {inference ? 0 : epoch, step};
-      if (json_log_) SIFT_RETURN_IF_ERROR(json_log_->Log(s, m));
-      if (o_.log_every > 0 && step % o_.log_every == 0)
-        SIFT_RETURN_IF_ERROR(stdout_log_->Log(s, m));
+      pipeline.Done(step);
+      r.samples = ps->batch->size * world_;
+      r.samples_per_second = perf.Step(r.samples);
+      r.seconds = Now() - step_start;
+      result_.phases.Add(r.phases);
+      SIFT_RETURN_IF_ERROR(env_->OnStep(r));
       ++result_.steps;
       bar.Update(step + 1, (step + 1) * o_.batch_size);
+      if (!bench && !o_.save_checkpoint.empty() && o_.checkpoint_every_steps > 0 &&
+          global_step_ % o_.checkpoint_every_steps == 0) {
+        pipeline.Drain();
+        SIFT_RETURN_IF_ERROR(Checkpoint(/*epochs_done=*/epoch));
+      }
     }
+    pipeline.Drain();
     bar.Finish();
     EpochMetrics em;
     em.epoch = epoch;
-    em.steps = step;
+    em.steps = step - start_step;
     em.train_time_s = Now() - epoch_start;
     em.perf = perf.Results();
     // The epoch's throughput and latencies, taken before evaluation (as the reference does).
-    DllMetrics m = perf.SummaryMetrics();
+    const DllMetrics m = perf.SummaryMetrics();
     result_.time_to_train_s += em.train_time_s;
+    SIFT_RETURN_IF_ERROR(env_->OnEpochTrained(epoch, m, em.train_time_s));
     if (bench) continue;
-    SIFT_RETURN_IF_ERROR(
-        Evaluate(data::Split::kTrain, o_.train_eval_samples, &em.train_auc, &em.train_loss));
-    SIFT_RETURN_IF_ERROR(Evaluate(data::Split::kTest, 0, &em.test_auc, &em.test_loss));
+    const int64_t train_eval = o_.train_eval_samples;
+    SIFT_ASSIGN_OR_RETURN(EvalResult train, Evaluate(data::Split::kTrain, train_eval, epoch));
+    SIFT_ASSIGN_OR_RETURN(EvalResult test, Evaluate(data::Split::kTest, 0, epoch));
+    em.train_auc = train.auc;
+    em.train_loss = train.loss;
+    em.test_auc = test.auc;
+    em.test_loss = test.loss;
     epochs_done_ = epoch + 1;
-    if (!o_.save_checkpoint.empty()) SIFT_RETURN_IF_ERROR(SaveCheckpointNow(epochs_done_));
-    m.emplace_back("train_auc", em.train_auc);
-    m.emplace_back("train_loss", em.train_loss);
-    m.emplace_back("test_auc", em.test_auc);
-    m.emplace_back("test_loss", em.test_loss);
-    if (result_.oracle_test_auc > 0) {
-      m.emplace_back("oracle_test_auc", result_.oracle_test_auc);
-      m.emplace_back("test_auc_to_oracle", em.test_auc / result_.oracle_test_auc);
+    const bool last = epochs_done_ == o_.epochs;
+    if (!o_.save_checkpoint.empty() && o_.checkpoint_every_epoch &&
+        (!last || o_.checkpoint_final_epoch)) {
+      SIFT_RETURN_IF_ERROR(Checkpoint(epochs_done_));
     }
-    SIFT_RETURN_IF_ERROR(LogBoth({epoch}, m));
+    SIFT_RETURN_IF_ERROR(env_->OnEpochEnd(em, m));
     result_.epochs.push_back(em);
   }
   result_.perf = perf.Results();
-  if (bench) {
-    SIFT_RETURN_IF_ERROR(LogBoth({}, perf.SummaryMetrics()));
-  } else {
-    const EpochMetrics& last = result_.epochs.back();
-    DllMetrics m = {{"time_to_train", result_.time_to_train_s},
-                    {"train_auc", last.train_auc},
-                    {"train_loss", last.train_loss},
-                    {"test_auc", last.test_auc},
-                    {"test_loss", last.test_loss}};
-    SIFT_RETURN_IF_ERROR(LogBoth({}, m));
-  }
+  SIFT_RETURN_IF_ERROR(env_->OnFinish(mode, result_, bench ? perf.SummaryMetrics() : DllMetrics{}));
   return std::move(result_);
 }
 
@@ -561,10 +737,24 @@ std::string ModelSummary(const ModelConfig& c) {
       " att=", absl::StrJoin(c.attention_mlp, ","));
 }
 
-StatusOr<RunResult> RunTrainer(const TrainerOptions& options, RunMode mode) {
-  Trainer trainer(options);
+TrainerEnv::~TrainerEnv() = default;
+
+void ScaleSparseGradients(int world, absl::Span<float> grads) {
+  if (world == 1) return;
+  const float scale = 1.0f / static_cast<float>(world);
+  for (float& g : grads) g *= scale;
+}
+
+StatusOr<RunResult> RunTrainerWithEnv(const TrainerOptions& options, RunMode mode,
+                                      TrainerEnv* env) {
+  Trainer trainer(options, env);
   SIFT_RETURN_IF_ERROR(trainer.Setup(mode));
   return trainer.Run(mode);
+}
+
+StatusOr<RunResult> RunTrainer(const TrainerOptions& options, RunMode mode) {
+  LocalEnv env(options);
+  return RunTrainerWithEnv(options, mode, &env);
 }
 
 }  // namespace sift::worker

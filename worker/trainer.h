@@ -1,13 +1,19 @@
-// Trainer: single-process training, evaluation and benchmarking of SIM / DIEN / DIN on a sift
-// dataset — the step data path of architecture.md: load -> dedup -> pull -> forward/backward ->
-// dense Adam -> push. The embedding tables are in-process (server/embedding) or, with
-// `embedding_servers`, on running embedding servers (worker/embedding_client.h); both give the
-// same results bit for bit (same rows, same optimizer arithmetic, fp32 on the wire). Logs the
-// reference's DLLL records (model-spec 5.8) to <results_dir>/<log_filename> and readable lines to
-// stdout; evaluates exact AUC and sample-weighted loss (model-spec 13, 4) after every epoch;
-// saves/loads checkpoints (worker/checkpoint.h) at epoch boundaries. Deterministic: the same
-// options (seed, threads, backend) give the same loss curve, bit for bit. One call runs one job on
-// the calling thread (the backend and loader own their threads).
+// Trainer: training, evaluation and benchmarking of SIM / DIEN / DIN on a sift dataset — the step
+// data path of architecture.md: load -> dedup -> pull -> forward/backward -> allreduce of the
+// dense gradients -> dense Adam -> push. ONE step engine for both modes:
+//   - single process (`sift train`, RunTrainer): world 1, the embedding tables in-process
+//     (server/embedding) or, with `embedding_servers`, on running embedding servers
+//     (worker/embedding_client.h) — both give the same results bit for bit (same rows, same
+//     optimizer arithmetic, fp32 on the wire); logs the reference's DLLL records (model-spec 5.8)
+//     to <results_dir>/<log_filename> and readable lines to stdout; evaluates exact AUC and
+//     sample-weighted loss (model-spec 13, 4) after every epoch; checkpoints (worker/checkpoint.h)
+//     at epoch boundaries;
+//   - one rank of a cluster job (RunTrainerWithEnv, worker/distributed_worker.h): a TrainerEnv
+//     supplies the collectives (Gloo), and takes the step records, evaluation predictions and the
+//     checkpoint protocol to the coordinator.
+// Deterministic with staleness 0: the same options (seed, threads, backend, world size) give the
+// same loss curve, bit for bit. One call runs one job on the calling thread (the backend, loader
+// and step pipeline own their threads).
 #pragma once
 
 #include <cstdint>
@@ -15,8 +21,10 @@
 #include <vector>
 
 #include "common/data/loader.h"
+#include "common/dllogger.h"
 #include "common/perf_stats.h"
 #include "common/status.h"
+#include "worker/collectives.h"
 #include "worker/model.h"
 
 namespace sift::worker {
@@ -53,6 +61,20 @@ struct TrainerOptions {
   std::string wire_encoding = "fp32";  // fp32 | fp16 | bf16: rows and gradients on the wire
   std::string save_checkpoint;         // "" = none; saved after every epoch
   std::string load_checkpoint;         // "" = fresh start
+  // Cluster jobs (sift train keeps the defaults): also checkpoint after every step whose
+  // global_step (steps done) is a multiple of checkpoint_every_steps (0 = never); checkpoint at
+  // the end of every epoch, after its evaluation; and after the final epoch too.
+  int64_t checkpoint_every_steps = 0;
+  bool checkpoint_every_epoch = true;
+  bool checkpoint_final_epoch = true;
+  // Resume a checkpoint inside its epoch: global_step - epochs_done * steps_per_epoch of its steps
+  // are done (valid when steps_per_epoch is the checkpoint's, as in a cluster job whose spec is
+  // fixed). false (sift train): resume at the start of epoch epochs_done.
+  bool resume_within_epoch = false;
+  // Steps a pulled row may lag behind the pushes (architecture.md): 0 = synchronous; >= 1 = the
+  // next step is loaded, deduplicated and pulled on a prefetch thread while the current one
+  // computes — one step ahead, so the effective bound is min(k, 1) (worker/step_pipeline.h).
+  int64_t staleness = 0;
   // Benchmarks: the reference's performance calculator (warm-up 20, then benchmark_steps; 0 =
   // every step of every epoch).
   int64_t benchmark_steps = 0;
@@ -66,9 +88,16 @@ struct PhaseTimes {
   double pull = 0;       // embedding pulls
   double forward = 0;    // forward + loss
   double backward = 0;   // backward
+  double allreduce = 0;  // collectives of the step (world > 1): dense gradients and losses
   double dense_opt = 0;  // dense Adam
   double push = 0;       // embedding pushes (sparse optimizer)
-  double Total() const { return load + dedup + pull + forward + backward + dense_opt + push; }
+  double Total() const {
+    return load + dedup + pull + forward + backward + allreduce + dense_opt + push;
+  }
+  void Add(const PhaseTimes& o) {
+    load += o.load, dedup += o.dedup, pull += o.pull, forward += o.forward;
+    backward += o.backward, allreduce += o.allreduce, dense_opt += o.dense_opt, push += o.push;
+  }
 };
 
 struct EpochMetrics {
@@ -93,12 +122,90 @@ struct RunResult {
   std::string backend;
 };
 
-// Checks the options (names the bad flag/field) and runs. Errors: INVALID_ARGUMENT for bad
+// One step as the TrainerEnv sees it (every rank reports its own; the losses are the mean over
+// ranks, identical on every rank).
+struct StepReport {
+  int64_t epoch = 0;        // DLLL epoch (0 for the inference benchmark)
+  int64_t step = 0;         // step within the epoch
+  int64_t global_step = 0;  // optimizer steps before this one
+  int64_t steps_per_epoch = 0;
+  bool has_losses = false;  // false for the inference benchmark
+  Losses losses;
+  double samples_per_second = 0;  // global: samples of all ranks / this rank's step latency
+  int64_t samples = 0;            // global samples of the step
+  double seconds = 0;             // this rank's wall time of the step
+  PhaseTimes phases;              // this step's phase times on this rank
+};
+
+// One rank's evaluation predictions of one split (its BatchLoader share).
+struct EvalPredictions {
+  std::vector<float> scores;  // ESU logits
+  std::vector<float> labels;
+  // Per evaluated batch, in order: rows, and loss.total * rows.
+  std::vector<int64_t> batch_rows;
+  std::vector<double> batch_loss_sums;
+  double loss_sum = 0;  // the batches' loss sums added in order
+};
+
+// Exact AUC and mean loss of one split (NaN when the env does not compute them locally).
+struct EvalResult {
+  double auc = 0;
+  double loss = 0;
+};
+
+// What differs between `sift train` (the local env inside RunTrainer) and a rank of a cluster job.
+// Calls come from the trainer's thread, in this order: OnSetup; per epoch, OnStep for every step
+// (CheckAbort before each), OnEpochTrained, OnEvaluation (train, then test), the checkpoint
+// calls, OnEpochEnd; OnFinish. A non-OK status from any of them ends the run with that status.
+class TrainerEnv {
+ public:
+  virtual ~TrainerEnv();
+  // The run's collectives (rank, world; world 1 for sift train). Owned by the env.
+  virtual Collectives* collectives() = 0;
+  // Checked at every step boundary.
+  virtual Status CheckAbort() = 0;
+  // After the model, tables and checkpoint are set up.
+  virtual Status OnSetup(double oracle_test_auc) = 0;
+  virtual Status OnStep(const StepReport& step) = 0;
+  // The end of an epoch's training: its perf summary (PerfStats::SummaryMetrics, DLLL order).
+  virtual Status OnEpochTrained(int64_t epoch, const DllMetrics& perf, double train_time_s) = 0;
+  // This rank's predictions of `split` after epoch `epoch`.
+  virtual StatusOr<EvalResult> OnEvaluation(int64_t epoch, data::Split split,
+                                            const EvalPredictions& predictions) = 0;
+  // Checkpoint protocol (worker/checkpoint.h). Every rank has drained its pushes and passed a
+  // barrier; then rank 0 alone: CheckpointBegin, snapshot of the servers under
+  // SnapshotName(global_step), SaveCheckpoint (the manifest is the commit point),
+  // CheckpointCommit; then every rank passes a second barrier.
+  virtual std::string SnapshotName(int64_t global_step) = 0;
+  virtual Status CheckpointBegin(int64_t global_step) = 0;
+  virtual Status CheckpointCommit(const std::string& dir, int64_t epochs_done,
+                                  int64_t global_step) = 0;
+  // After an epoch's evaluation and checkpoint (kTrain); `perf` as in OnEpochTrained.
+  virtual Status OnEpochEnd(const EpochMetrics& epoch, const DllMetrics& perf) = 0;
+  // The run completed; `bench_summary` is the perf summary of the benchmark modes.
+  virtual Status OnFinish(RunMode mode, const RunResult& result,
+                          const DllMetrics& bench_summary) = 0;
+};
+
+// Checks the options (names the bad flag/field) and runs single-process (world 1) with the local
+// env (DLLL logs, local AUC, checkpoints to save_checkpoint). Errors: INVALID_ARGUMENT for bad
 // options or a dataset/model mismatch, the dataset's and checkpoint's errors, and INTERNAL for a
 // non-finite loss (naming epoch and step).
 StatusOr<RunResult> RunTrainer(const TrainerOptions& options, RunMode mode);
 
+// The same engine as one rank of env->collectives()'s world: each rank trains its BatchLoader
+// share (rank/world) with options.batch_size samples per step (the per-rank batch); the dense
+// state is broadcast from rank 0 before step 1, dense gradients and losses are averaged over the
+// ranks, sparse gradients are scaled by 1/world before the push. With world > 1 the tables must
+// be on embedding servers; rank 0 alone configures them (or restores the checkpoint's snapshot).
+// `env` must outlive the call.
+StatusOr<RunResult> RunTrainerWithEnv(const TrainerOptions& options, RunMode mode, TrainerEnv* env);
+
 // A one-line summary of the model config, stored in checkpoints and compared on load.
 std::string ModelSummary(const ModelConfig& config);
+
+// Scales gradients for a data-parallel push: every value times 1/world (exactly, for a power of
+// two). world 1 leaves them as they are. REQUIRES: world >= 1.
+void ScaleSparseGradients(int world, absl::Span<float> grads);
 
 }  // namespace sift::worker

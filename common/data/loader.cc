@@ -265,7 +265,7 @@ int64_t BatchLoader::IndexAt(int64_t k) const {
   return order_[static_cast<size_t>(share_.first + k * share_.stride)];
 }
 
-void BatchLoader::StartEpoch(int64_t epoch) {
+void BatchLoader::StartEpoch(int64_t epoch, int64_t first_step) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     ++generation_;
@@ -277,7 +277,7 @@ void BatchLoader::StartEpoch(int64_t epoch) {
   if (options_.order == SampleOrder::kShuffled) ShuffledOrder(n_, options_.seed, epoch, &order_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    built_ = consumed_ = released_ = 0;
+    built_ = consumed_ = released_ = std::clamp<int64_t>(first_step, 0, steps_);
     started_ = true;
   }
   producer_cv_.notify_all();

@@ -95,10 +95,12 @@ class BatchLoader {
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  // Starts (or restarts) epoch `epoch` >= 0, abandoning what the previous epoch had left. The
+  // Starts (or restarts) epoch `epoch` >= 0 at its batch `first_step` (0 <= first_step; at or
+  // past steps_per_epoch() the epoch has no batch left), abandoning what the previous epoch had
+  // left. Batch t of the epoch is the same whatever first_step was (resuming mid-epoch). The
   // shuffled order is computed here, on the caller's thread (O(N)); batches are built in the
   // background from here on.
-  void StartEpoch(int64_t epoch);
+  void StartEpoch(int64_t epoch, int64_t first_step = 0);
   // The next batch of the epoch, or nullptr after the last one (or before any StartEpoch). The
   // batch is valid until the next Next() or StartEpoch(). A partial last batch has
   // size < capacity = B; its rows [size, B) are zero (index -1).

@@ -1,0 +1,102 @@
+// sift worker: a cluster worker (worker/distributed_worker.h). Registers with the coordinator,
+// trains the job generations it is assigned, and runs until SIGINT or SIGTERM, which abandon the
+// current run (at its next step boundary) and exit 0.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "common/file_util.h"
+#include "server/coordinator/client.h"
+#include "worker/distributed_worker.h"
+
+namespace sift::cli {
+namespace {
+
+struct WorkerFlags {
+  worker::DistributedWorkerOptions options;
+  std::string coordinator;
+  std::string port_file;
+  double register_timeout_s = 60;
+};
+
+Status RunWorker(WorkerFlags flags) {
+  worker::DistributedWorkerOptions& o = flags.options;
+  o.coordinator = coordinator::ResolveCoordinatorAddress(flags.coordinator);
+  o.register_timeout = absl::Seconds(flags.register_timeout_s);
+  o.version = SIFT_VERSION;
+  // Block the stop signals before any thread starts, so every thread inherits the mask and the
+  // main thread alone receives them in sigwait.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  SIFT_ASSIGN_OR_RETURN(auto worker, worker::DistributedWorker::Start(o));
+  std::printf("sift worker: registered with %s as %s, host %s, metrics %s\n", o.coordinator.c_str(),
+              worker->member_id().c_str(), o.advertise_host.c_str(),
+              worker->metrics_port() >= 0
+                  ? absl::StrCat(o.advertise_host, ":", worker->metrics_port(), "/metrics").c_str()
+                  : "off");
+  std::fflush(stdout);
+  if (!flags.port_file.empty()) {
+    SIFT_RETURN_IF_ERROR(
+        WriteFileAtomic(flags.port_file, absl::StrCat(worker->metrics_port(), "\n")));
+  }
+  std::future<Status> serving =
+      std::async(std::launch::async, [w = worker.get()] { return w->Serve(); });
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::printf("sift worker: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
+  worker->Stop();
+  // A run ends at its next step boundary; a collective blocked on a silent peer may take until
+  // its timeout — do not wait that long to exit.
+  if (serving.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    std::printf("sift worker: the run did not stop within 20 s; exiting\n");
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  return serving.get();
+}
+
+}  // namespace
+
+void AddWorker(CLI::App* app, Action* action) {
+  auto flags = std::make_shared<WorkerFlags>();
+  worker::DistributedWorkerOptions& o = flags->options;
+  CLI::App* cmd = app->add_subcommand(
+      "worker", "Cluster worker: register with the coordinator and train the jobs it assigns");
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "Coordinator host:port (default: $SIFT_COORDINATOR, else 127.0.0.1:7070)");
+  cmd->add_option("--advertise-host", o.advertise_host,
+                  "Address peers reach this worker at (Gloo, /metrics)")
+      ->capture_default_str();
+  cmd->add_option("--threads", o.threads,
+                  "Backend and loader threads (-1: the job's cluster.threads_per_worker; 0: all)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1024));
+  cmd->add_option("--metrics-port", o.metrics_port,
+                  "Prometheus /metrics port (0: any free port; -1: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 65535));
+  cmd->add_option("--port-file", flags->port_file,
+                  "Write '<metrics-port>' here once registered (for launchers and tests)");
+  cmd->add_option("--register-timeout", flags->register_timeout_s,
+                  "Seconds to keep trying to register with the coordinator")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--collective-timeout", o.collective_timeout_s,
+                  "Seconds the Gloo rendezvous and each collective may wait for the peers")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
+  cmd->callback([flags, action] { *action = [flags] { return RunWorker(*flags); }; });
+}
+
+}  // namespace sift::cli

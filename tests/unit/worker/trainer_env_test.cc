@@ -1,0 +1,237 @@
+// The one step engine under a TrainerEnv (in-process tables, world 1): the env sees every step,
+// the epoch perf, the evaluation predictions and the checkpoint protocol in order; a mid-epoch
+// checkpoint (every_steps) resumed inside its epoch continues exactly like the uninterrupted run;
+// staleness 1 trains the same steps; BatchLoader::StartEpoch(epoch, first_step) gives the same
+// batches as the full epoch from that step on; sparse gradients scale by 1/W.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/data/dataset.h"
+#include "common/data/loader.h"
+#include "gtest/gtest.h"
+#include "tests/unit/data/dataset_fixture.h"
+#include "tests/util/test_util.h"
+#include "worker/checkpoint.h"
+#include "worker/trainer.h"
+
+namespace sift::worker {
+namespace {
+
+using sift::testing::RandomTimeline;
+using sift::testing::TempDir;
+
+// Records what the engine hands to its env; AUC/loss as the local env computes them.
+class RecordingEnv : public TrainerEnv {
+ public:
+  RecordingEnv() : collectives_(CreateLocalCollectives()) {}
+  Collectives* collectives() override { return collectives_.get(); }
+  Status CheckAbort() override {
+    return steps.size() >= abort_after ? absl::CancelledError("stop") : absl::OkStatus();
+  }
+  Status OnSetup(double) override {
+    events.push_back("setup");
+    return absl::OkStatus();
+  }
+  Status OnStep(const StepReport& r) override {
+    steps.push_back(r);
+    return absl::OkStatus();
+  }
+  Status OnEpochTrained(int64_t epoch, const DllMetrics& perf, double) override {
+    events.push_back("trained " + std::to_string(epoch));
+    EXPECT_FALSE(perf.empty());
+    return absl::OkStatus();
+  }
+  StatusOr<EvalResult> OnEvaluation(int64_t epoch, data::Split split,
+                                    const EvalPredictions& p) override {
+    events.push_back("eval " + std::to_string(epoch) + " " + data::SplitName(split));
+    EXPECT_EQ(p.scores.size(), p.labels.size());
+    int64_t rows = 0;
+    for (int64_t r : p.batch_rows) rows += r;
+    EXPECT_EQ(rows, static_cast<int64_t>(p.scores.size()));
+    eval_sizes.push_back(static_cast<int64_t>(p.scores.size()));
+    return EvalResult{0.5, p.scores.empty() ? 0 : p.loss_sum / p.scores.size()};
+  }
+  std::string SnapshotName(int64_t step) override { return "snap-" + std::to_string(step); }
+  Status CheckpointBegin(int64_t step) override {
+    events.push_back("begin " + std::to_string(step));
+    return absl::OkStatus();
+  }
+  Status CheckpointCommit(const std::string&, int64_t epochs_done, int64_t step) override {
+    events.push_back("commit " + std::to_string(epochs_done) + " " + std::to_string(step));
+    return absl::OkStatus();
+  }
+  Status OnEpochEnd(const EpochMetrics& em, const DllMetrics&) override {
+    events.push_back("end " + std::to_string(em.epoch));
+    return absl::OkStatus();
+  }
+  Status OnFinish(RunMode, const RunResult&, const DllMetrics&) override {
+    events.push_back("finish");
+    return absl::OkStatus();
+  }
+
+  std::vector<StepReport> steps;
+  std::vector<std::string> events;
+  std::vector<int64_t> eval_sizes;
+  size_t abort_after = SIZE_MAX;
+
+ private:
+  std::unique_ptr<Collectives> collectives_;
+};
+
+class TrainerEnvTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    data::TimelineData t = RandomTimeline(/*seed=*/3, /*users=*/80, /*items=*/500, /*cats=*/20,
+                                          /*min_len=*/4, /*max_len=*/60);
+    ASSERT_TRUE(data::WriteTimelineDataset(dir_->Sub("ds"), t, {80}, {500, 20},
+                                           /*negative_seed=*/5, YAML::Node())
+                    .ok());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static TrainerOptions Options() {
+    TrainerOptions o;
+    o.dataset = dir_->Sub("ds");
+    o.model.type = ModelType::kSim;
+    o.model.embedding_dim = 4;
+    o.model.long_len = 8;
+    o.model.short_len = 4;
+    o.model.top_k = 4;
+    o.model.stage_one_mlp = {8};
+    o.model.stage_two_mlp = {8, 4};
+    o.model.aux_mlp = {4};
+    o.model.attention_mlp = {4};
+    o.threads = 1;
+    o.epochs = 2;
+    o.batch_size = 32;
+    o.max_steps_per_epoch = 5;
+    o.train_eval_samples = 64;
+    o.seed = 9;
+    return o;
+  }
+  static std::vector<double> Losses(const RecordingEnv& env) {
+    std::vector<double> out;
+    for (const StepReport& r : env.steps) out.push_back(r.losses.total);
+    return out;
+  }
+  static TempDir* dir_;
+};
+TempDir* TrainerEnvTest::dir_ = nullptr;
+
+TEST_F(TrainerEnvTest, EnvSeesStepsEvaluationAndTheCheckpointProtocolInOrder) {
+  TrainerOptions o = Options();
+  o.save_checkpoint = dir_->Sub("ckpt_order");
+  o.checkpoint_every_steps = 3;
+  o.checkpoint_final_epoch = false;
+  RecordingEnv env;
+  auto r = RunTrainerWithEnv(o, RunMode::kTrain, &env);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(env.steps.size(), 10u);
+  for (size_t i = 0; i < env.steps.size(); ++i) {
+    EXPECT_EQ(env.steps[i].global_step, static_cast<int64_t>(i));
+    EXPECT_EQ(env.steps[i].epoch, static_cast<int64_t>(i / 5));
+    EXPECT_EQ(env.steps[i].step, static_cast<int64_t>(i % 5));
+    EXPECT_EQ(env.steps[i].steps_per_epoch, 5);
+    EXPECT_EQ(env.steps[i].samples, 32);
+    EXPECT_TRUE(std::isfinite(env.steps[i].losses.total));
+  }
+  // Steps 3, 6, 9 (mid-epoch, epochs_done = the epoch in progress), the end of epoch 0 (after
+  // its evaluation); none after the final epoch.
+  const std::vector<std::string> want = {
+      "setup",      "begin 3",    "commit 0 3",   "trained 0",   "eval 0 train", "eval 0 test",
+      "begin 5",    "commit 1 5", "end 0",        "begin 6",     "commit 1 6",   "begin 9",
+      "commit 1 9", "trained 1",  "eval 1 train", "eval 1 test", "end 1",        "finish"};
+  EXPECT_EQ(env.events, want);
+  EXPECT_EQ(env.eval_sizes[0], 64) << "train_eval_samples, whole batches";
+}
+
+TEST_F(TrainerEnvTest, MidEpochCheckpointResumesInsideItsEpoch) {
+  TrainerOptions o = Options();
+  RecordingEnv full;
+  ASSERT_TRUE(RunTrainerWithEnv(o, RunMode::kTrain, &full).ok());
+  const std::vector<double> want = Losses(full);
+  ASSERT_EQ(want.size(), 10u);
+
+  // Checkpoint after step 7 (epoch 1, 2 steps into it), stop right after it.
+  o.save_checkpoint = dir_->Sub("ckpt_mid");
+  o.checkpoint_every_steps = 7;
+  o.checkpoint_every_epoch = false;
+  RecordingEnv first;
+  first.abort_after = 8;
+  auto r1 = RunTrainerWithEnv(o, RunMode::kTrain, &first);
+  ASSERT_FALSE(r1.ok());
+  EXPECT_EQ(r1.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(Losses(first), std::vector<double>(want.begin(), want.begin() + 8));
+
+  o.save_checkpoint.clear();
+  o.load_checkpoint = dir_->Sub("ckpt_mid");
+  o.resume_within_epoch = true;
+  RecordingEnv second;
+  auto r2 = RunTrainerWithEnv(o, RunMode::kTrain, &second);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  ASSERT_EQ(second.steps.size(), 3u);
+  EXPECT_EQ(second.steps[0].epoch, 1);
+  EXPECT_EQ(second.steps[0].step, 2);
+  EXPECT_EQ(second.steps[0].global_step, 7);
+  EXPECT_EQ(Losses(second), std::vector<double>(want.begin() + 7, want.end()))
+      << "the resumed steps equal the uninterrupted run's, bit for bit";
+
+  // Without resume_within_epoch (sift train) the checkpoint resumes at its epoch's start.
+  o.resume_within_epoch = false;
+  RecordingEnv third;
+  ASSERT_TRUE(RunTrainerWithEnv(o, RunMode::kTrain, &third).ok());
+  EXPECT_EQ(third.steps.size(), 5u);
+}
+
+TEST_F(TrainerEnvTest, StalenessOneTrainsTheSameSteps) {
+  TrainerOptions o = Options();
+  RecordingEnv sync;
+  ASSERT_TRUE(RunTrainerWithEnv(o, RunMode::kTrain, &sync).ok());
+  o.staleness = 1;
+  RecordingEnv stale;
+  auto r = RunTrainerWithEnv(o, RunMode::kTrain, &stale);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(stale.steps.size(), sync.steps.size());
+  for (const StepReport& s : stale.steps) EXPECT_TRUE(std::isfinite(s.losses.total));
+  // Step 0 sees the initial rows either way.
+  EXPECT_EQ(stale.steps[0].losses.total, sync.steps[0].losses.total);
+  EXPECT_EQ(stale.events, sync.events);
+}
+
+TEST_F(TrainerEnvTest, StartEpochAtAStepGivesTheEpochsRemainingBatches) {
+  auto ds = data::Dataset::Open(dir_->Sub("ds"));
+  ASSERT_TRUE(ds.ok());
+  data::BatchLoaderOptions lo;
+  lo.batch_size = 16;
+  lo.history = {12, 4, false};
+  lo.seed = 4;
+  lo.threads = 2;
+  auto loader = data::BatchLoader::Create(&(*ds)->samples(), lo);
+  ASSERT_TRUE(loader.ok());
+  std::vector<uint64_t> all;
+  (*loader)->StartEpoch(2);
+  while (const data::Batch* b = (*loader)->Next()) all.push_back(data::BatchChecksum(*b));
+  ASSERT_GT(all.size(), 4u);
+  (*loader)->StartEpoch(2, 3);
+  std::vector<uint64_t> rest;
+  while (const data::Batch* b = (*loader)->Next()) rest.push_back(data::BatchChecksum(*b));
+  EXPECT_EQ(rest, std::vector<uint64_t>(all.begin() + 3, all.end()));
+  (*loader)->StartEpoch(2, static_cast<int64_t>(all.size()) + 5);
+  EXPECT_EQ((*loader)->Next(), nullptr);
+}
+
+TEST(ScaleSparseGradientsTest, ScalesByOneOverWorld) {
+  std::vector<float> g = {1.0f, -3.0f, 0.25f};
+  ScaleSparseGradients(1, absl::MakeSpan(g));
+  EXPECT_EQ(g, (std::vector<float>{1.0f, -3.0f, 0.25f}));
+  ScaleSparseGradients(2, absl::MakeSpan(g));
+  EXPECT_EQ(g, (std::vector<float>{0.5f, -1.5f, 0.125f}));
+  ScaleSparseGradients(4, absl::MakeSpan(g));
+  EXPECT_EQ(g, (std::vector<float>{0.125f, -0.375f, 0.03125f}));
+}
+
+}  // namespace
+}  // namespace sift::worker

@@ -1,0 +1,91 @@
+// DistributedWorker: `sift worker --coordinator host:port` — a cluster member that trains one job
+// generation at a time (proto/coordinator.proto). It registers (role WORKER, its host and
+// /metrics address), heartbeats (server/coordinator/member_session.h), and for every new
+// assignment (job, generation, rank r of world W):
+//   1. maps the job spec onto TrainerOptions (TrainerOptionsForAssignment),
+//   2. joins the generation's Gloo collectives through the coordinator's KV (kv_prefix),
+//   3. runs the one step engine (worker/trainer.h RunTrainerWithEnv) with a ClusterEnv: rank 0
+//      reports step records (batched, at most every 0.25 s), epoch perf, and the checkpoint
+//      protocol; every rank reports its evaluation predictions,
+//   4. ends the run: completed; abandoned quietly (the coordinator dropped the assignment, a call
+//      to the coordinator failed, or Stop); or failed — UNAVAILABLE / DEADLINE_EXCEEDED / ABORTED
+//      (peers, embedding servers) are reported recoverable (ReportFailure fatal=false), anything
+//      else fatal — then reports itself idle and waits for the next assignment.
+// The worker survives every job failure. Serve() runs on one thread; Stop() may come from any.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "common/job_spec.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "server/coordinator/client.h"
+#include "server/coordinator/member_session.h"
+#include "worker/trainer.h"
+#include "worker/worker_metrics.h"
+
+namespace sift::worker {
+
+struct DistributedWorkerOptions {
+  std::string coordinator = "127.0.0.1:7070";  // host:port
+  // The address peers reach this worker at: Gloo binds and advertises it, /metrics listens on
+  // it, and it is the address registered with the coordinator.
+  std::string advertise_host = "127.0.0.1";
+  int threads = -1;       // backend and loader threads; -1 = the job's threads_per_worker
+  int metrics_port = -1;  // /metrics port: -1 off, 0 any free port
+  absl::Duration register_timeout = absl::Seconds(60);
+  double collective_timeout_s = 120;  // Gloo rendezvous and every collective
+  std::string version = "dev";        // sift_build_info
+};
+
+// The job spec and assignment as the trainer options of rank a.rank() of a.world_size(): the
+// per-rank batch is training.batch_size / W (eval batch likewise), the tables on a.servers(),
+// checkpoints as the spec says (resumed inside their epoch), no local log. `threads` >= 0
+// overrides cluster.threads_per_worker. INVALID_ARGUMENT naming the field for an unknown model
+// type / order, a backend this build lacks ("cuda" without CUDA), a batch smaller than W, a bad
+// rank/world, or no embedding servers.
+StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec,
+                                                     const coordinator::pb::Assignment& a,
+                                                     int threads);
+
+// Splits one rank's predictions into ReportEval chunks of at most `max_scores` scores, at batch
+// boundaries where possible (a batch larger than that is split, its loss sum going with its last
+// part). Every chunk's loss_sum is the sum of its batches'; the last chunk has last = true; an
+// empty share gives one empty last chunk. Job, generation, rank, epoch and split are left unset.
+std::vector<coordinator::pb::ReportEvalRequest> EvalChunks(const EvalPredictions& p,
+                                                           int64_t max_scores);
+
+class DistributedWorker {
+ public:
+  // Connects to the coordinator, starts /metrics (when metrics_port >= 0) and registers.
+  static StatusOr<std::unique_ptr<DistributedWorker>> Start(
+      const DistributedWorkerOptions& options);
+  ~DistributedWorker();
+  DistributedWorker(const DistributedWorker&) = delete;
+  DistributedWorker& operator=(const DistributedWorker&) = delete;
+
+  int metrics_port() const { return exposer_ ? exposer_->port() : -1; }
+  const std::string& member_id() const { return member_id_; }
+
+  // Runs assignments until Stop(). Returns OK after Stop.
+  Status Serve();
+  // Thread-safe: the current run is abandoned at its next step boundary, Serve returns.
+  void Stop() { stop_.store(true); }
+
+ private:
+  explicit DistributedWorker(DistributedWorkerOptions options) : options_(std::move(options)) {}
+  void RunAssignment(const coordinator::pb::Assignment& a);
+
+  const DistributedWorkerOptions options_;
+  std::unique_ptr<coordinator::CoordinatorClient> client_;
+  std::unique_ptr<WorkerMetrics> metrics_;
+  std::unique_ptr<MetricsExposer> exposer_;
+  std::unique_ptr<coordinator::MemberSession> session_;
+  std::string member_id_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace sift::worker
