@@ -25,6 +25,12 @@ void AddBenchInference(CLI::App* bench, Action* action);  // sift bench inferenc
 void AddBenchPs(CLI::App* bench, Action* action);         // sift bench ps
 void AddEmbeddingServer(CLI::App* app, Action* action);   // sift embedding-server
 void AddHealth(CLI::App* app, Action* action);            // sift health
+void AddSubmit(CLI::App* app, Action* action);            // sift submit
+void AddStatus(CLI::App* app, Action* action);            // sift status
+void AddJobs(CLI::App* app, Action* action);              // sift jobs
+void AddCancel(CLI::App* app, Action* action);            // sift cancel
+void AddLogs(CLI::App* app, Action* action);              // sift logs
+void AddLocal(CLI::App* app, Action* action);             // sift local
 void AddWorker(CLI::App* app, Action* action);            // sift worker
 
 // The full command line, as typed (benchmarks print it).

@@ -1,10 +1,12 @@
 // sift: one binary for every role. Parses the command line, runs the selected subcommand, maps
-// its Status to an exit code: 0 success, 1 failure (message on stderr), 2 usage error.
+// its Status to an exit code: 0 success, 1 failure (message on stderr), 2 usage error; a command
+// may attach another code to its Status (cli/exit_code.h).
 #include <cstdio>
 #include <iostream>
 
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
+#include "cli/exit_code.h"
 
 namespace sift::cli {
 namespace {
@@ -44,6 +46,12 @@ int main(int argc, char** argv) {
   AddTrain(&app, &action);
   AddEmbeddingServer(&app, &action);
   AddHealth(&app, &action);
+  AddSubmit(&app, &action);
+  AddStatus(&app, &action);
+  AddJobs(&app, &action);
+  AddCancel(&app, &action);
+  AddLogs(&app, &action);
+  AddLocal(&app, &action);
   AddWorker(&app, &action);
 
   try {
@@ -57,7 +65,7 @@ int main(int argc, char** argv) {
   if (!s.ok()) {
     std::fflush(stdout);
     std::cerr << "sift: error: " << s.message() << "\n";
-    return 1;
+    return ExitCodeOf(s);  // 1 unless the command attached another (cli/exit_code.h)
   }
   return 0;
 }

@@ -1,0 +1,84 @@
+#include "cli/job_client.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cli/exit_code.h"
+
+namespace sift::cli {
+namespace {
+
+constexpr char kStartHint[] =
+    "start one with `sift coordinator --port PORT --state-dir DIR`, or point to a running one "
+    "with --coordinator host:port or $SIFT_COORDINATOR";
+
+bool IsConnectionError(const Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> ConnectCoordinator(
+    const std::string& flag_address, absl::Duration connect_timeout) {
+  coordinator::CoordinatorClientOptions o;
+  o.address = coordinator::ResolveCoordinatorAddress(flag_address);
+  o.connect_timeout = connect_timeout;
+  auto client = coordinator::CoordinatorClient::Connect(o);
+  if (!client.ok()) {
+    const Status& s = client.status();
+    if (IsConnectionError(s)) {
+      return WithExitCode(absl::UnavailableError(absl::StrCat(
+                              "no coordinator at ", o.address, " (waited ",
+                              absl::FormatDuration(connect_timeout), "): ", kStartHint)),
+                          kExitUsage);
+    }
+    return WithExitCode(s, kExitUsage);
+  }
+  return client;
+}
+
+Status CoordinatorCallError(const Status& s) {
+  if (s.ok()) return s;
+  if (IsConnectionError(s)) {
+    return WithExitCode(Status(s.code(), absl::StrCat(s.message(), "; ", kStartHint)), kExitUsage);
+  }
+  if (s.code() == absl::StatusCode::kNotFound || s.code() == absl::StatusCode::kInvalidArgument) {
+    return WithExitCode(s, kExitUsage);
+  }
+  return WithExitCode(s, kExitFailed);
+}
+
+std::string AbsolutePath(const std::string& path, const std::string& base_dir) {
+  if (path.empty()) return path;
+  std::filesystem::path p(path);
+  if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+  std::string out = p.lexically_normal().string();
+  // "dir/" and "dir" name the same directory; keep the plain form.
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+void MakeSpecPathsAbsolute(JobSpec* spec, const std::string& base_dir) {
+  spec->dataset = AbsolutePath(spec->dataset, base_dir);
+  spec->checkpoint.dir = AbsolutePath(spec->checkpoint.dir, base_dir);
+  spec->results_dir = AbsolutePath(spec->results_dir, base_dir);
+}
+
+std::string CurrentDirectory() {
+  std::error_code ec;
+  std::filesystem::path cwd = std::filesystem::current_path(ec);
+  return ec ? std::string(".") : cwd.string();
+}
+
+StatusOr<JobSpec> LoadJobSpecForSubmit(const std::string& path) {
+  StatusOr<JobSpec> spec = ReadJobSpec(path);
+  if (!spec.ok()) return WithExitCode(spec.status(), kExitUsage);
+  MakeSpecPathsAbsolute(&*spec, CurrentDirectory());
+  return spec;
+}
+
+}  // namespace sift::cli
