@@ -246,7 +246,7 @@ class Trainer {
   std::unique_ptr<embedding::EmbeddingStore> store_;   // in-process tables, or
   std::unique_ptr<EmbeddingClient> remote_;            // the embedding servers' (pulls)
   std::unique_ptr<EmbeddingClient> remote_push_;       // pushes, when prefetching
-  std::vector<embedding::TableConfig> remote_tables_;  // checked after a restore
+  std::vector<embedding::TableConfig> remote_tables_;  // the servers' tables
   DenseAdam adam_;
   RunResult result_;
   int64_t epochs_done_ = 0;
@@ -348,11 +348,10 @@ Status Trainer::Setup(RunMode mode) {
     // A fresh run starts from empty tables (stale rows of an earlier job would change the
     // results); a resumed run gets its tables from the checkpoint's snapshot (below) and checks
     // they are this run's. Rank 0 alone sets the servers up; the others start after a barrier.
-    if (o_.load_checkpoint.empty()) {
-      if (rank_ == 0) SIFT_RETURN_IF_ERROR(remote_->Configure(o_.seed, tables, /*replace=*/true));
-    } else {
-      remote_tables_ = std::move(tables);
+    if (o_.load_checkpoint.empty() && rank_ == 0) {
+      SIFT_RETURN_IF_ERROR(remote_->Configure(o_.seed, tables, /*replace=*/true));
     }
+    remote_tables_ = std::move(tables);
   }
 
   adam_.hyper.lr = o_.lr;
@@ -417,6 +416,14 @@ Status Trainer::Setup(RunMode mode) {
     SIFT_RETURN_IF_ERROR(Annotate(coll_->Broadcast(model_->parameters(), 0), "broadcast"));
     SIFT_RETURN_IF_ERROR(Annotate(coll_->Broadcast(absl::MakeSpan(adam_.m), 0), "broadcast"));
     SIFT_RETURN_IF_ERROR(Annotate(coll_->Broadcast(absl::MakeSpan(adam_.v), 0), "broadcast"));
+  }
+  // The clients rank 0 did not set up learn the tables (Configure without replace is idempotent
+  // on the servers: it checks they are these tables).
+  if (remote_ != nullptr && rank_ != 0) {
+    SIFT_RETURN_IF_ERROR(remote_->Configure(o_.seed, remote_tables_, /*replace=*/false));
+  }
+  if (remote_push_ != nullptr) {
+    SIFT_RETURN_IF_ERROR(remote_push_->Configure(o_.seed, remote_tables_, /*replace=*/false));
   }
   return env_->OnSetup(result_.oracle_test_auc);
 }
