@@ -32,6 +32,7 @@ void AddCancel(CLI::App* app, Action* action);            // sift cancel
 void AddLogs(CLI::App* app, Action* action);              // sift logs
 void AddLocal(CLI::App* app, Action* action);             // sift local
 void AddWorker(CLI::App* app, Action* action);            // sift worker
+void AddCoordinator(CLI::App* app, Action* action);       // sift coordinator
 
 // The full command line, as typed (benchmarks print it).
 const std::string& CommandLine();

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   AddLogs(&app, &action);
   AddLocal(&app, &action);
   AddWorker(&app, &action);
+  AddCoordinator(&app, &action);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,96 @@
+// sift coordinator: runs the job queue and cluster membership (server/coordinator/service.h) until
+// SIGINT or SIGTERM, then shuts down gracefully and exits 0. Its state lives in --state-dir; a
+// restarted coordinator resumes from there.
+#include <signal.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "common/file_util.h"
+#include "server/coordinator/client.h"
+#include "server/coordinator/service.h"
+
+namespace sift::cli {
+namespace {
+
+struct CoordinatorFlags {
+  coordinator::CoordinatorServerOptions options;
+  std::string port_file;
+};
+
+Status RunCoordinator(CoordinatorFlags flags) {
+  if (flags.options.coordinator.state_dir.empty()) {
+    return absl::InvalidArgumentError("--state-dir is required");
+  }
+  flags.options.version = SIFT_VERSION;
+  // Block the stop signals before any thread starts, so every thread inherits the mask and the
+  // main thread alone receives them in sigwait.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  SIFT_ASSIGN_OR_RETURN(auto server, coordinator::CoordinatorServer::Start(flags.options));
+  const auto& o = flags.options;
+  std::printf(
+      "sift coordinator: serving on %s:%d, metrics %s, state in %s, lease %lld ms, heartbeat "
+      "%lld ms\n",
+      o.bind_address.c_str(), server->port(),
+      server->metrics_port() >= 0
+          ? absl::StrCat(o.bind_address, ":", server->metrics_port(), "/metrics").c_str()
+          : "off",
+      o.coordinator.state_dir.c_str(), static_cast<long long>(o.coordinator.lease_ms),
+      static_cast<long long>(o.coordinator.heartbeat_ms));
+  std::fflush(stdout);
+  if (!flags.port_file.empty()) {
+    // Written after the ports are bound: a launcher waiting for this file can connect at once.
+    SIFT_RETURN_IF_ERROR(WriteFileAtomic(
+        flags.port_file, absl::StrCat(server->port(), " ", server->metrics_port(), "\n")));
+  }
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::printf("sift coordinator: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
+  server->Shutdown();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddCoordinator(CLI::App* app, Action* action) {
+  auto flags = std::make_shared<CoordinatorFlags>();
+  coordinator::CoordinatorServerOptions& o = flags->options;
+  o.port = coordinator::kDefaultCoordinatorPort;
+  CLI::App* cmd = app->add_subcommand(
+      "coordinator", "Run the coordinator: job queue, cluster membership, checkpoints, evaluation");
+  cmd->add_option("--port", o.port, "gRPC port (0: any free port, printed at start)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--bind", o.bind_address, "Interface to listen on")->capture_default_str();
+  cmd->add_option("--state-dir", o.coordinator.state_dir,
+                  "Directory of job records and logs (a restarted coordinator resumes from it)")
+      ->required();
+  cmd->add_option("--metrics-port", o.metrics_port,
+                  "Prometheus /metrics port (0: any free port; -1: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 65535));
+  cmd->add_option("--port-file", flags->port_file,
+                  "Write '<port> <metrics-port>' here once listening (for launchers and tests)");
+  cmd->add_option("--lease-ms", o.coordinator.lease_ms,
+                  "A member not heard from for this long is dead (its job recovers)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86400000}));
+  cmd->add_option("--heartbeat-ms", o.coordinator.heartbeat_ms,
+                  "Heartbeat interval members are told to use")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86400000}));
+  cmd->add_option("--max-recoveries", o.coordinator.max_recoveries,
+                  "A job that recovers more often than this fails")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  cmd->callback([flags, action] { *action = [flags] { return RunCoordinator(*flags); }; });
+}
+
+}  // namespace sift::cli

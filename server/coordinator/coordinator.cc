@@ -1,0 +1,894 @@
+#include "server/coordinator/coordinator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "common/auc.h"
+#include "common/file_util.h"
+#include "common/hash.h"
+
+namespace sift::coordinator {
+namespace {
+
+constexpr int64_t kMaxKvWaitMs = 10000;
+constexpr int64_t kMaxLogLinesPerCall = 10000;
+const char* const kSplitNames[2] = {"train", "test"};
+
+bool IsActive(pb::JobState s) {
+  return s == pb::PENDING || s == pb::RUNNING || s == pb::CHECKPOINTING || s == pb::RECOVERING;
+}
+bool IsRunning(pb::JobState s) { return s == pb::RUNNING || s == pb::CHECKPOINTING; }
+bool IsFinishedState(pb::JobState s) {
+  return s == pb::COMPLETED || s == pb::FAILED || s == pb::CANCELLED;
+}
+std::string StateName(pb::JobState s) { return pb::JobState_Name(s); }
+
+double UnixSeconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
+
+// Errors of internal transitions that have no caller to return them to (lease expiry, ticks).
+void Complain(const Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "sift coordinator: %s\n", std::string(s.message()).c_str());
+    std::fflush(stderr);
+  }
+}
+
+// A per-start nonce for member ids: ids handed out by an earlier coordinator never match.
+std::string MemberIdPrefix() {
+  static std::atomic<uint64_t> instances{0};
+  const uint64_t nonce = Mix64(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now())) ^
+                               (static_cast<uint64_t>(::getpid()) << 40) ^
+                               (instances.fetch_add(1) * 0x9E3779B97F4A7C15ull));
+  return absl::StrCat("m", absl::Hex(nonce & 0xffffffffffull, absl::kZeroPad10), "-");
+}
+
+std::string JobNameFor(const JobSpec& spec, const std::string& source_name) {
+  if (!spec.name.empty()) return spec.name;
+  std::string base = source_name.substr(source_name.find_last_of('/') + 1);
+  for (const char* ext : {".yaml", ".yml"}) {
+    if (absl::EndsWith(base, ext)) base.resize(base.size() - std::string(ext).size());
+  }
+  return base;
+}
+
+}  // namespace
+
+Coordinator::Coordinator(CoordinatorOptions options)
+    : options_(std::move(options)), member_id_prefix_(MemberIdPrefix()) {}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions options) {
+  if (options.lease_ms < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--lease-ms ", options.lease_ms, " < 1"));
+  }
+  if (options.heartbeat_ms < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--heartbeat-ms ", options.heartbeat_ms, " < 1"));
+  }
+  if (options.max_recoveries < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-recoveries ", options.max_recoveries, " < 0"));
+  }
+  if (!options.clock) options.clock = [] { return absl::Now(); };
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
+  JobStore::Loaded loaded;
+  SIFT_ASSIGN_OR_RETURN(c->store_, JobStore::Open(c->options_.state_dir, &loaded));
+
+  absl::MutexLock lock(&c->mu_);
+  c->next_job_number_ = loaded.next_job_number;
+  for (size_t i = 0; i < loaded.jobs.size(); ++i) {
+    auto job = std::make_unique<Job>();
+    job->rec = std::move(loaded.jobs[i]);
+    job->log = std::move(loaded.logs[i]);
+    const std::string path = c->store_->RecordPath(job->rec.info.job_id());
+    SIFT_ASSIGN_OR_RETURN(job->spec, ParseJobSpec(job->rec.info.spec_yaml(), path));
+    c->jobs_.push_back(std::move(job));
+  }
+  // Jobs that were running lost their generation with the old coordinator.
+  for (auto& job : c->jobs_) {
+    const pb::JobState s = job->rec.info.state();
+    if (s == pb::RUNNING || s == pb::CHECKPOINTING || s == pb::RECOVERING) {
+      job->rec.info.set_state(pb::RECOVERING);
+      job->rec.info.set_message("coordinator restarted");
+      job->recover_reason = "coordinator restarted";
+      SIFT_RETURN_IF_ERROR(
+          c->Log(job.get(), absl::StrCat("RECOVERING: coordinator restarted (", StateName(s),
+                                         " at generation ", job->rec.info.generation(), ")")));
+      SIFT_RETURN_IF_ERROR(c->Persist(*job));
+    }
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+Coordinator::Job* Coordinator::FindJob(const std::string& job_id) {
+  for (auto& job : jobs_) {
+    if (job->rec.info.job_id() == job_id) return job.get();
+  }
+  return nullptr;
+}
+
+StatusOr<Coordinator::Job*> Coordinator::FindJobOrError(const std::string& job_id) {
+  if (job_id.empty()) {
+    if (jobs_.empty()) return absl::NotFoundError("no job has been submitted");
+    return jobs_.back().get();
+  }
+  Job* job = FindJob(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("unknown job \"", job_id, "\""));
+  return job;
+}
+
+Coordinator::Job* Coordinator::ActiveJob() {
+  for (auto& job : jobs_) {
+    if (IsActive(job->rec.info.state())) return job.get();
+  }
+  return nullptr;
+}
+
+StatusOr<Coordinator::Job*> Coordinator::Fence(const std::string& job_id, int64_t generation) {
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  Job* job = FindJob(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("unknown job \"", job_id, "\""));
+  const pb::JobInfo& info = job->rec.info;
+  if (job != ActiveJob() || generation != info.generation() || !IsRunning(info.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stale generation: ", job_id, " generation ", generation, " is not running (", job_id,
+        " is ", StateName(info.state()), " at generation ", info.generation(), ")"));
+  }
+  return job;
+}
+
+Status Coordinator::CheckRank(const Job& job, int rank) const {
+  const int world = static_cast<int>(job.worker_ids.size());
+  if (rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not in [0, ", world, ") of ",
+                                                   job.rec.info.job_id(), " generation ",
+                                                   job.rec.info.generation()));
+  }
+  return absl::OkStatus();
+}
+
+Status Coordinator::Log(Job* job, absl::string_view text) {
+  // One event per line: newlines in worker-supplied messages become spaces.
+  const std::string line =
+      absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", Now(), absl::UTCTimeZone()), " ",
+                   absl::StrReplaceAll(text, {{"\r\n", " "}, {"\n", " "}, {"\r", " "}}));
+  job->log.push_back(line);
+  return store_->AppendLog(job->rec.info.job_id(), line);
+}
+
+Status Coordinator::Persist(const Job& job) { return store_->Save(job.rec); }
+
+std::string Coordinator::KvPrefix(const Job& job) const {
+  return absl::StrCat(job.rec.info.job_id(), "/g", job.rec.info.generation());
+}
+
+void Coordinator::DropKvPrefix(const std::string& prefix) {
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && absl::StartsWith(it->first, prefix);) {
+    // "job-1/g1" must not take "job-1/g10/..." with it.
+    const bool ours =
+        it->first.size() == prefix.size() || !absl::ascii_isdigit(it->first[prefix.size()]);
+    it = ours ? kv_.erase(it) : std::next(it);
+  }
+}
+
+pb::Assignment Coordinator::AssignmentFor(const Job& job, int rank) const {
+  pb::Assignment a;
+  a.set_job_id(job.rec.info.job_id());
+  a.set_generation(job.rec.info.generation());
+  a.set_rank(rank);
+  a.set_world_size(static_cast<int>(job.worker_ids.size()));
+  a.set_spec_yaml(job.rec.info.spec_yaml());
+  for (const std::string& s : job.rec.info.servers()) a.add_servers(s);
+  a.set_resume_checkpoint(job.rec.info.last_checkpoint().dir());
+  a.set_kv_prefix(KvPrefix(job));
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transitions
+
+void Coordinator::EndGeneration(Job* job) {
+  if (job->rec.info.generation() > 0) DropKvPrefix(KvPrefix(*job));
+  job->eval.clear();
+  job->worker_ids.clear();
+  job->server_ids.clear();
+}
+
+Status Coordinator::Recover(Job* job, const std::string& why) {
+  EndGeneration(job);
+  pb::JobInfo& info = job->rec.info;
+  info.set_recoveries(info.recoveries() + 1);
+  if (info.recoveries() > options_.max_recoveries) {
+    return Finish(job, pb::FAILED,
+                  absl::StrCat(why, "; giving up after ", info.recoveries(),
+                               " recoveries (--max-recoveries ", options_.max_recoveries, ")"));
+  }
+  info.set_state(pb::RECOVERING);
+  info.set_message(why);
+  job->recover_reason = why;
+  Status s = Log(job, absl::StrCat("RECOVERING (recovery ", info.recoveries(), "): ", why));
+  s.Update(Persist(*job));
+  return s;
+}
+
+Status Coordinator::Finish(Job* job, pb::JobState state, const std::string& message) {
+  EndGeneration(job);
+  pb::JobInfo& info = job->rec.info;
+  info.set_state(state);
+  info.set_message(message);
+  info.set_end_time(UnixSeconds(Now()));
+  job->dll.reset();
+  Status s =
+      Log(job, message.empty() ? StateName(state) : absl::StrCat(StateName(state), ": ", message));
+  s.Update(Persist(*job));
+  return s;
+}
+
+void Coordinator::MemberLost(const Member& m, const std::string& why, bool replaced) {
+  Job* job = ActiveJob();
+  if (job == nullptr || !IsRunning(job->rec.info.state())) return;
+  if (m.role == pb::WORKER) {
+    for (size_t r = 0; r < job->worker_ids.size(); ++r) {
+      if (job->worker_ids[r] == m.id) {
+        Complain(Recover(job, absl::StrCat("lost worker rank ", r, " (", m.address, "): ", why)));
+        return;
+      }
+    }
+  } else if (m.shard < job->server_ids.size() && job->server_ids[m.shard] == m.id) {
+    Complain(Recover(job, replaced ? why
+                                   : absl::StrCat("lost embedding server shard ", m.shard, " (",
+                                                  m.address, "): ", why)));
+  }
+}
+
+void Coordinator::ExpireLeases() {
+  const absl::Time deadline = Now() - absl::Milliseconds(options_.lease_ms);
+  std::vector<Member> lost;
+  for (auto it = members_.begin(); it != members_.end();) {
+    if (it->second.last_seen < deadline) {
+      lost.push_back(std::move(it->second));
+      it = members_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const Member& m : lost) MemberLost(m, "lease expired");
+}
+
+void Coordinator::Schedule() {
+  while (true) {
+    Job* job = ActiveJob();
+    // Jobs behind the active one wait in submission order.
+    for (auto& other : jobs_) {
+      if (job != nullptr && other.get() != job && other->rec.info.state() == pb::PENDING) {
+        other->rec.info.set_message(absl::StrCat("queued behind ", job->rec.info.job_id()));
+      }
+    }
+    if (job == nullptr) return;
+    const pb::JobState state = job->rec.info.state();
+    if (state != pb::PENDING && state != pb::RECOVERING) return;
+
+    const int S = job->spec.cluster.servers;
+    const int W = job->spec.cluster.workers;
+    std::vector<const Member*> servers(S, nullptr);
+    std::vector<const Member*> idle;
+    for (const auto& [id, m] : members_) {
+      if (m.role == pb::EMBEDDING_SERVER) {
+        if (m.num_shards == static_cast<uint32_t>(S) && m.shard < static_cast<uint32_t>(S)) {
+          servers[m.shard] = &m;
+        }
+      } else if (m.role == pb::WORKER && m.running_job.empty()) {
+        idle.push_back(&m);
+      }
+    }
+    std::vector<std::string> missing;
+    std::vector<std::string> missing_shards;
+    for (int i = 0; i < S; ++i) {
+      if (servers[i] == nullptr) missing_shards.push_back(absl::StrCat(i));
+    }
+    if (!missing_shards.empty()) {
+      missing.push_back(absl::StrCat("waiting for embedding server shard",
+                                     missing_shards.size() > 1 ? "s " : " ",
+                                     absl::StrJoin(missing_shards, ", "), " of ", S));
+    }
+    if (static_cast<int>(idle.size()) < W) {
+      const int more = W - static_cast<int>(idle.size());
+      missing.push_back(absl::StrCat("waiting for ", more, " more worker", more > 1 ? "s" : ""));
+    }
+    if (!missing.empty()) {
+      std::string message = absl::StrJoin(missing, "; ");
+      // A recovering job keeps saying why it recovers.
+      if (state == pb::RECOVERING && !job->recover_reason.empty()) {
+        message = absl::StrCat(job->recover_reason, "; ", message);
+      }
+      job->rec.info.set_message(message);
+      return;
+    }
+    std::sort(idle.begin(), idle.end(),
+              [](const Member* a, const Member* b) { return a->seq < b->seq; });
+    idle.resize(W);
+    Complain(StartGeneration(job, idle, servers));
+    if (!IsFinishedState(job->rec.info.state())) return;
+    // It failed to start (e.g. its results_dir is not writable): the next job may run.
+  }
+}
+
+Status Coordinator::OpenDll(Job* job) {
+  if (job->dll != nullptr || job->spec.results_dir.empty()) return absl::OkStatus();
+  SIFT_RETURN_IF_ERROR(MakeDirs(job->spec.results_dir));
+  SIFT_ASSIGN_OR_RETURN(
+      auto sink, FileLineSink::Open(JoinPath(job->spec.results_dir, options_.dll_log_filename)));
+  Clock clock = options_.clock;
+  auto dll = std::make_unique<DLLogger>(std::move(sink), nullptr,
+                                        [clock] { return absl::ToUnixMicros(clock()); });
+  // The METADATA lines open the log once per job, not again after a recovery or a restart.
+  if (!job->rec.dll_metadata_written) {
+    SIFT_RETURN_IF_ERROR(dll->WriteReferenceMetadata());
+    job->rec.dll_metadata_written = true;
+  }
+  job->dll = std::move(dll);
+  return absl::OkStatus();
+}
+
+Status Coordinator::DllLog(Job* job, const DllStep& step, const DllMetrics& metrics) {
+  if (job->spec.results_dir.empty()) return absl::OkStatus();
+  SIFT_RETURN_IF_ERROR(OpenDll(job));
+  return job->dll->Log(step, metrics);
+}
+
+Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& workers,
+                                    const std::vector<const Member*>& servers) {
+  pb::JobInfo& info = job->rec.info;
+  const Status dll = OpenDll(job);
+  if (!dll.ok()) {
+    return Finish(job, pb::FAILED, absl::StrCat("results_dir: ", dll.message()));
+  }
+  info.set_generation(info.generation() + 1);
+  info.set_state(pb::RUNNING);
+  info.set_message("");
+  job->recover_reason.clear();
+  if (info.start_time() == 0) info.set_start_time(UnixSeconds(Now()));
+  job->worker_ids.clear();
+  job->server_ids.clear();
+  job->eval.clear();
+  info.clear_workers();
+  info.clear_servers();
+  for (const Member* w : workers) {
+    job->worker_ids.push_back(w->id);
+    info.add_workers(w->address);
+  }
+  for (const Member* s : servers) {
+    job->server_ids.push_back(s->id);
+    info.add_servers(s->address);
+  }
+  const pb::CheckpointRef& ckpt = info.last_checkpoint();
+  std::string from;
+  if (ckpt.dir().empty()) {
+    info.set_epoch(0);
+    info.set_global_step(0);
+    from = "fresh start";
+  } else {
+    info.set_epoch(ckpt.epochs_done());
+    info.set_global_step(ckpt.global_step());
+    from = absl::StrCat("resuming from checkpoint at step ", ckpt.global_step(), " (epoch ",
+                        ckpt.epochs_done(), ") in ", ckpt.dir());
+  }
+  Status s = Log(job, absl::StrCat("RUNNING: generation ", info.generation(), ", workers [",
+                                   absl::StrJoin(info.workers(), ", "), "], servers [",
+                                   absl::StrJoin(info.servers(), ", "), "], ", from));
+  s.Update(Persist(*job));
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jobs
+
+StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobRequest& request) {
+  const std::string source = request.source_name().empty() ? "job.yaml" : request.source_name();
+  SIFT_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(request.spec_yaml(), source));
+  if (spec.training.batch_size % spec.cluster.workers != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": training.batch_size: ", spec.training.batch_size,
+                     " is not a multiple of cluster.workers (", spec.cluster.workers,
+                     "): every worker takes an equal share of each batch"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  auto job = std::make_unique<Job>();
+  const std::string id = absl::StrCat("job-", next_job_number_);
+  SIFT_RETURN_IF_ERROR(store_->SaveNextJobNumber(next_job_number_ + 1));
+  ++next_job_number_;
+  pb::JobInfo& info = job->rec.info;
+  info.set_job_id(id);
+  info.set_name(JobNameFor(spec, source));
+  info.set_state(pb::PENDING);
+  info.set_spec_yaml(JobSpecToYaml(spec));
+  info.set_epochs(spec.training.epochs);
+  info.set_oracle_test_auc(-1);
+  info.set_submit_time(UnixSeconds(Now()));
+  info.mutable_last_checkpoint();
+  job->spec = std::move(spec);
+  Job* j = job.get();
+  SIFT_RETURN_IF_ERROR(Persist(*j));
+  jobs_.push_back(std::move(job));
+  SIFT_RETURN_IF_ERROR(
+      Log(j, absl::StrCat("submitted: ", j->spec.cluster.workers, " workers, ",
+                          j->spec.cluster.servers, " embedding servers, ", j->spec.training.epochs,
+                          " epochs of ", j->spec.model.type, " on ", j->spec.dataset)));
+  Schedule();
+  pb::SubmitJobResponse response;
+  response.set_job_id(id);
+  return response;
+}
+
+StatusOr<pb::JobInfo> Coordinator::GetJob(const pb::GetJobRequest& request) {
+  absl::MutexLock lock(&mu_);
+  SIFT_ASSIGN_OR_RETURN(Job * job, FindJobOrError(request.job_id()));
+  return job->rec.info;
+}
+
+StatusOr<pb::ListJobsResponse> Coordinator::ListJobs(const pb::ListJobsRequest&) {
+  absl::MutexLock lock(&mu_);
+  pb::ListJobsResponse response;
+  for (const auto& job : jobs_) *response.add_jobs() = job->rec.info;
+  return response;
+}
+
+StatusOr<pb::JobInfo> Coordinator::CancelJob(const pb::CancelJobRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (request.job_id().empty()) return absl::InvalidArgumentError("job_id is empty");
+  SIFT_ASSIGN_OR_RETURN(Job * job, FindJobOrError(request.job_id()));
+  const pb::JobState state = job->rec.info.state();
+  if (!IsActive(state)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(request.job_id(), " is ", StateName(state),
+                     ": only a PENDING, RUNNING, CHECKPOINTING or RECOVERING job can be "
+                     "cancelled"));
+  }
+  SIFT_RETURN_IF_ERROR(
+      Finish(job, pb::CANCELLED, absl::StrCat("cancelled while ", StateName(state))));
+  Schedule();
+  return job->rec.info;
+}
+
+StatusOr<pb::GetLogsResponse> Coordinator::GetLogs(const pb::GetLogsRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (request.offset() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("offset ", request.offset(), " < 0"));
+  }
+  SIFT_ASSIGN_OR_RETURN(Job * job, FindJobOrError(request.job_id()));
+  pb::GetLogsResponse response;
+  const int64_t size = static_cast<int64_t>(job->log.size());
+  const int64_t end = std::min(size, request.offset() + kMaxLogLinesPerCall);
+  for (int64_t i = request.offset(); i < end; ++i) response.add_lines(job->log[i]);
+  response.set_next_offset(std::max(request.offset(), end));
+  response.set_state(job->rec.info.state());
+  response.set_finished(IsFinishedState(job->rec.info.state()) && end == size);
+  return response;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Members
+
+StatusOr<pb::RegisterResponse> Coordinator::Register(const pb::RegisterRequest& request) {
+  if (request.role() != pb::WORKER && request.role() != pb::EMBEDDING_SERVER) {
+    return absl::InvalidArgumentError(absl::StrCat("role: ", pb::Role_Name(request.role()),
+                                                   " is not WORKER or EMBEDDING_SERVER"));
+  }
+  if (request.address().empty()) return absl::InvalidArgumentError("address is empty");
+  if (request.role() == pb::EMBEDDING_SERVER &&
+      (request.num_shards() < 1 || request.shard() >= request.num_shards())) {
+    return absl::InvalidArgumentError(absl::StrCat("embedding server shard ", request.shard(),
+                                                   " is not in [0, num_shards ",
+                                                   request.num_shards(), ")"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  ExpireLeases();
+  Member m;
+  m.id = absl::StrCat(member_id_prefix_, next_member_seq_);
+  m.seq = next_member_seq_++;
+  m.role = request.role();
+  m.address = request.address();
+  m.shard = request.shard();
+  m.num_shards = request.num_shards();
+  m.last_seen = Now();
+  if (m.role == pb::EMBEDDING_SERVER) {
+    // A later registration of a shard replaces the earlier one: the old process is gone (or
+    // about to be), and with it the tables the running job had in that shard.
+    for (auto it = members_.begin(); it != members_.end(); ++it) {
+      if (it->second.role == pb::EMBEDDING_SERVER && it->second.shard == m.shard) {
+        const Member old = std::move(it->second);
+        members_.erase(it);
+        MemberLost(old,
+                   absl::StrCat("embedding server shard ", m.shard, " restarted (", old.address,
+                                " -> ", m.address, "): its tables are gone"),
+                   /*replaced=*/true);
+        break;
+      }
+    }
+  }
+  members_[m.id] = m;
+  Schedule();
+  pb::RegisterResponse response;
+  response.set_member_id(m.id);
+  response.set_heartbeat_interval_ms(options_.heartbeat_ms);
+  response.set_lease_ms(options_.lease_ms);
+  return response;
+}
+
+StatusOr<pb::HeartbeatResponse> Coordinator::Heartbeat(const pb::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  ExpireLeases();
+  auto it = members_.find(request.member_id());
+  if (it == members_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown member id \"", request.member_id(),
+                                            "\" (its lease expired or the coordinator "
+                                            "restarted): register again"));
+  }
+  Member& m = it->second;
+  m.last_seen = Now();
+  const std::string id = m.id;
+  if (m.role == pb::WORKER) {
+    m.running_job = request.running_job_id();
+    m.running_generation = request.running_job_id().empty() ? 0 : request.running_generation();
+  }
+  Schedule();
+  pb::HeartbeatResponse response;
+  Job* job = ActiveJob();
+  if (job != nullptr && IsRunning(job->rec.info.state())) {
+    for (size_t r = 0; r < job->worker_ids.size(); ++r) {
+      if (job->worker_ids[r] == id) {
+        *response.mutable_assignment() = AssignmentFor(*job, static_cast<int>(r));
+      }
+    }
+  }
+  return response;
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV
+
+StatusOr<pb::KvSetResponse> Coordinator::KvSet(const pb::KvSetRequest& request) {
+  if (request.key().empty()) return absl::InvalidArgumentError("key is empty");
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  kv_[request.key()] = request.value();
+  return pb::KvSetResponse();
+}
+
+StatusOr<pb::KvGetResponse> Coordinator::KvGet(const pb::KvGetRequest& request) {
+  for (const std::string& key : request.keys()) {
+    if (key.empty()) return absl::InvalidArgumentError("a key is empty");
+  }
+  const int64_t wait_ms = std::clamp<int64_t>(request.timeout_ms(), 0, kMaxKvWaitMs);
+  absl::MutexLock lock(&mu_);
+  auto ready = [this, &request]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (shutting_down_) return true;
+    for (const std::string& key : request.keys()) {
+      if (kv_.find(key) == kv_.end()) return false;
+    }
+    return true;
+  };
+  const bool done = mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(wait_ms));
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  if (!done) {
+    std::vector<std::string> missing;
+    for (const std::string& key : request.keys()) {
+      if (kv_.find(key) == kv_.end()) missing.push_back(key);
+    }
+    return absl::DeadlineExceededError(
+        absl::StrCat("keys not set within ", wait_ms, " ms: ", absl::StrJoin(missing, ", ")));
+  }
+  pb::KvGetResponse response;
+  for (const std::string& key : request.keys()) response.add_values(kv_[key]);
+  return response;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers of the running job
+
+StatusOr<pb::ReportProgressResponse> Coordinator::ReportProgress(
+    const pb::ReportProgressRequest& request) {
+  absl::MutexLock lock(&mu_);
+  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
+  const int64_t epochs = job->spec.training.epochs;
+  if (request.rank() != 0 && (request.steps_size() > 0 || request.epoch_end())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", request.rank(), ": only rank 0 reports steps and epoch ends"));
+  }
+  if (request.steps_per_epoch() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("steps_per_epoch ", request.steps_per_epoch(), " < 0"));
+  }
+  for (int i = 0; i < request.steps_size(); ++i) {
+    const pb::StepRecord& s = request.steps(i);
+    if (s.epoch() < 0 || s.epoch() >= epochs || s.step() < 0 || s.global_step() < 0 ||
+        s.samples() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("steps[", i, "]: epoch ", s.epoch(), " (of ", epochs, "), step ", s.step(),
+                       ", global_step ", s.global_step(), ", samples ", s.samples(),
+                       ": epoch must be in range and the others >= 0"));
+    }
+  }
+  if (request.epoch_end() && (request.epoch() < 0 || request.epoch() >= epochs)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epoch ", request.epoch(), " is not in [0, ", epochs, ")"));
+  }
+
+  pb::JobInfo& info = job->rec.info;
+  if (request.steps_per_epoch() > 0) info.set_steps_per_epoch(request.steps_per_epoch());
+  if (request.oracle_test_auc() != 0) info.set_oracle_test_auc(request.oracle_test_auc());
+  const bool with_aux = job->spec.model.type != "din";
+  Status status;
+  for (const pb::StepRecord& s : request.steps()) {
+    info.set_samples_total(info.samples_total() + s.samples());
+    ++job->rec.steps_total;
+    info.set_global_step(s.global_step() + 1);
+    info.set_epoch(s.epoch());
+    info.set_last_loss(s.total_loss());
+    info.set_samples_per_second(s.samples_per_second());
+    // The same record as single-process `sift train` (worker/trainer.cc).
+    DllMetrics m;
+    m.emplace_back("total_loss", s.total_loss());
+    if (with_aux) {
+      m.emplace_back("classification_loss", s.classification_loss());
+      m.emplace_back("dien_aux_loss", s.aux_loss());
+    }
+    m.emplace_back("samples/s", s.samples_per_second());
+    if (status.ok()) status = DllLog(job, {s.epoch(), s.step()}, m);
+  }
+  if (request.epoch_end()) {
+    EpochPerf perf;
+    for (const pb::Metric& metric : request.epoch_perf()) {
+      perf.metrics.emplace_back(metric.name(), metric.value());
+    }
+    perf.train_time_s = request.epoch_train_time_s();
+    job->rec.epoch_perf[request.epoch()] = std::move(perf);
+    info.set_epoch(request.epoch());
+    status.Update(
+        Log(job, absl::StrCat("epoch ", request.epoch(), ": trained in ",
+                              absl::SixDigits(request.epoch_train_time_s()), " s, evaluating")));
+    status.Update(Persist(*job));
+  }
+  SIFT_RETURN_IF_ERROR(status);
+  return pb::ReportProgressResponse();
+}
+
+StatusOr<pb::ReportEvalResponse> Coordinator::ReportEval(const pb::ReportEvalRequest& request) {
+  absl::MutexLock lock(&mu_);
+  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
+  int split = -1;
+  for (int i = 0; i < 2; ++i) {
+    if (request.split() == kSplitNames[i]) split = i;
+  }
+  if (split < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("split \"", request.split(), "\" is not \"train\" or \"test\""));
+  }
+  const int64_t epochs = job->spec.training.epochs;
+  if (request.epoch() < 0 || request.epoch() >= epochs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epoch ", request.epoch(), " is not in [0, ", epochs, ")"));
+  }
+  if (request.scores_size() != request.labels_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(request.scores_size(), " scores but ", request.labels_size(), " labels"));
+  }
+  EvalPart& part = job->eval[{request.epoch(), split, request.rank()}];
+  if (part.last) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
+                                                   " already sent its last chunk of epoch ",
+                                                   request.epoch(), " ", request.split()));
+  }
+  part.scores.insert(part.scores.end(), request.scores().begin(), request.scores().end());
+  part.labels.insert(part.labels.end(), request.labels().begin(), request.labels().end());
+  part.loss_sum += request.loss_sum();
+  part.last = request.last();
+  if (part.last) SIFT_RETURN_IF_ERROR(MaybeFinishEpoch(job, request.epoch()));
+  return pb::ReportEvalResponse();
+}
+
+Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
+  const int world = static_cast<int>(job->worker_ids.size());
+  for (int split = 0; split < 2; ++split) {
+    for (int r = 0; r < world; ++r) {
+      auto it = job->eval.find({epoch, split, r});
+      if (it == job->eval.end() || !it->second.last) return absl::OkStatus();
+    }
+  }
+  // Every rank's predictions of both splits are in: exact AUC over the concatenation.
+  double auc[2], loss[2];
+  for (int split = 0; split < 2; ++split) {
+    std::vector<double> scores;
+    std::vector<float> labels;
+    double loss_sum = 0;
+    for (int r = 0; r < world; ++r) {
+      const EvalPart& p = job->eval[{epoch, split, r}];
+      scores.insert(scores.end(), p.scores.begin(), p.scores.end());
+      labels.insert(labels.end(), p.labels.begin(), p.labels.end());
+      loss_sum += p.loss_sum;
+    }
+    auc[split] = ExactAuc(scores, labels);
+    loss[split] = scores.empty() ? std::numeric_limits<double>::quiet_NaN()
+                                 : loss_sum / static_cast<double>(scores.size());
+    for (int r = 0; r < world; ++r) job->eval.erase({epoch, split, r});
+  }
+  pb::JobInfo& info = job->rec.info;
+  const EpochPerf perf =
+      job->rec.epoch_perf.count(epoch) ? job->rec.epoch_perf[epoch] : EpochPerf();
+  pb::EpochResult result;
+  result.set_epoch(epoch);
+  result.set_train_auc(auc[0]);
+  result.set_train_loss(loss[0]);
+  result.set_test_auc(auc[1]);
+  result.set_test_loss(loss[1]);
+  for (const auto& [name, value] : perf.metrics) {
+    if (name == "throughput") result.set_samples_per_second(value);
+  }
+  result.set_train_time_s(perf.train_time_s);
+  // Replace the epoch's earlier result (a generation that re-ran it), keep epoch order.
+  std::vector<pb::EpochResult> done(info.epochs_done().begin(), info.epochs_done().end());
+  done.erase(std::remove_if(done.begin(), done.end(),
+                            [epoch](const pb::EpochResult& e) { return e.epoch() == epoch; }),
+             done.end());
+  done.push_back(result);
+  std::sort(done.begin(), done.end(), [](const pb::EpochResult& a, const pb::EpochResult& b) {
+    return a.epoch() < b.epoch();
+  });
+  info.clear_epochs_done();
+  double time_to_train = 0;
+  for (const pb::EpochResult& e : done) {
+    *info.add_epochs_done() = e;
+    time_to_train += e.train_time_s();
+  }
+  info.set_time_to_train_s(time_to_train);
+  info.set_epoch(epoch);
+
+  // The epoch's DLLL record, in worker/trainer.cc's order.
+  DllMetrics m = perf.metrics;
+  m.emplace_back("train_auc", auc[0]);
+  m.emplace_back("train_loss", loss[0]);
+  m.emplace_back("test_auc", auc[1]);
+  m.emplace_back("test_loss", loss[1]);
+  if (info.oracle_test_auc() > 0) {
+    m.emplace_back("oracle_test_auc", info.oracle_test_auc());
+    m.emplace_back("test_auc_to_oracle", auc[1] / info.oracle_test_auc());
+  }
+  Status status = DllLog(job, {epoch}, m);
+  status.Update(
+      Log(job, absl::StrCat("epoch ", epoch, ": train AUC ", absl::SixDigits(auc[0]), " loss ",
+                            absl::SixDigits(loss[0]), ", test AUC ", absl::SixDigits(auc[1]),
+                            " loss ", absl::SixDigits(loss[1]))));
+  if (epoch == job->spec.training.epochs - 1) {
+    status.Update(DllLog(job, {},
+                         {{"time_to_train", time_to_train},
+                          {"train_auc", auc[0]},
+                          {"train_loss", loss[0]},
+                          {"test_auc", auc[1]},
+                          {"test_loss", loss[1]}}));
+    status.Update(Finish(job, pb::COMPLETED, ""));
+    Schedule();
+  } else {
+    status.Update(Persist(*job));
+  }
+  return status;
+}
+
+StatusOr<pb::CheckpointBeginResponse> Coordinator::CheckpointBegin(
+    const pb::CheckpointBeginRequest& request) {
+  absl::MutexLock lock(&mu_);
+  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  if (request.global_step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("global_step ", request.global_step(), " < 0"));
+  }
+  job->rec.info.set_state(pb::CHECKPOINTING);
+  Status s = Log(job, absl::StrCat("CHECKPOINTING at step ", request.global_step()));
+  s.Update(Persist(*job));
+  SIFT_RETURN_IF_ERROR(s);
+  return pb::CheckpointBeginResponse();
+}
+
+StatusOr<pb::CheckpointCommitResponse> Coordinator::CheckpointCommit(
+    const pb::CheckpointCommitRequest& request) {
+  absl::MutexLock lock(&mu_);
+  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  if (request.dir().empty()) return absl::InvalidArgumentError("dir is empty");
+  if (request.epochs_done() < 0 || request.epochs_done() > job->spec.training.epochs ||
+      request.global_step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("epochs_done ", request.epochs_done(), " (of ",
+                                                   job->spec.training.epochs, ") or global_step ",
+                                                   request.global_step(), " out of range"));
+  }
+  // Persisted before the reply: a committed checkpoint is never forgotten.
+  JobRecord updated = job->rec;
+  pb::CheckpointRef* ref = updated.info.mutable_last_checkpoint();
+  ref->set_dir(request.dir());
+  ref->set_epochs_done(request.epochs_done());
+  ref->set_global_step(request.global_step());
+  ref->set_generation(request.generation());
+  updated.info.set_state(pb::RUNNING);
+  SIFT_RETURN_IF_ERROR(store_->Save(updated));
+  job->rec = std::move(updated);
+  SIFT_RETURN_IF_ERROR(
+      Log(job, absl::StrCat("checkpoint committed at step ", request.global_step(), " (epoch ",
+                            request.epochs_done(), ") in ", request.dir())));
+  return pb::CheckpointCommitResponse();
+}
+
+StatusOr<pb::ReportFailureResponse> Coordinator::ReportFailure(
+    const pb::ReportFailureRequest& request) {
+  absl::MutexLock lock(&mu_);
+  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
+  const std::string why = absl::StrCat("rank ", request.rank(), ": ", request.message());
+  SIFT_RETURN_IF_ERROR(request.fatal() ? Finish(job, pb::FAILED, why) : Recover(job, why));
+  Schedule();
+  return pb::ReportFailureResponse();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void Coordinator::Tick() {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return;
+  ExpireLeases();
+  Schedule();
+}
+
+void Coordinator::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
+}
+
+std::vector<JobMetricsView> Coordinator::JobMetrics() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<JobMetricsView> out;
+  for (const auto& job : jobs_) {
+    const pb::JobInfo& info = job->rec.info;
+    JobMetricsView v;
+    v.job_id = info.job_id();
+    v.state = info.state();
+    v.samples_total = info.samples_total();
+    v.steps_total = job->rec.steps_total;
+    v.epoch = info.epoch();
+    if (info.epochs_done_size() > 0) {
+      v.has_test_auc = true;
+      v.test_auc = info.epochs_done(info.epochs_done_size() - 1).test_auc();
+    }
+    v.last_loss = info.last_loss();
+    v.generation = info.generation();
+    v.recoveries = info.recoveries();
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::map<std::string, int64_t> Coordinator::AliveMembers() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, int64_t> out = {{"worker", 0}, {"embedding_server", 0}};
+  for (const auto& [id, m] : members_) {
+    ++out[m.role == pb::WORKER ? "worker" : "embedding_server"];
+  }
+  return out;
+}
+
+}  // namespace sift::coordinator

@@ -1,0 +1,198 @@
+// Coordinator: the state machine behind proto/coordinator.proto — the job queue and job states,
+// cluster membership with leases, generations (fencing), the rendezvous KV, the checkpoint
+// protocol, and the aggregation of progress and evaluation into the job's DLLL log. The gRPC
+// service (service.h) is a thin shell over it. Every method is one request of the proto and
+// returns its answer or an error Status (codes as the proto documents); no request, however
+// malformed, crashes it. Time comes from the injected clock, so tests drive lease expiry without
+// sleeping (only KvGet's wait uses real time). Durable state goes through JobStore (job_store.h).
+// Thread-safe: one mutex guards everything.
+//
+// Rules (the proto's header has the states; these are the decisions made here):
+// - One active job: the oldest job in PENDING/RUNNING/CHECKPOINTING/RECOVERING. When it is
+//   PENDING or RECOVERING and the cluster is whole — for each shard i < S an alive embedding
+//   server registered with (shard i, num_shards S), and W alive idle workers (last heartbeat with
+//   no running job) — it starts generation g+1: ranks 0..W-1 go to the idle workers in
+//   registration order; it resumes from the last committed checkpoint, if any.
+// - A member not heard from for lease_ms is removed; if the running job used it, the job goes
+//   RECOVERING. So does a new registration of a server for a shard the running job uses.
+// - Fenced calls (progress, eval, checkpoint, failure) must name the active job, its current
+//   generation, and the job must be RUNNING or CHECKPOINTING: else FAILED_PRECONDITION.
+// - Recoverable failures count as recoveries; more than max_recoveries fails the job.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/dllogger.h"
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "proto/coordinator.pb.h"
+#include "server/coordinator/job_store.h"
+
+namespace sift::coordinator {
+
+// The coordinator's notion of "now". Tests pass a fake one.
+using Clock = std::function<absl::Time()>;
+
+struct CoordinatorOptions {
+  std::string state_dir;       // required: job records and logs (job_store.h)
+  int64_t lease_ms = 3000;     // a member unheard of this long is dead (>= 1)
+  int64_t heartbeat_ms = 250;  // the interval members are told to heartbeat at (>= 1)
+  int max_recoveries = 10;     // a job recovering more often than this FAILS (>= 0)
+  Clock clock;                 // null: absl::Now
+  std::string dll_log_filename = "log.json";  // in the job's results_dir
+};
+
+// Scrape-time view of one job for the Prometheus series (coordinator_metrics.h).
+struct JobMetricsView {
+  std::string job_id;
+  pb::JobState state = pb::PENDING;
+  int64_t samples_total = 0;
+  int64_t steps_total = 0;
+  int64_t epoch = 0;
+  double test_auc = 0;  // of the latest evaluated epoch
+  bool has_test_auc = false;
+  double last_loss = 0;
+  int64_t generation = 0;
+  int64_t recoveries = 0;
+};
+
+class Coordinator {
+ public:
+  // Loads the state directory (a corrupt record is an error naming the file). Jobs that were
+  // RUNNING, CHECKPOINTING or RECOVERING become RECOVERING ("coordinator restarted") and resume
+  // with a new generation once their members (re-)register. INVALID_ARGUMENT for bad options.
+  static StatusOr<std::unique_ptr<Coordinator>> Open(CoordinatorOptions options);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // ---- Jobs ----
+  StatusOr<pb::SubmitJobResponse> SubmitJob(const pb::SubmitJobRequest& request);
+  StatusOr<pb::JobInfo> GetJob(const pb::GetJobRequest& request);
+  StatusOr<pb::ListJobsResponse> ListJobs(const pb::ListJobsRequest& request);
+  StatusOr<pb::JobInfo> CancelJob(const pb::CancelJobRequest& request);
+  StatusOr<pb::GetLogsResponse> GetLogs(const pb::GetLogsRequest& request);
+
+  // ---- Members ----
+  StatusOr<pb::RegisterResponse> Register(const pb::RegisterRequest& request);
+  StatusOr<pb::HeartbeatResponse> Heartbeat(const pb::HeartbeatRequest& request);
+
+  // ---- Rendezvous KV ----
+  // Keys are dropped when the generation they belong to ends: a key equal to a generation's
+  // kv_prefix ("job-1/g2") or continuing it with a non-digit ("job-1/g2/rank0").
+  StatusOr<pb::KvSetResponse> KvSet(const pb::KvSetRequest& request);
+  // Blocks (real time) until every key is set, up to min(timeout_ms, 10000) ms:
+  // DEADLINE_EXCEEDED naming the missing keys; UNAVAILABLE once Shutdown was called.
+  StatusOr<pb::KvGetResponse> KvGet(const pb::KvGetRequest& request);
+
+  // ---- Workers of the running job (fenced) ----
+  StatusOr<pb::ReportProgressResponse> ReportProgress(const pb::ReportProgressRequest& request);
+  StatusOr<pb::ReportEvalResponse> ReportEval(const pb::ReportEvalRequest& request);
+  StatusOr<pb::CheckpointBeginResponse> CheckpointBegin(const pb::CheckpointBeginRequest& request);
+  StatusOr<pb::CheckpointCommitResponse> CheckpointCommit(
+      const pb::CheckpointCommitRequest& request);
+  StatusOr<pb::ReportFailureResponse> ReportFailure(const pb::ReportFailureRequest& request);
+
+  // Expires leases and schedules; the service calls it every ~100 ms. Every member call also
+  // schedules, so a cluster that becomes whole starts the job without waiting for a tick.
+  void Tick();
+
+  // Wakes KvGet waiters (UNAVAILABLE); later KvGets fail at once. Idempotent.
+  void Shutdown();
+
+  // ---- Views for metrics ----
+  std::vector<JobMetricsView> JobMetrics() const;
+  // Alive members per role ("worker", "embedding_server"), both present.
+  std::map<std::string, int64_t> AliveMembers() const;
+
+  const CoordinatorOptions& options() const { return options_; }
+
+ private:
+  struct Member {
+    std::string id;
+    pb::Role role = pb::ROLE_UNSPECIFIED;
+    std::string address;
+    uint32_t shard = 0, num_shards = 0;
+    int64_t seq = 0;  // registration order
+    absl::Time last_seen;
+    std::string running_job;  // WORKER: from its last heartbeat ("" = idle)
+    int64_t running_generation = 0;
+  };
+  // Predictions of one (epoch, split, rank) of the current generation.
+  struct EvalPart {
+    std::vector<float> scores, labels;
+    double loss_sum = 0;
+    bool last = false;
+  };
+  struct Job {
+    JobRecord rec;
+    JobSpec spec;
+    std::vector<std::string> log;
+    // The current generation (not persisted: a restarted coordinator starts a new one).
+    std::vector<std::string> worker_ids;                     // member ids by rank
+    std::vector<std::string> server_ids;                     // member ids by shard
+    std::map<std::tuple<int64_t, int, int>, EvalPart> eval;  // (epoch, split, rank)
+    std::unique_ptr<DLLogger> dll;                           // results_dir/log.json
+    std::string recover_reason;  // why it is RECOVERING (kept in front of "waiting for ...")
+  };
+
+  explicit Coordinator(CoordinatorOptions options);
+
+  absl::Time Now() const { return options_.clock(); }
+  Job* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  StatusOr<Job*> FindJobOrError(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Job* ActiveJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job named by a fenced call, or FAILED_PRECONDITION ("stale generation").
+  StatusOr<Job*> Fence(const std::string& job_id, int64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status CheckRank(const Job& job, int rank) const;
+
+  // Appends a timestamped line to the job's log (memory and disk).
+  Status Log(Job* job, absl::string_view text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status Persist(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void ExpireLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status StartGeneration(Job* job, const std::vector<const Member*>& workers,
+                         const std::vector<const Member*>& servers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the current generation: its KV keys and evaluation parts are dropped.
+  void EndGeneration(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status Recover(Job* job, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status Finish(Job* job, pb::JobState state, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The lost member's effect on the running job (RECOVERING when it used it). `why` is the whole
+  // reason when the member was replaced by a new registration, else what happened to it.
+  void MemberLost(const Member& member, const std::string& why, bool replaced = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status DllLog(Job* job, const DllStep& step, const DllMetrics& metrics)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status OpenDll(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status MaybeFinishEpoch(Job* job, int64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  pb::Assignment AssignmentFor(const Job& job, int rank) const;
+  std::string KvPrefix(const Job& job) const;
+  void DropKvPrefix(const std::string& prefix) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CoordinatorOptions options_;
+  std::unique_ptr<JobStore> store_;
+  const std::string member_id_prefix_;  // differs per coordinator start (stale ids stay unknown)
+
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);  // submission order
+  int64_t next_job_number_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
+  int64_t next_member_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace sift::coordinator

@@ -1,0 +1,346 @@
+#include "server/coordinator/service.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/metrics.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace sift::coordinator {
+namespace {
+
+constexpr char kServiceName[] = "sift.coordinator.v1.CoordinatorService";
+
+// Method indices of the metrics, in the order of kMethodNames.
+enum Method {
+  kSubmitJob,
+  kGetJob,
+  kListJobs,
+  kCancelJob,
+  kGetLogs,
+  kRegister,
+  kHeartbeat,
+  kKvSet,
+  kKvGet,
+  kReportProgress,
+  kReportEval,
+  kCheckpointBegin,
+  kCheckpointCommit,
+  kReportFailure,
+};
+const std::vector<std::string> kMethodNames = {
+    "SubmitJob",        "GetJob",       "ListJobs",
+    "CancelJob",        "GetLogs",      "Register",
+    "Heartbeat",        "KvSet",        "KvGet",
+    "ReportProgress",   "ReportEval",   "CheckpointBegin",
+    "CheckpointCommit", "ReportFailure"};
+
+// The generated sync service; every handler is one Coordinator call plus the gRPC metrics.
+class CoordinatorService final : public pb::CoordinatorService::Service {
+ public:
+  CoordinatorService(Coordinator* coordinator, GrpcServerMetrics* metrics)
+      : c_(coordinator), metrics_(metrics) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext*, const pb::SubmitJobRequest* q,
+                         pb::SubmitJobResponse* r) override {
+    return Handle(
+        kSubmitJob, [&] { return c_->SubmitJob(*q); }, r);
+  }
+  grpc::Status GetJob(grpc::ServerContext*, const pb::GetJobRequest* q, pb::JobInfo* r) override {
+    return Handle(
+        kGetJob, [&] { return c_->GetJob(*q); }, r);
+  }
+  grpc::Status ListJobs(grpc::ServerContext*, const pb::ListJobsRequest* q,
+                        pb::ListJobsResponse* r) override {
+    return Handle(
+        kListJobs, [&] { return c_->ListJobs(*q); }, r);
+  }
+  grpc::Status CancelJob(grpc::ServerContext*, const pb::CancelJobRequest* q,
+                         pb::JobInfo* r) override {
+    return Handle(
+        kCancelJob, [&] { return c_->CancelJob(*q); }, r);
+  }
+  grpc::Status GetLogs(grpc::ServerContext*, const pb::GetLogsRequest* q,
+                       pb::GetLogsResponse* r) override {
+    return Handle(
+        kGetLogs, [&] { return c_->GetLogs(*q); }, r);
+  }
+  grpc::Status Register(grpc::ServerContext*, const pb::RegisterRequest* q,
+                        pb::RegisterResponse* r) override {
+    return Handle(
+        kRegister, [&] { return c_->Register(*q); }, r);
+  }
+  grpc::Status Heartbeat(grpc::ServerContext*, const pb::HeartbeatRequest* q,
+                         pb::HeartbeatResponse* r) override {
+    return Handle(
+        kHeartbeat, [&] { return c_->Heartbeat(*q); }, r);
+  }
+  grpc::Status KvSet(grpc::ServerContext*, const pb::KvSetRequest* q,
+                     pb::KvSetResponse* r) override {
+    return Handle(
+        kKvSet, [&] { return c_->KvSet(*q); }, r);
+  }
+  grpc::Status KvGet(grpc::ServerContext*, const pb::KvGetRequest* q,
+                     pb::KvGetResponse* r) override {
+    return Handle(
+        kKvGet, [&] { return c_->KvGet(*q); }, r);
+  }
+  grpc::Status ReportProgress(grpc::ServerContext*, const pb::ReportProgressRequest* q,
+                              pb::ReportProgressResponse* r) override {
+    return Handle(
+        kReportProgress, [&] { return c_->ReportProgress(*q); }, r);
+  }
+  grpc::Status ReportEval(grpc::ServerContext*, const pb::ReportEvalRequest* q,
+                          pb::ReportEvalResponse* r) override {
+    return Handle(
+        kReportEval, [&] { return c_->ReportEval(*q); }, r);
+  }
+  grpc::Status CheckpointBegin(grpc::ServerContext*, const pb::CheckpointBeginRequest* q,
+                               pb::CheckpointBeginResponse* r) override {
+    return Handle(
+        kCheckpointBegin, [&] { return c_->CheckpointBegin(*q); }, r);
+  }
+  grpc::Status CheckpointCommit(grpc::ServerContext*, const pb::CheckpointCommitRequest* q,
+                                pb::CheckpointCommitResponse* r) override {
+    return Handle(
+        kCheckpointCommit, [&] { return c_->CheckpointCommit(*q); }, r);
+  }
+  grpc::Status ReportFailure(grpc::ServerContext*, const pb::ReportFailureRequest* q,
+                             pb::ReportFailureResponse* r) override {
+    return Handle(
+        kReportFailure, [&] { return c_->ReportFailure(*q); }, r);
+  }
+
+ private:
+  template <typename Fn, typename Resp>
+  grpc::Status Handle(Method method, Fn fn, Resp* response) {
+    metrics_->Started(method);
+    const auto start = std::chrono::steady_clock::now();
+    grpc::Status result;
+    try {
+      auto answer = fn();
+      if (answer.ok()) {
+        *response = std::move(answer).value();
+      } else {
+        result = ToGrpc(answer.status());
+      }
+    } catch (const std::exception& e) {
+      // Nothing in the coordinator throws on purpose; a library that does must not take it down.
+      result = grpc::Status(grpc::StatusCode::INTERNAL,
+                            absl::StrCat(kMethodNames[method], ": ", e.what()));
+    }
+    metrics_->Handled(
+        method, static_cast<int>(result.error_code()),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return result;
+  }
+
+  Coordinator* c_;
+  GrpcServerMetrics* metrics_;
+};
+
+// The job-level and membership series, computed from the coordinator at scrape time.
+Status AddJobCollectables(Coordinator* c, MetricsExposer* exposer) {
+  using Samples = std::vector<CallbackCollectable::Sample>;
+  using View = JobMetricsView;
+  auto per_job = [c](std::function<bool(const View&, double*)> pick) {
+    return [c, pick]() {
+      Samples out;
+      for (const View& v : c->JobMetrics()) {
+        double value = 0;
+        if (pick(v, &value)) out.push_back({{{"job_id", v.job_id}}, value});
+      }
+      return out;
+    };
+  };
+  auto always = [](auto get) {
+    return [get](const View& v, double* out) {
+      *out = static_cast<double>(get(v));
+      return true;
+    };
+  };
+  struct Spec {
+    const char* name;
+    const char* help;
+    CallbackCollectable::Type type;
+    CallbackCollectable::Callback fn;
+  };
+  using T = CallbackCollectable::Type;
+  const std::vector<Spec> specs = {
+      {"sift_job_samples_total", "Samples trained by the job, all generations.", T::kCounter,
+       per_job(always([](const View& v) { return v.samples_total; }))},
+      {"sift_job_steps_total", "Training steps reported by the job, all generations.", T::kCounter,
+       per_job(always([](const View& v) { return v.steps_total; }))},
+      {"sift_job_recoveries_total", "Recoveries of the job (lost members, failures).", T::kCounter,
+       per_job(always([](const View& v) { return v.recoveries; }))},
+      {"sift_job_epoch", "The job's 0-based epoch in progress (or last one).", T::kGauge,
+       per_job(always([](const View& v) { return v.epoch; }))},
+      {"sift_job_generation", "The job's current generation (a new one per (re)start).", T::kGauge,
+       per_job(always([](const View& v) { return v.generation; }))},
+      {"sift_job_train_loss", "Total loss of the job's last training step.", T::kGauge,
+       per_job(always([](const View& v) { return v.last_loss; }))},
+      {"sift_job_test_auc", "Test AUC of the job's latest evaluated epoch.", T::kGauge,
+       per_job([](const View& v, double* out) {
+         *out = v.test_auc;
+         return v.has_test_auc;
+       })},
+      {"sift_job_state", "1 for the job's current state, 0 for the others.", T::kGauge,
+       [c] {
+         Samples out;
+         for (const View& v : c->JobMetrics()) {
+           for (int s = pb::PENDING; s <= pb::CANCELLED; ++s) {
+             out.push_back({{{"job_id", v.job_id},
+                             {"state", pb::JobState_Name(static_cast<pb::JobState>(s))}},
+                            v.state == s ? 1.0 : 0.0});
+           }
+         }
+         return out;
+       }},
+      {"sift_coordinator_members", "Alive (registered, lease not expired) members by role.",
+       T::kGauge,
+       [c] {
+         Samples out;
+         for (const auto& [role, n] : c->AliveMembers()) {
+           out.push_back({{{"role", role}}, static_cast<double>(n)});
+         }
+         return out;
+       }},
+  };
+  for (const Spec& spec : specs) {
+    SIFT_ASSIGN_OR_RETURN(auto collectable,
+                          CallbackCollectable::Create(spec.name, spec.help, spec.type, spec.fn));
+    SIFT_RETURN_IF_ERROR(exposer->AddCollectable(std::move(collectable)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+class CoordinatorServer::Impl {
+ public:
+  // Declaration order = reverse destruction order: the server goes first, the coordinator last.
+  std::unique_ptr<Coordinator> coordinator;
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<GrpcServerMetrics> grpc_metrics;
+  std::unique_ptr<MetricsExposer> exposer;
+  std::unique_ptr<CoordinatorService> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+
+  // The scheduler thread.
+  std::mutex tick_mu;
+  std::condition_variable tick_cv;
+  bool stop_ticking = false;  // guarded by tick_mu
+  std::thread ticker;
+
+  std::mutex shutdown_mu;
+  bool shut_down = false;  // guarded by shutdown_mu
+};
+
+CoordinatorServer::CoordinatorServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CoordinatorServer::~CoordinatorServer() {
+  Shutdown();
+  impl_->server.reset();
+  impl_->service.reset();
+}
+
+int CoordinatorServer::port() const { return impl_->port; }
+int CoordinatorServer::metrics_port() const { return impl_->exposer ? impl_->exposer->port() : -1; }
+Coordinator& CoordinatorServer::coordinator() { return *impl_->coordinator; }
+
+StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const CoordinatorServerOptions& options) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--port ", options.port, " not in [0, 65535]"));
+  }
+  if (options.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-port ", options.metrics_port, " not in [0, 65535]"));
+  }
+  if (options.tick <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the scheduler tick must be > 0");
+  }
+  auto impl = std::make_unique<Impl>();
+  SIFT_ASSIGN_OR_RETURN(impl->coordinator, Coordinator::Open(options.coordinator));
+  impl->registry = std::make_shared<prometheus::Registry>();
+  AddBuildInfo(*impl->registry, options.version);
+  impl->grpc_metrics =
+      std::make_unique<GrpcServerMetrics>(*impl->registry, kServiceName, kMethodNames);
+  if (options.metrics_port >= 0) {
+    SIFT_ASSIGN_OR_RETURN(
+        impl->exposer,
+        MetricsExposer::Start(absl::StrCat(options.bind_address, ":", options.metrics_port),
+                              impl->registry));
+    SIFT_RETURN_IF_ERROR(AddJobCollectables(impl->coordinator.get(), impl->exposer.get()));
+  }
+  impl->service =
+      std::make_unique<CoordinatorService>(impl->coordinator.get(), impl->grpc_metrics.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(options.bind_address, ":", options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
+  builder.RegisterService(impl->service.get());
+  // A second coordinator on the same port must fail, not share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Evaluation predictions arrive in chunks; allow generous ones.
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.SetMaxSendMessageSize(256 << 20);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("coordinator: cannot listen on ", address, " (port in use?)"));
+  }
+  grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService();
+  health->SetServingStatus(kServiceName, true);
+  health->SetServingStatus("", true);
+
+  Impl* raw = impl.get();
+  const auto tick = absl::ToChronoMilliseconds(options.tick);
+  impl->ticker = std::thread([raw, tick] {
+    std::unique_lock<std::mutex> lock(raw->tick_mu);
+    while (!raw->tick_cv.wait_for(lock, tick, [raw] { return raw->stop_ticking; })) {
+      lock.unlock();
+      raw->coordinator->Tick();
+      lock.lock();
+    }
+  });
+  return std::unique_ptr<CoordinatorServer>(new CoordinatorServer(std::move(impl)));
+}
+
+void CoordinatorServer::Shutdown(double grace_s) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
+    if (impl_->shut_down) return;
+    impl_->shut_down = true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->tick_mu);
+    impl_->stop_ticking = true;
+  }
+  impl_->tick_cv.notify_all();
+  if (impl_->ticker.joinable()) impl_->ticker.join();
+  if (impl_->server == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService();
+  if (health != nullptr) health->Shutdown();  // every service NOT_SERVING, frozen
+  impl_->coordinator->Shutdown();             // KvGet waiters return at once
+  impl_->server->Shutdown(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+}
+
+}  // namespace sift::coordinator

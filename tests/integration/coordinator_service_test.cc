@@ -1,0 +1,288 @@
+// The coordinator over real gRPC on 127.0.0.1 (ephemeral ports): a job's life through
+// CoordinatorClient (submit, members, assignment, progress, evaluation, logs), error codes of bad
+// requests, KvGet blocking until another thread's KvSet, health, /metrics linted by promtool,
+// a restart of the server on the same state directory, and `sift coordinator` as a process
+// (port file, SIGTERM → exit 0, required flags).
+#include <signal.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "server/coordinator/client.h"
+#include "server/coordinator/service.h"
+#include "tests/util/test_util.h"
+
+namespace sift::coordinator {
+namespace {
+
+using ::sift::testing::HttpGet;
+using ::sift::testing::RunSift;
+using ::sift::testing::SiftProcess;
+using ::sift::testing::TempDir;
+using ::sift::testing::WaitForFile;
+using ::testing::HasSubstr;
+
+constexpr char kSpec[] = R"(name: tiny
+dataset: /data/tiny
+model: {type: din}
+training: {epochs: 1, batch_size: 8}
+cluster: {workers: 1, servers: 1}
+)";
+
+std::unique_ptr<CoordinatorServer> StartServer(const std::string& state_dir) {
+  CoordinatorServerOptions o;
+  o.bind_address = "127.0.0.1";
+  o.port = 0;
+  o.metrics_port = 0;
+  o.version = "9.9.9";
+  o.coordinator.state_dir = state_dir;
+  o.tick = absl::Milliseconds(20);
+  auto server = CoordinatorServer::Start(o);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+std::unique_ptr<CoordinatorClient> Connect(int port) {
+  CoordinatorClientOptions o;
+  o.address = absl::StrCat("127.0.0.1:", port);
+  auto client = CoordinatorClient::Connect(o);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+class CoordinatorServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartServer(dir_.Sub("state"));
+    ASSERT_NE(server_, nullptr);
+    client_ = Connect(server_->port());
+    ASSERT_NE(client_, nullptr);
+  }
+
+  std::string RegisterMember(pb::Role role, const std::string& address) {
+    pb::RegisterRequest q;
+    q.set_role(role);
+    q.set_address(address);
+    q.set_num_shards(role == pb::EMBEDDING_SERVER ? 1 : 0);
+    auto r = client_->Register(q);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->member_id() : "";
+  }
+
+  TempDir dir_;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<CoordinatorClient> client_;
+};
+
+TEST_F(CoordinatorServiceTest, AJobRunsToCompletionOverGrpc) {
+  auto bad = client_->SubmitJob("dataset: d\nmodel: {type: lstm}\n", "mine.yaml");
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("SubmitJob: INVALID_ARGUMENT: mine.yaml:2: model.type"));
+  auto job = client_->SubmitJob(kSpec, "tiny.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(*job, "job-1");
+  auto info = client_->GetJob("");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state(), pb::PENDING);
+  EXPECT_EQ(info->message(),
+            "waiting for embedding server shard 0 of 1; waiting for 1 more worker");
+
+  RegisterMember(pb::EMBEDDING_SERVER, "127.0.0.1:1");
+  const std::string worker = RegisterMember(pb::WORKER, "127.0.0.1");
+  pb::HeartbeatRequest beat;
+  beat.set_member_id(worker);
+  auto hb = client_->Heartbeat(beat);
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  const pb::Assignment a = hb->assignment();
+  EXPECT_EQ(a.job_id(), "job-1");
+  EXPECT_EQ(a.generation(), 1);
+  EXPECT_EQ(a.world_size(), 1);
+  beat.set_member_id("no-such-member");
+  EXPECT_EQ(client_->Heartbeat(beat).status().code(), absl::StatusCode::kNotFound);
+
+  pb::ReportProgressRequest p;
+  p.set_job_id(a.job_id());
+  p.set_generation(a.generation());
+  for (int s = 0; s < 3; ++s) {
+    pb::StepRecord* r = p.add_steps();
+    r->set_step(s);
+    r->set_global_step(s);
+    r->set_samples(8);
+    r->set_total_loss(0.5);
+  }
+  ASSERT_TRUE(client_->ReportProgress(p).ok());
+  p.set_generation(7);
+  Status stale = client_->ReportProgress(p);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(stale.message()), HasSubstr("stale generation"));
+
+  for (const char* split : {"train", "test"}) {
+    pb::ReportEvalRequest e;
+    e.set_job_id(a.job_id());
+    e.set_generation(a.generation());
+    e.set_split(split);
+    for (int i = 0; i < 4; ++i) {
+      e.add_scores(static_cast<float>(i));
+      e.add_labels(i >= 2 ? 1.0f : 0.0f);
+    }
+    e.set_loss_sum(2.0);
+    e.set_last(true);
+    ASSERT_TRUE(client_->ReportEval(e).ok());
+  }
+  info = client_->GetJob("job-1");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state(), pb::COMPLETED);
+  ASSERT_EQ(info->epochs_done_size(), 1);
+  EXPECT_EQ(info->epochs_done(0).test_auc(), 1.0);
+  EXPECT_EQ(info->epochs_done(0).test_loss(), 0.5);
+  EXPECT_EQ(info->samples_total(), 24);
+  auto cancel = client_->CancelJob("job-1");
+  EXPECT_EQ(cancel.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client_->GetJob("job-2").status().code(), absl::StatusCode::kNotFound);
+
+  auto logs = client_->GetLogs("job-1", 0);
+  ASSERT_TRUE(logs.ok());
+  EXPECT_TRUE(logs->finished());
+  EXPECT_EQ(logs->state(), pb::COMPLETED);
+  ASSERT_GE(logs->lines_size(), 4);
+  EXPECT_THAT(logs->lines(logs->lines_size() - 1), HasSubstr("COMPLETED"));
+  EXPECT_EQ(logs->next_offset(), logs->lines_size());
+
+  // The job-level series and the gRPC ones, linted.
+  auto text = HttpGet("127.0.0.1", server_->metrics_port(), "/metrics");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("sift_job_samples_total{job_id=\"job-1\"} 24"));
+  EXPECT_THAT(*text, HasSubstr("sift_job_steps_total{job_id=\"job-1\"} 3"));
+  EXPECT_THAT(*text, HasSubstr("sift_job_state{job_id=\"job-1\",state=\"COMPLETED\"} 1"));
+  EXPECT_THAT(*text, HasSubstr("sift_job_state{job_id=\"job-1\",state=\"RUNNING\"} 0"));
+  EXPECT_THAT(*text, HasSubstr("sift_job_test_auc{job_id=\"job-1\"} 1"));
+  EXPECT_THAT(*text, HasSubstr("sift_coordinator_members{role=\"worker\"} 1"));
+  EXPECT_THAT(*text, HasSubstr("sift_build_info{version=\"9.9.9\"} 1"));
+  EXPECT_THAT(*text, HasSubstr("grpc_method=\"ReportEval\""));
+  if (!testing::PromtoolAvailable()) GTEST_SKIP() << "promtool not on PATH";
+  auto lint = testing::PromtoolCheckMetrics(*text);
+  EXPECT_TRUE(lint.ok()) << lint.status() << "\n" << *text;
+}
+
+TEST_F(CoordinatorServiceTest, KvGetBlocksUntilAnotherThreadSets) {
+  auto waiter = std::async(std::launch::async, [this] {
+    return client_->KvGet({"job-1/g1/a", "job-1/g1/b"}, absl::Seconds(30));
+  });
+  ASSERT_TRUE(client_->KvSet("job-1/g1/a", "1").ok());
+  // The waiter cannot have finished: "b" is not set yet.
+  EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  ASSERT_TRUE(client_->KvSet("job-1/g1/b", std::string("\0two", 4)).ok());
+  auto values = waiter.get();
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ(*values, (std::vector<std::string>{"1", std::string("\0two", 4)}));
+
+  auto missing = client_->KvGet({"job-1/g1/a", "nope"}, absl::Milliseconds(50));
+  ASSERT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("nope"));
+  EXPECT_EQ(client_->KvSet("", "x").code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorServiceTest, ShutdownReleasesKvWaitersAndHealthServes) {
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckRequest hq;
+  hq.set_service("sift.coordinator.v1.CoordinatorService");
+  grpc::health::v1::HealthCheckResponse hr;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(health->Check(&ctx, hq, &hr).ok());
+  EXPECT_EQ(hr.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  auto waiter = std::async(std::launch::async,
+                           [this] { return client_->KvGet({"never"}, absl::Seconds(60)); });
+  EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  server_->Shutdown();
+  auto r = waiter.get();  // at once, not after the 10 s server cap
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+}
+
+TEST_F(CoordinatorServiceTest, ARestartedServerKeepsItsJobs) {
+  ASSERT_TRUE(client_->SubmitJob(kSpec, "tiny.yaml").ok());
+  RegisterMember(pb::EMBEDDING_SERVER, "127.0.0.1:1");
+  const std::string worker = RegisterMember(pb::WORKER, "127.0.0.1");
+  ASSERT_EQ(client_->GetJob("job-1")->state(), pb::RUNNING);
+  client_.reset();
+  server_.reset();
+
+  server_ = StartServer(dir_.Sub("state"));
+  ASSERT_NE(server_, nullptr);
+  client_ = Connect(server_->port());
+  ASSERT_NE(client_, nullptr);
+  auto info = client_->GetJob("job-1");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state(), pb::RECOVERING);
+  EXPECT_THAT(info->message(), HasSubstr("coordinator restarted"));
+  pb::HeartbeatRequest beat;
+  beat.set_member_id(worker);
+  EXPECT_EQ(client_->Heartbeat(beat).status().code(), absl::StatusCode::kNotFound);
+  auto next = client_->SubmitJob(kSpec, "tiny.yaml");
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, "job-2");
+}
+
+TEST(CoordinatorProcessTest, ServesUntilSigtermAndExitsZero) {
+  TempDir dir;
+  const std::string port_file = dir.Sub("ports");
+  SiftProcess process(
+      {"coordinator", "--port", "0", "--bind", "127.0.0.1", "--metrics-port", "0", "--state-dir",
+       dir.Sub("state"), "--port-file", port_file, "--lease-ms", "500"},
+      dir.Sub("coordinator"));
+  const std::string ports = WaitForFile(port_file, 30);
+  std::vector<std::string> parts = absl::StrSplit(ports, absl::ByAnyChar(" \n"), absl::SkipEmpty());
+  ASSERT_EQ(parts.size(), 2u) << process.Err();
+  int port = 0, metrics_port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(parts[0], &port));
+  ASSERT_TRUE(absl::SimpleAtoi(parts[1], &metrics_port));
+  EXPECT_GT(metrics_port, 0);
+  auto client = Connect(port);
+  ASSERT_NE(client, nullptr);
+  pb::RegisterRequest q;
+  q.set_role(pb::WORKER);
+  q.set_address("127.0.0.1");
+  auto r = client->Register(q);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->lease_ms(), 500);
+  EXPECT_EQ(r->heartbeat_interval_ms(), 250);
+  ASSERT_TRUE(client->SubmitJob(kSpec, "tiny.yaml").ok());
+  // An idle client of another process does not poll its connection, so it would not see the
+  // server's GOAWAY and the shutdown would wait out its grace period; close it first.
+  client.reset();
+  EXPECT_EQ(process.Stop(SIGTERM), 0) << process.Err();
+  EXPECT_THAT(process.Out(), HasSubstr("SIGTERM, shutting down"));
+  EXPECT_THAT(testing::ReadAll(dir.Sub("state/jobs/job-1.json")), HasSubstr("\"PENDING\""));
+}
+
+TEST(CoordinatorProcessTest, BadFlagsAndACorruptStateDirFail) {
+  TempDir dir;
+  auto r = RunSift({"coordinator", "--port", "0"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--state-dir"));
+  ASSERT_TRUE(MakeDirs(dir.Sub("state/jobs")).ok());
+  testing::WriteAll(dir.Sub("state/jobs/job-1.json"), "{}");
+  r = RunSift({"coordinator", "--port", "0", "--state-dir", dir.Sub("state")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("job-1.json: corrupt job record"));
+}
+
+}  // namespace
+}  // namespace sift::coordinator

@@ -1,0 +1,703 @@
+// The coordinator's state machine, driven through its request methods with a fake clock (lease
+// expiry without sleeping): scheduling and ranks, leases and recovery, fencing, failures, cancel,
+// evaluation aggregation and the DLLL log, KV, and a restart from the state directory.
+#include "server/coordinator/coordinator.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/auc.h"
+#include "common/dllogger.h"
+#include "common/rng.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+
+namespace sift::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string SpecYaml(int workers, int servers, int epochs, const std::string& results_dir = "",
+                     const std::string& model = "sim") {
+  std::string y = absl::StrCat(
+      "dataset: /data/tiny\nmodel: {type: ", model, "}\ntraining: {epochs: ", epochs,
+      ", batch_size: 12}\ncluster: {workers: ", workers, ", servers: ", servers, "}\n");
+  if (!results_dir.empty()) absl::StrAppend(&y, "results_dir: ", results_dir, "\n");
+  return y;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+
+  void Reopen() {
+    c_.reset();
+    CoordinatorOptions o;
+    o.state_dir = dir_.Sub("state");
+    o.lease_ms = 3000;
+    o.heartbeat_ms = 250;
+    o.max_recoveries = max_recoveries_;
+    o.clock = [this] { return now_; };
+    auto c = Coordinator::Open(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    c_ = std::move(*c);
+  }
+
+  void Advance(int64_t ms) { now_ += absl::Milliseconds(ms); }
+
+  std::string Submit(const std::string& yaml) {
+    pb::SubmitJobRequest q;
+    q.set_spec_yaml(yaml);
+    auto r = c_->SubmitJob(q);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->job_id() : "";
+  }
+  std::string RegisterWorker(const std::string& address) {
+    pb::RegisterRequest q;
+    q.set_role(pb::WORKER);
+    q.set_address(address);
+    auto r = c_->Register(q);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->member_id() : "";
+  }
+  std::string RegisterServer(const std::string& address, uint32_t shard, uint32_t num_shards) {
+    pb::RegisterRequest q;
+    q.set_role(pb::EMBEDDING_SERVER);
+    q.set_address(address);
+    q.set_shard(shard);
+    q.set_num_shards(num_shards);
+    auto r = c_->Register(q);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->member_id() : "";
+  }
+  StatusOr<pb::HeartbeatResponse> Beat(const std::string& id, const std::string& job = "",
+                                       int64_t generation = 0) {
+    pb::HeartbeatRequest q;
+    q.set_member_id(id);
+    q.set_running_job_id(job);
+    q.set_running_generation(generation);
+    return c_->Heartbeat(q);
+  }
+  // The assignment of a heartbeat that must succeed ("" job id: none).
+  pb::Assignment Assigned(const std::string& id, const std::string& job = "",
+                          int64_t generation = 0) {
+    auto r = Beat(id, job, generation);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->assignment() : pb::Assignment();
+  }
+  pb::JobInfo Job(const std::string& id = "") {
+    pb::GetJobRequest q;
+    q.set_job_id(id);
+    auto r = c_->GetJob(q);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : pb::JobInfo();
+  }
+  std::vector<std::string> Logs(const std::string& id) {
+    pb::GetLogsRequest q;
+    q.set_job_id(id);
+    auto r = c_->GetLogs(q);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? std::vector<std::string>(r->lines().begin(), r->lines().end())
+                  : std::vector<std::string>();
+  }
+  bool LogHas(const std::string& id, const std::string& text) {
+    for (const std::string& line : Logs(id)) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+  Status Fail(const std::string& job, int64_t generation, int rank, const std::string& message,
+              bool fatal) {
+    pb::ReportFailureRequest q;
+    q.set_job_id(job);
+    q.set_generation(generation);
+    q.set_rank(rank);
+    q.set_message(message);
+    q.set_fatal(fatal);
+    return c_->ReportFailure(q).status();
+  }
+  Status Commit(const std::string& job, int64_t generation, const std::string& dir,
+                int64_t epochs_done, int64_t step) {
+    pb::CheckpointBeginRequest b;
+    b.set_job_id(job);
+    b.set_generation(generation);
+    b.set_global_step(step);
+    SIFT_RETURN_IF_ERROR(c_->CheckpointBegin(b).status());
+    EXPECT_EQ(Job(job).state(), pb::CHECKPOINTING);
+    pb::CheckpointCommitRequest q;
+    q.set_job_id(job);
+    q.set_generation(generation);
+    q.set_dir(dir);
+    q.set_epochs_done(epochs_done);
+    q.set_global_step(step);
+    return c_->CheckpointCommit(q).status();
+  }
+
+  // A whole 2-server cluster with `workers` workers; returns the worker ids.
+  std::vector<std::string> Cluster(int workers) {
+    servers_ = {RegisterServer("s0:1", 0, 2), RegisterServer("s1:1", 1, 2)};
+    std::vector<std::string> ids;
+    for (int i = 0; i < workers; ++i) ids.push_back(RegisterWorker(absl::StrCat("w", i)));
+    return ids;
+  }
+  // Keeps the servers alive.
+  void BeatServers() {
+    for (const std::string& s : servers_) ASSERT_TRUE(Beat(s).ok());
+  }
+
+  testing::TempDir dir_;
+  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+  int max_recoveries_ = 10;
+  std::unique_ptr<Coordinator> c_;
+  std::vector<std::string> servers_;
+};
+
+TEST_F(CoordinatorTest, SubmitValidatesTheSpecAndNumbersJobs) {
+  pb::SubmitJobRequest q;
+  q.set_spec_yaml("dataset: d\ntraining: {epochs: 0}\n");
+  q.set_source_name("bad.yaml");
+  auto r = c_->SubmitJob(q);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), StartsWith("bad.yaml:2: training.epochs"));
+
+  q.set_spec_yaml("dataset: d\ntraining: {batch_size: 10}\ncluster: {workers: 3}\n");
+  q.set_source_name("");
+  r = c_->SubmitJob(q);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              StartsWith("job.yaml: training.batch_size: 10 is not a multiple of cluster.workers"));
+
+  EXPECT_EQ(Submit(SpecYaml(1, 1, 1)), "job-1");
+  EXPECT_EQ(Submit("name: second\n" + SpecYaml(1, 1, 1)), "job-2");
+  pb::JobInfo latest = Job();
+  EXPECT_EQ(latest.job_id(), "job-2");
+  EXPECT_EQ(latest.name(), "second");
+  EXPECT_EQ(latest.state(), pb::PENDING);
+  EXPECT_EQ(latest.epochs(), 1);
+  EXPECT_EQ(latest.oracle_test_auc(), -1);
+  EXPECT_EQ(latest.submit_time(), 1'700'000'000);
+  EXPECT_THAT(latest.spec_yaml(), HasSubstr("dataset: \"/data/tiny\""));
+  EXPECT_EQ(latest.message(), "queued behind job-1");
+  EXPECT_TRUE(LogHas("job-1", "submitted"));
+
+  pb::GetJobRequest unknown;
+  unknown.set_job_id("job-9");
+  EXPECT_EQ(c_->GetJob(unknown).status().code(), absl::StatusCode::kNotFound);
+  auto list = c_->ListJobs(pb::ListJobsRequest());
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->jobs_size(), 2);
+  EXPECT_EQ(list->jobs(0).job_id(), "job-1");
+}
+
+TEST_F(CoordinatorTest, StartsWhenTheClusterIsWholeWithRanksInRegistrationOrder) {
+  const std::string job = Submit(SpecYaml(2, 2, 1));
+  EXPECT_EQ(Job(job).message(),
+            "waiting for embedding server shards 0, 1 of 2; waiting for 2 more workers");
+  RegisterServer("s0:1", 0, 2);
+  RegisterServer("other:1", 1, 3);  // another shard count: not part of this cluster
+  const std::string w0 = RegisterWorker("w0");
+  EXPECT_EQ(Job(job).message(),
+            "waiting for embedding server shard 1 of 2; waiting for 1 more worker");
+  const std::string w1 = RegisterWorker("w1");
+  const std::string w2 = RegisterWorker("w2");
+  EXPECT_EQ(Job(job).state(), pb::PENDING);
+  EXPECT_EQ(Assigned(w0).job_id(), "");
+  RegisterServer("s1:1", 1, 2);  // replaces other:1 (same shard index)
+
+  pb::JobInfo info = Job(job);
+  EXPECT_EQ(info.state(), pb::RUNNING);
+  EXPECT_EQ(info.generation(), 1);
+  EXPECT_EQ(info.start_time(), 1'700'000'000);
+  EXPECT_THAT(info.workers(), ElementsAre("w0", "w1"));
+  EXPECT_THAT(info.servers(), ElementsAre("s0:1", "s1:1"));
+  const pb::Assignment a0 = Assigned(w0);
+  const pb::Assignment a1 = Assigned(w1);
+  EXPECT_EQ(a0.job_id(), job);
+  EXPECT_EQ(a0.generation(), 1);
+  EXPECT_EQ(a0.rank(), 0);
+  EXPECT_EQ(a1.rank(), 1);
+  EXPECT_EQ(a0.world_size(), 2);
+  EXPECT_THAT(a0.servers(), ElementsAre("s0:1", "s1:1"));
+  EXPECT_EQ(a0.resume_checkpoint(), "");
+  EXPECT_EQ(a0.kv_prefix(), "job-1/g1");
+  EXPECT_EQ(a0.spec_yaml(), info.spec_yaml());
+  EXPECT_EQ(Assigned(w2).job_id(), "");  // not needed
+  EXPECT_TRUE(LogHas(job,
+                     "RUNNING: generation 1, workers [w0, w1], servers [s0:1, s1:1], "
+                     "fresh start"));
+}
+
+TEST_F(CoordinatorTest, MembersAreValidatedAndUnknownIdsAreNotFound) {
+  pb::RegisterRequest q;
+  q.set_address("x");
+  EXPECT_EQ(c_->Register(q).status().code(), absl::StatusCode::kInvalidArgument);
+  q.set_role(pb::EMBEDDING_SERVER);
+  q.set_shard(2);
+  q.set_num_shards(2);
+  EXPECT_EQ(c_->Register(q).status().code(), absl::StatusCode::kInvalidArgument);
+  q.set_shard(1);
+  q.set_address("");
+  EXPECT_EQ(c_->Register(q).status().code(), absl::StatusCode::kInvalidArgument);
+  q.set_address("s");
+  auto r = c_->Register(q);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->lease_ms(), 3000);
+  EXPECT_EQ(r->heartbeat_interval_ms(), 250);
+  auto beat = Beat(r->member_id());
+  ASSERT_TRUE(beat.ok());
+  EXPECT_FALSE(beat->has_assignment());
+  EXPECT_EQ(Beat("nobody").status().code(), absl::StatusCode::kNotFound);
+  // An expired lease makes the id unknown.
+  Advance(3001);
+  EXPECT_EQ(Beat(r->member_id()).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, LostWorkerRecoversFromTheLastCheckpointWithANewGeneration) {
+  const std::string job = Submit(SpecYaml(2, 2, 3));
+  std::vector<std::string> w = Cluster(2);
+  ASSERT_EQ(Assigned(w[0], job, 1).rank(), 0);
+  ASSERT_EQ(Assigned(w[1], job, 1).rank(), 1);
+  ASSERT_TRUE(Commit(job, 1, "/ckpt/a", 1, 40).ok());
+  EXPECT_EQ(Job(job).state(), pb::RUNNING);
+  EXPECT_TRUE(LogHas(job, "checkpoint committed at step 40 (epoch 1)"));
+  pb::KvSetRequest kv;
+  for (const char* key : {"job-1/g1/rank0", "job-1/g10/rank0", "other"}) {
+    kv.set_key(key);
+    kv.set_value("v");
+    ASSERT_TRUE(c_->KvSet(kv).ok());
+  }
+
+  // w1 goes silent; everybody else keeps beating.
+  Advance(2000);
+  BeatServers();
+  Assigned(w[0], job, 1);
+  Advance(1500);
+  c_->Tick();
+  pb::JobInfo info = Job(job);
+  EXPECT_EQ(info.state(), pb::RECOVERING);
+  EXPECT_EQ(info.recoveries(), 1);
+  EXPECT_THAT(info.message(), StartsWith("lost worker rank 1 (w1): lease expired"));
+  EXPECT_TRUE(LogHas(job, "RECOVERING (recovery 1): lost worker rank 1 (w1): lease expired"));
+  // The generation's KV keys are gone, others stay.
+  pb::KvGetRequest get;
+  get.add_keys("job-1/g1/rank0");
+  get.set_timeout_ms(0);
+  EXPECT_EQ(c_->KvGet(get).status().code(), absl::StatusCode::kDeadlineExceeded);
+  get.clear_keys();
+  get.add_keys("job-1/g10/rank0");
+  get.add_keys("other");
+  EXPECT_TRUE(c_->KvGet(get).ok());
+
+  // Calls of the old generation are fenced off.
+  pb::ReportProgressRequest progress;
+  progress.set_job_id(job);
+  progress.set_generation(1);
+  auto stale = c_->ReportProgress(progress);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(stale.status().message()), StartsWith("stale generation"));
+  EXPECT_EQ(Fail(job, 1, 0, "x", false).code(), absl::StatusCode::kFailedPrecondition);
+
+  // A replacement registers; w0 still runs generation 1, so the job waits for it to go idle.
+  const std::string w2 = RegisterWorker("w2");
+  EXPECT_EQ(Assigned(w[0], job, 1).job_id(), "");
+  EXPECT_EQ(Job(job).state(), pb::RECOVERING);
+  EXPECT_THAT(Job(job).message(), HasSubstr("waiting for 1 more worker"));
+  const pb::Assignment a0 = Assigned(w[0]);  // idle now
+  info = Job(job);
+  EXPECT_EQ(info.state(), pb::RUNNING);
+  EXPECT_EQ(info.generation(), 2);
+  EXPECT_EQ(info.global_step(), 40);
+  EXPECT_EQ(info.epoch(), 1);
+  EXPECT_EQ(a0.rank(), 0);
+  EXPECT_EQ(a0.generation(), 2);
+  EXPECT_EQ(a0.resume_checkpoint(), "/ckpt/a");
+  EXPECT_EQ(a0.kv_prefix(), "job-1/g2");
+  EXPECT_EQ(Assigned(w2).rank(), 1);
+  EXPECT_THAT(info.workers(), ElementsAre("w0", "w2"));
+  EXPECT_TRUE(LogHas(job, "resuming from checkpoint at step 40 (epoch 1)"));
+}
+
+TEST_F(CoordinatorTest, ARestartedOrLostServerRecoversTheJob) {
+  const std::string job = Submit(SpecYaml(1, 2, 1));
+  std::vector<std::string> w = Cluster(1);
+  ASSERT_EQ(Assigned(w[0], job, 1).generation(), 1);
+  const std::string s0 = RegisterServer("s0:2", 0, 2);  // shard 0 restarted: its tables are gone
+  EXPECT_EQ(Job(job).state(), pb::RECOVERING);
+  EXPECT_THAT(Job(job).message(),
+              StartsWith("embedding server shard 0 restarted (s0:1 -> s0:2): its tables are gone"));
+  // w0 abandons generation 1 and goes idle: generation 2 uses the new server.
+  Assigned(w[0]);
+  ASSERT_EQ(Job(job).state(), pb::RUNNING);
+  EXPECT_EQ(Job(job).generation(), 2);
+  EXPECT_THAT(Job(job).servers(), ElementsAre("s0:2", "s1:1"));
+
+  // Now shard 1 goes silent.
+  Advance(2000);
+  Assigned(w[0], job, 2);
+  ASSERT_TRUE(Beat(s0).ok());
+  Advance(1500);
+  c_->Tick();
+  EXPECT_EQ(Job(job).state(), pb::RECOVERING);
+  EXPECT_THAT(Job(job).message(),
+              StartsWith("lost embedding server shard 1 (s1:1): lease expired"));
+  EXPECT_THAT(Job(job).message(), HasSubstr("waiting for embedding server shard 1 of 2"));
+  EXPECT_EQ(Job(job).recoveries(), 2);
+}
+
+TEST_F(CoordinatorTest, FatalFailureFailsAndTheNextJobRuns) {
+  const std::string first = Submit(SpecYaml(2, 2, 1));
+  const std::string second = Submit(SpecYaml(2, 2, 1));
+  std::vector<std::string> w = Cluster(2);
+  Assigned(w[0], first, 1);
+  Assigned(w[1], first, 1);
+  pb::ReportFailureRequest bad_rank;
+  bad_rank.set_job_id(first);
+  bad_rank.set_generation(1);
+  bad_rank.set_rank(2);
+  EXPECT_EQ(c_->ReportFailure(bad_rank).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(Fail(first, 1, 1, "dataset /data/tiny: not found", true).ok());
+  pb::JobInfo info = Job(first);
+  EXPECT_EQ(info.state(), pb::FAILED);
+  EXPECT_EQ(info.message(), "rank 1: dataset /data/tiny: not found");
+  EXPECT_GT(info.end_time(), 0);
+  EXPECT_EQ(Fail(first, 1, 0, "too", true).code(), absl::StatusCode::kFailedPrecondition);
+  // The workers still report the failed job until they go idle; then the second job starts.
+  EXPECT_EQ(Job(second).state(), pb::PENDING);
+  EXPECT_EQ(Assigned(w[0], first, 1).job_id(), "");
+  Assigned(w[0]);
+  Assigned(w[1]);
+  EXPECT_EQ(Job(second).state(), pb::RUNNING);
+  EXPECT_EQ(Assigned(w[1]).job_id(), second);
+}
+
+TEST_F(CoordinatorTest, TooManyRecoveriesFailTheJob) {
+  max_recoveries_ = 2;
+  Reopen();
+  const std::string job = Submit(SpecYaml(1, 2, 1));
+  std::vector<std::string> w = Cluster(1);
+  for (int g = 1; g <= 3; ++g) {
+    ASSERT_EQ(Job(job).state(), pb::RUNNING) << g;
+    ASSERT_EQ(Assigned(w[0], job, g).generation(), g);
+    ASSERT_TRUE(Fail(job, g, 0, absl::StrCat("connection reset ", g), false).ok());
+    Assigned(w[0]);  // idle: the next generation starts (unless failed)
+  }
+  pb::JobInfo info = Job(job);
+  EXPECT_EQ(info.state(), pb::FAILED);
+  EXPECT_EQ(info.recoveries(), 3);
+  EXPECT_EQ(info.message(),
+            "rank 0: connection reset 3; giving up after 3 recoveries (--max-recoveries 2)");
+}
+
+TEST_F(CoordinatorTest, CancelFromActiveStatesOnly) {
+  const std::string running = Submit(SpecYaml(1, 2, 1));
+  const std::string pending = Submit(SpecYaml(1, 2, 1));
+  pb::CancelJobRequest q;
+  q.set_job_id(pending);
+  auto r = c_->CancelJob(q);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->state(), pb::CANCELLED);
+  EXPECT_EQ(r->end_time(), 1'700'000'000);
+  r = c_->CancelJob(q);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("is CANCELLED"));
+  q.set_job_id("job-77");
+  EXPECT_EQ(c_->CancelJob(q).status().code(), absl::StatusCode::kNotFound);
+
+  std::vector<std::string> w = Cluster(1);
+  ASSERT_EQ(Assigned(w[0], running, 1).job_id(), running);
+  q.set_job_id(running);
+  ASSERT_TRUE(c_->CancelJob(q).ok());
+  EXPECT_EQ(Assigned(w[0], running, 1).job_id(), "");
+  pb::GetLogsRequest logs;
+  logs.set_job_id(running);
+  logs.set_offset(1);
+  auto l = c_->GetLogs(logs);
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(l->finished());
+  EXPECT_EQ(l->state(), pb::CANCELLED);
+  EXPECT_EQ(l->next_offset(), 3);  // submitted, RUNNING, CANCELLED
+  ASSERT_EQ(l->lines_size(), 2);
+  EXPECT_THAT(l->lines(1), HasSubstr("CANCELLED: cancelled while RUNNING"));
+  EXPECT_THAT(l->lines(1), StartsWith("2023-11-14T22:13:20.000Z "));
+  logs.set_offset(-1);
+  EXPECT_EQ(c_->GetLogs(logs).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Scores and labels of one rank's chunk.
+struct Preds {
+  std::vector<float> scores, labels;
+};
+Preds MakePreds(uint64_t seed, int n) {
+  Rng rng(seed);
+  Preds p;
+  for (int i = 0; i < n; ++i) {
+    const float label = rng.Uniform() < 0.3 ? 1.0f : 0.0f;
+    p.labels.push_back(label);
+    p.scores.push_back(static_cast<float>(rng.Uniform() + 0.5 * label));
+  }
+  return p;
+}
+
+TEST_F(CoordinatorTest, EvaluationAggregatesRanksIntoExactAucAndTheDllLog) {
+  const std::string results = dir_.Sub("results");
+  const std::string job = Submit(SpecYaml(2, 2, 2, results));
+  std::vector<std::string> w = Cluster(2);
+  ASSERT_EQ(Job(job).state(), pb::RUNNING);
+
+  // Rank 0's step records of epoch 0 and its perf summary.
+  pb::ReportProgressRequest p;
+  p.set_job_id(job);
+  p.set_generation(1);
+  p.set_rank(0);
+  p.set_steps_per_epoch(2);
+  p.set_oracle_test_auc(0.8);
+  for (int s = 0; s < 2; ++s) {
+    pb::StepRecord* r = p.add_steps();
+    r->set_epoch(0);
+    r->set_step(s);
+    r->set_global_step(s);
+    r->set_total_loss(0.7 - 0.1 * s);
+    r->set_classification_loss(0.6);
+    r->set_aux_loss(0.1);
+    r->set_samples_per_second(1000);
+    r->set_samples(12);
+  }
+  p.set_epoch_end(true);
+  p.set_epoch(0);
+  pb::Metric* m = p.add_epoch_perf();
+  m->set_name("throughput");
+  m->set_value(1234);
+  m = p.add_epoch_perf();
+  m->set_name("time");
+  m->set_value(2.5);
+  p.set_epoch_train_time_s(2.5);
+  ASSERT_TRUE(c_->ReportProgress(p).ok());
+  pb::JobInfo info = Job(job);
+  EXPECT_EQ(info.samples_total(), 24);
+  EXPECT_EQ(info.global_step(), 2);
+  EXPECT_EQ(info.steps_per_epoch(), 2);
+  EXPECT_DOUBLE_EQ(info.last_loss(), 0.6);
+  EXPECT_EQ(info.oracle_test_auc(), 0.8);
+  // Only rank 0 reports steps.
+  p.set_rank(1);
+  EXPECT_EQ(c_->ReportProgress(p).status().code(), absl::StatusCode::kInvalidArgument);
+
+  auto eval = [&](int64_t epoch, const std::string& split, int rank, const Preds& preds,
+                  size_t from, size_t to, bool last) {
+    pb::ReportEvalRequest q;
+    q.set_job_id(job);
+    q.set_generation(1);
+    q.set_rank(rank);
+    q.set_epoch(epoch);
+    q.set_split(split);
+    double loss = 0;
+    for (size_t i = from; i < to; ++i) {
+      q.add_scores(preds.scores[i]);
+      q.add_labels(preds.labels[i]);
+      loss += 0.5 + preds.labels[i];
+    }
+    q.set_loss_sum(loss);
+    q.set_last(last);
+    return c_->ReportEval(q).status();
+  };
+  const Preds train0 = MakePreds(1, 50), train1 = MakePreds(2, 30);
+  const Preds test0 = MakePreds(3, 40), test1 = MakePreds(4, 41);
+  // Bad requests are refused and change nothing.
+  EXPECT_EQ(eval(0, "valid", 0, train0, 0, 5, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(eval(0, "train", 2, train0, 0, 5, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(eval(5, "train", 0, train0, 0, 5, false).code(), absl::StatusCode::kInvalidArgument);
+  {
+    pb::ReportEvalRequest q;
+    q.set_job_id(job);
+    q.set_generation(1);
+    q.set_split("train");
+    q.add_scores(1);
+    EXPECT_EQ(c_->ReportEval(q).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  // Chunks in any order across ranks.
+  ASSERT_TRUE(eval(0, "train", 1, train1, 0, 30, true).ok());
+  ASSERT_TRUE(eval(0, "train", 0, train0, 0, 20, false).ok());
+  ASSERT_TRUE(eval(0, "test", 0, test0, 0, 40, true).ok());
+  ASSERT_TRUE(eval(0, "train", 0, train0, 20, 50, true).ok());
+  EXPECT_EQ(eval(0, "train", 0, train0, 0, 1, true).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Job(job).epochs_done_size(), 0);
+  ASSERT_TRUE(eval(0, "test", 1, test1, 0, 41, true).ok());
+
+  auto concat = [](const Preds& a, const Preds& b) {
+    Preds c = a;
+    c.scores.insert(c.scores.end(), b.scores.begin(), b.scores.end());
+    c.labels.insert(c.labels.end(), b.labels.begin(), b.labels.end());
+    return c;
+  };
+  auto loss_of = [](const Preds& preds) {
+    double s = 0;
+    for (float l : preds.labels) s += 0.5 + l;
+    return s / static_cast<double>(preds.labels.size());
+  };
+  const Preds train = concat(train0, train1), test = concat(test0, test1);
+  const std::vector<double> train_scores(train.scores.begin(), train.scores.end());
+  const std::vector<double> test_scores(test.scores.begin(), test.scores.end());
+  const double train_auc = ExactAuc(train_scores, train.labels);
+  const double test_auc = ExactAuc(test_scores, test.labels);
+  ASSERT_GT(test_auc, 0.5);
+  info = Job(job);
+  ASSERT_EQ(info.epochs_done_size(), 1);
+  EXPECT_EQ(info.state(), pb::RUNNING);
+  EXPECT_EQ(info.epochs_done(0).train_auc(), train_auc);
+  EXPECT_EQ(info.epochs_done(0).test_auc(), test_auc);
+  EXPECT_DOUBLE_EQ(info.epochs_done(0).train_loss(), loss_of(train));
+  EXPECT_DOUBLE_EQ(info.epochs_done(0).test_loss(), loss_of(test));
+  EXPECT_EQ(info.epochs_done(0).samples_per_second(), 1234);
+  EXPECT_EQ(info.epochs_done(0).train_time_s(), 2.5);
+  EXPECT_TRUE(LogHas(job, "epoch 0: train AUC"));
+
+  // Epoch 1 (no perf summary) is the last: COMPLETED.
+  ASSERT_TRUE(eval(1, "train", 0, train0, 0, 50, true).ok());
+  ASSERT_TRUE(eval(1, "train", 1, train1, 0, 30, true).ok());
+  ASSERT_TRUE(eval(1, "test", 0, test0, 0, 40, true).ok());
+  ASSERT_TRUE(eval(1, "test", 1, test1, 0, 41, true).ok());
+  info = Job(job);
+  EXPECT_EQ(info.state(), pb::COMPLETED);
+  EXPECT_EQ(info.epochs_done_size(), 2);
+  EXPECT_EQ(info.time_to_train_s(), 2.5);
+  EXPECT_GT(info.end_time(), 0);
+  EXPECT_EQ(eval(1, "test", 1, test1, 0, 1, true).code(), absl::StatusCode::kFailedPrecondition);
+
+  auto records = ReadDllLogFile(results + "/log.json");
+  ASSERT_TRUE(records.ok()) << records.status();
+  std::vector<std::string> metadata;
+  std::vector<const DllRecord*> logs;
+  for (const DllRecord& r : *records) {
+    if (r.type == DllRecord::Type::kMetadata) metadata.push_back(r.metric);
+    if (r.type == DllRecord::Type::kLog) logs.push_back(&r);
+  }
+  EXPECT_THAT(metadata,
+              ElementsAre("test_auc", "latency_p90", "train_loss", "time_to_train", "throughput"));
+  ASSERT_EQ(logs.size(), 5u);  // 2 steps, 2 epochs, the summary
+  auto names = [](const DllRecord& r) {
+    std::vector<std::string> n;
+    for (const auto& [name, v] : r.data) n.push_back(name);
+    return n;
+  };
+  EXPECT_THAT(logs[0]->step, ElementsAre(0, 0));
+  EXPECT_THAT(names(*logs[1]),
+              ElementsAre("total_loss", "classification_loss", "dien_aux_loss", "samples/s"));
+  EXPECT_THAT(logs[2]->step, ElementsAre(0));
+  EXPECT_THAT(names(*logs[2]),
+              ElementsAre("throughput", "time", "train_auc", "train_loss", "test_auc", "test_loss",
+                          "oracle_test_auc", "test_auc_to_oracle"));
+  EXPECT_EQ(logs[2]->data[4].second, test_auc);
+  EXPECT_DOUBLE_EQ(logs[2]->data[7].second, test_auc / 0.8);
+  EXPECT_THAT(logs[3]->step, ElementsAre(1));
+  EXPECT_TRUE(logs[4]->step.empty());
+  EXPECT_THAT(names(*logs[4]),
+              ElementsAre("time_to_train", "train_auc", "train_loss", "test_auc", "test_loss"));
+  EXPECT_EQ(logs[4]->data[0].second, 2.5);
+}
+
+TEST_F(CoordinatorTest, DinStepRecordsHaveNoAuxLoss) {
+  const std::string results = dir_.Sub("din");
+  const std::string job = Submit(SpecYaml(1, 2, 1, results, "din"));
+  Cluster(1);
+  pb::ReportProgressRequest p;
+  p.set_job_id(job);
+  p.set_generation(1);
+  pb::StepRecord* r = p.add_steps();
+  r->set_total_loss(0.5);
+  ASSERT_TRUE(c_->ReportProgress(p).ok());
+  auto records = ReadDllLogFile(results + "/log.json");
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_EQ(records->back().data.size(), 2u);
+  EXPECT_EQ(records->back().data[0].first, "total_loss");
+  EXPECT_EQ(records->back().data[1].first, "samples/s");
+}
+
+TEST_F(CoordinatorTest, AnUnwritableResultsDirFailsTheJobAtStart) {
+  testing::WriteAll(dir_.Sub("file"), "x");
+  const std::string job = Submit(SpecYaml(1, 2, 1, dir_.Sub("file") + "/sub"));
+  const std::string next = Submit(SpecYaml(1, 2, 1));
+  Cluster(1);
+  EXPECT_EQ(Job(job).state(), pb::FAILED);
+  EXPECT_THAT(Job(job).message(), StartsWith("results_dir: "));
+  EXPECT_EQ(Job(next).state(), pb::RUNNING);
+}
+
+TEST_F(CoordinatorTest, KvGetWaitsAndTimesOutNamingMissingKeys) {
+  pb::KvSetRequest set;
+  set.set_key("a");
+  set.set_value(std::string("\0\1", 2));
+  ASSERT_TRUE(c_->KvSet(set).ok());
+  set.set_key("");
+  EXPECT_EQ(c_->KvSet(set).status().code(), absl::StatusCode::kInvalidArgument);
+  pb::KvGetRequest get;
+  get.add_keys("a");
+  get.add_keys("b");
+  get.set_timeout_ms(20);
+  auto r = c_->KvGet(get);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr(": b"));
+  set.set_key("b");
+  set.set_value("2");
+  ASSERT_TRUE(c_->KvSet(set).ok());
+  r = c_->KvGet(get);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->values(), ElementsAre(std::string("\0\1", 2), "2"));
+  c_->Shutdown();
+  EXPECT_EQ(c_->KvGet(get).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(CoordinatorTest, ARestartedCoordinatorResumesTheJob) {
+  const std::string results = dir_.Sub("results");
+  const std::string job = Submit(SpecYaml(1, 2, 2, results));
+  std::vector<std::string> w = Cluster(1);
+  ASSERT_EQ(Assigned(w[0], job, 1).rank(), 0);
+  pb::ReportProgressRequest p;
+  p.set_job_id(job);
+  p.set_generation(1);
+  pb::StepRecord* r = p.add_steps();
+  r->set_samples(12);
+  r->set_total_loss(0.5);
+  ASSERT_TRUE(c_->ReportProgress(p).ok());
+  ASSERT_TRUE(Commit(job, 1, "/ckpt/e1", 1, 7).ok());
+
+  Advance(10'000);
+  Reopen();
+  pb::JobInfo info = Job(job);
+  EXPECT_EQ(info.state(), pb::RECOVERING);
+  EXPECT_EQ(info.message(), "coordinator restarted");
+  EXPECT_EQ(info.generation(), 1);
+  EXPECT_EQ(info.recoveries(), 0);
+  EXPECT_EQ(info.last_checkpoint().dir(), "/ckpt/e1");
+  EXPECT_EQ(info.last_checkpoint().global_step(), 7);
+  EXPECT_TRUE(LogHas(job, "RECOVERING: coordinator restarted (RUNNING at generation 1)"));
+  EXPECT_TRUE(LogHas(job, "submitted"));
+  // Members of the old coordinator are unknown: they register again.
+  EXPECT_EQ(Beat(w[0]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Submit(SpecYaml(1, 1, 1)), "job-2");
+  w = Cluster(1);
+  const pb::Assignment a = Assigned(w[0]);
+  EXPECT_EQ(a.job_id(), job);
+  EXPECT_EQ(a.generation(), 2);
+  EXPECT_EQ(a.resume_checkpoint(), "/ckpt/e1");
+
+  // The DLLL log goes on without a second METADATA block.
+  p.set_generation(2);
+  ASSERT_TRUE(c_->ReportProgress(p).ok());
+  auto records = ReadDllLogFile(results + "/log.json");
+  ASSERT_TRUE(records.ok()) << records.status();
+  int metadata = 0, steps = 0;
+  for (const DllRecord& rec : *records) {
+    (rec.type == DllRecord::Type::kMetadata ? metadata : steps)++;
+  }
+  EXPECT_EQ(metadata, 5);
+  EXPECT_EQ(steps, 2);
+  EXPECT_EQ(Job(job).samples_total(), 24);
+}
+
+}  // namespace
+}  // namespace sift::coordinator
