@@ -1,0 +1,133 @@
+// sift local: bad use exits 2 before starting anything; a short job on a small dataset runs on a
+// real local cluster (coordinator, 2 servers, 1 worker), prints the final table, writes the
+// cluster file and the Prometheus targets, exits 0 and leaves no process; SIGINT in the middle
+// of a job cancels it, stops every child and exits 130.
+#include <signal.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/local_test_util.h"
+
+namespace sift {
+namespace {
+
+using local_test::ChildPids;
+using local_test::ReadJson;
+using local_test::Survivors;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using testing::RunSift;
+
+TEST(Local, BadUseExitsTwoAndStartsNothing) {
+  testing::TempDir dir;
+  auto missing = RunSift({"local", dir.Sub("nope.yaml"), "--work-dir", dir.Sub("w1")});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr(dir.Sub("nope.yaml")));
+  EXPECT_FALSE(PathExists(dir.Sub("w1")));
+
+  const std::string bad = dir.Sub("bad.yaml");
+  testing::WriteAll(bad, "dataset: d\nmodel: {type: bert}\n");
+  auto r = RunSift({"local", bad, "--work-dir", dir.Sub("w2")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr(bad + ":2: model.type"));
+  EXPECT_FALSE(PathExists(dir.Sub("w2")));
+
+  // A non-empty directory that sift local did not make is not taken over.
+  const std::string foreign = dir.Sub("foreign");
+  ASSERT_TRUE(MakeDirs(foreign).ok());
+  testing::WriteAll(foreign + "/precious.txt", "keep me\n");
+  const std::string good = dir.Sub("good.yaml");
+  testing::WriteAll(good, "dataset: d\n");
+  r = RunSift({"local", good, "--work-dir", foreign});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--work-dir " + foreign));
+  EXPECT_EQ(testing::ReadAll(foreign + "/precious.txt"), "keep me\n");
+}
+
+TEST(Local, RunsAJobPrintsTheTableAndLeavesNoProcess) {
+  testing::TempDir dir;
+  const std::string data = local_test::MakeSmallDataset(dir);
+  const std::string spec = local_test::WriteSpec(dir, data, /*epochs=*/2, /*steps=*/4);
+  const std::string work = dir.Sub("work");
+  auto r = RunSift({"local", spec, "--servers", "2", "--workers", "1", "--work-dir", work,
+                    "--cluster-file", dir.Sub("cluster.json"), "--prometheus-targets",
+                    dir.Sub("targets.json"), "--progress", "off"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Progress: one line per epoch and state change (stdout is not a terminal), then the table.
+  EXPECT_THAT(r.out, HasSubstr("RUNNING"));
+  EXPECT_THAT(r.out, HasSubstr("epoch 1/2: train AUC"));
+  EXPECT_THAT(r.out, HasSubstr("epoch 2/2: train AUC"));
+  EXPECT_THAT(r.out, HasSubstr("COMPLETED (2 of 2 epochs"));
+  EXPECT_THAT(r.out, HasSubstr("test_auc"));
+  EXPECT_THAT(r.out, HasSubstr("oracle AUC"));
+  EXPECT_THAT(r.out, HasSubstr("ratio"));
+  EXPECT_THAT(r.out, HasSubstr("time to train"));
+  EXPECT_THAT(r.out, HasSubstr("samples/s"));
+  const std::string dlll = work + "/results/log.json";
+  EXPECT_THAT(r.out, HasSubstr("DLLL log   " + dlll));
+  EXPECT_TRUE(PathExists(dlll));
+  EXPECT_TRUE(PathExists(work + "/logs/coordinator-0.log"));
+  EXPECT_TRUE(PathExists(work + "/logs/embedding-server-1.log"));
+  EXPECT_TRUE(PathExists(work + "/logs/worker-0.log"));
+
+  const nlohmann::json cluster = ReadJson(dir.Sub("cluster.json"));
+  ASSERT_EQ(cluster["children"].size(), 4u);
+  std::vector<std::string> roles;
+  for (const auto& c : cluster["children"]) {
+    roles.push_back(c["role"]);
+    EXPECT_GT(c["pid"].get<int>(), 0);
+    EXPECT_GT(c["metrics_port"].get<int>(), 0);
+  }
+  EXPECT_THAT(roles, ElementsAre("coordinator", "embedding-server", "embedding-server", "worker"));
+  EXPECT_EQ(cluster["coordinator"], cluster["children"][0]["address"]);
+  EXPECT_THAT(Survivors(ChildPids(cluster)), IsEmpty());
+
+  // Prometheus file_sd: one target group per child, labelled with role and index.
+  const nlohmann::json targets = ReadJson(dir.Sub("targets.json"));
+  ASSERT_EQ(targets.size(), 4u);
+  EXPECT_EQ(targets[1]["labels"]["role"], "embedding-server");
+  EXPECT_EQ(targets[2]["labels"]["index"], "1");
+  EXPECT_EQ(targets[3]["targets"][0], cluster["children"][3]["metrics_address"]);
+
+  // The same work dir again: a previous sift local directory is reused (state starts fresh).
+  auto again = RunSift(
+      {"local", spec, "--servers", "1", "--workers", "1", "--work-dir", work, "--progress", "off"});
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_THAT(again.out, HasSubstr("job job-1 COMPLETED"));
+}
+
+TEST(Local, SigintMidJobCancelsAndLeavesNoProcess) {
+  testing::TempDir dir;
+  const std::string data = local_test::MakeSmallDataset(dir);
+  // Long enough to be interrupted: whole epochs.
+  const std::string spec = local_test::WriteSpec(dir, data, /*epochs=*/20, /*steps=*/0);
+  const std::string log = dir.Sub("local.log");
+  Subprocess local = local_test::StartLocal(
+      {spec, "--servers", "1", "--workers", "1", "--work-dir", dir.Sub("work"), "--cluster-file",
+       dir.Sub("cluster.json"), "--progress", "off"},
+      log);
+  ASSERT_TRUE(local.running());
+  ASSERT_FALSE(testing::WaitForFile(dir.Sub("cluster.json"), 60).empty()) << testing::ReadAll(log);
+  const nlohmann::json cluster = ReadJson(dir.Sub("cluster.json"));
+  // Wait until the job trains (its first RUNNING line), then interrupt.
+  for (int i = 0; i < 600 && testing::ReadAll(log).find("RUNNING") == std::string::npos; ++i) {
+    ::usleep(100000);
+  }
+  ASSERT_THAT(testing::ReadAll(log), HasSubstr("RUNNING"));
+  local.Signal(SIGINT);
+  const ExitInfo exit = local.Wait();
+  EXPECT_EQ(exit.ShellCode(), 130) << testing::ReadAll(log);
+  EXPECT_THAT(testing::ReadAll(log), HasSubstr("interrupted by SIGINT"));
+  EXPECT_THAT(Survivors(ChildPids(cluster)), IsEmpty());
+  // The job was cancelled before the coordinator stopped: its persisted log says so.
+  EXPECT_THAT(testing::ReadAll(dir.Sub("work/state/jobs/job-1.log")), HasSubstr("CANCELLED"));
+}
+
+}  // namespace
+}  // namespace sift
