@@ -205,8 +205,8 @@ Status LocalCluster::Supervise(std::vector<std::string>* events) {
     if (!c.process.running() || !c.process.Poll(&exit)) continue;
     if (c.restarts >= options_.max_restarts) {
       return absl::FailedPreconditionError(absl::StrCat(
-          c.name(), " ", exit.Describe(), " after ", c.restarts, " restart(s) (--max-restarts ",
-          options_.max_restarts, "); ", LogTail(LogPath(c), 10)));
+          c.name(), " exited (", exit.Describe(), ") after ", c.restarts,
+          " restart(s) (--max-restarts ", options_.max_restarts, "); ", LogTail(LogPath(c), 10)));
     }
     ++c.restarts;
     events->push_back(absl::StrCat(c.name(), " exited (", exit.Describe(), "); restarting (",

@@ -17,9 +17,7 @@ namespace sift {
 
 std::string ExitInfo::Describe() const {
   if (!signaled) return absl::StrCat("exited with code ", code);
-  const char* name = ::strsignal(signal);
-  return absl::StrCat("killed by signal ", signal, name != nullptr ? " (" : "",
-                      name != nullptr ? name : "", name != nullptr ? ")" : "");
+  return absl::StrCat("killed by signal ", signal);
 }
 
 namespace {

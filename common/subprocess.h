@@ -22,7 +22,7 @@ struct ExitInfo {
   bool signaled = false;  // killed by `signal` (else exited with `code`)
   int code = 0;
   int signal = 0;
-  // "exited with code 1", "killed by signal 9 (Killed)".
+  // "exited with code 1", "killed by signal 9".
   std::string Describe() const;
   // The shell's convention: `code`, or 128 + `signal`.
   int ShellCode() const { return signaled ? 128 + signal : code; }
