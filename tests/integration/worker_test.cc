@@ -1,0 +1,196 @@
+// `sift worker` in a real cluster on loopback (coordinator, embedding servers, workers as
+// processes): with 1 worker and k = 0 the job's DLLL log (written by the coordinator from the
+// worker's step records and evaluation predictions) has the loss curve and AUCs of
+// `sift train --embedding-servers` with the same options, bit for bit; 2 workers with k = 1 and a
+// mid-epoch checkpoint complete the job, their /metrics pass promtool; SIGTERM exits 0; bad flags
+// are usage errors.
+#include <signal.h>
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/dllogger.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_cluster.h"
+#include "tests/util/test_util.h"
+
+namespace sift {
+namespace {
+
+namespace cpb = ::sift::coordinator::v1;
+using sift::testing::HttpGet;
+using sift::testing::RunSift;
+using sift::testing::TempDir;
+using sift::testing::TestCluster;
+using sift::testing::TestClusterOptions;
+using sift::testing::TestJob;
+using ::testing::HasSubstr;
+
+class WorkerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto r = RunSift({"data", "gen", "--preset", "tiny", "--seed", "1", "--out", Tiny()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Tiny() { return dir_->Sub("tiny"); }
+
+  // The DLLL records of a log: "(epoch, step): total_loss=..." per step record (losses only) and
+  // "(epoch,): train_auc=... test_auc=..." per epoch record, with every value in full precision.
+  static std::vector<std::string> Curve(const std::string& log) {
+    std::vector<std::string> out;
+    auto records = ReadDllLogFile(log);
+    EXPECT_TRUE(records.ok()) << records.status();
+    if (!records.ok()) return out;
+    for (const DllRecord& r : *records) {
+      if (r.type != DllRecord::Type::kLog || r.step.empty()) continue;
+      std::string line = absl::StrCat(FormatPyTuple(r.step), ":");
+      for (const auto& [k, v] : r.data) {
+        if (k == "total_loss" || k == "classification_loss" || k == "dien_aux_loss" ||
+            k == "train_auc" || k == "test_auc") {
+          absl::StrAppend(&line, " ", k, "=", absl::StrFormat("%.17g", v));
+        }
+      }
+      out.push_back(line);
+    }
+    return out;
+  }
+  static TempDir* dir_;
+};
+TempDir* WorkerTest::dir_ = nullptr;
+
+TEST_F(WorkerTest, OneWorkerGivesTheLossCurveOfSiftTrain) {
+  TestClusterOptions co;
+  co.servers = 1;
+  co.workers = 1;
+  TestCluster cluster(*dir_, "one", co);
+  TestJob job;
+  job.dataset = Tiny();
+  job.epochs = 2;
+  job.batch_size = 512;
+  job.max_steps_per_epoch = 6;
+  job.train_eval_samples = 2048;
+  job.staleness = 0;
+  job.servers = 1;
+  job.workers = 1;
+  job.results_dir = dir_->Sub("one_results");
+  const std::string id = cluster.Submit(job.Yaml());
+  ASSERT_FALSE(id.empty());
+  const cpb::JobInfo info = cluster.WaitForFinish(id, 240);
+  ASSERT_EQ(info.state(), cpb::COMPLETED) << info.message() << "\n" << cluster.AllErrors();
+  EXPECT_EQ(info.steps_per_epoch(), 6);
+  EXPECT_EQ(info.epochs_done_size(), 2);
+  ASSERT_EQ(info.servers_size(), 1);
+
+  // The same run single-process, its tables on the same embedding server (replaced).
+  auto train = RunSift({"train",
+                        "--dataset",
+                        Tiny(),
+                        "--model",
+                        "sim",
+                        "--epochs",
+                        "2",
+                        "--batch-size",
+                        "512",
+                        "--max-steps-per-epoch",
+                        "6",
+                        "--train-eval-samples",
+                        "2048",
+                        "--threads",
+                        "1",
+                        "--seed",
+                        "7",
+                        "--progress",
+                        "off",
+                        "--embedding-servers",
+                        info.servers(0),
+                        "--results-dir",
+                        dir_->Sub("one_train")});
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const std::vector<std::string> want = Curve(dir_->Sub("one_train/log.json"));
+  ASSERT_EQ(want.size(), 12u + 2u);
+  EXPECT_EQ(Curve(job.results_dir + "/log.json"), want);
+}
+
+TEST_F(WorkerTest, TwoWorkersWithStalenessAndAMidEpochCheckpointComplete) {
+  TestClusterOptions co;
+  co.servers = 2;
+  co.workers = 2;
+  co.metrics = true;
+  TestCluster cluster(*dir_, "two", co);
+  TestJob job;
+  job.dataset = Tiny();
+  job.epochs = 2;
+  job.batch_size = 512;
+  job.max_steps_per_epoch = 5;
+  job.train_eval_samples = 2048;
+  job.staleness = 1;
+  job.servers = 2;
+  job.workers = 2;
+  job.checkpoint_dir = dir_->Sub("two_ckpt");
+  job.checkpoint_every_steps = 3;
+  job.results_dir = dir_->Sub("two_results");
+  const std::string id = cluster.Submit(job.Yaml());
+  ASSERT_FALSE(id.empty());
+  const cpb::JobInfo info = cluster.WaitForFinish(id, 240);
+  ASSERT_EQ(info.state(), cpb::COMPLETED) << info.message() << "\n" << cluster.AllErrors();
+  EXPECT_EQ(info.steps_per_epoch(), 5);
+  ASSERT_EQ(info.epochs_done_size(), 2);
+  for (const cpb::EpochResult& e : info.epochs_done()) {
+    EXPECT_GT(e.test_auc(), 0.5) << "epoch " << e.epoch();
+    EXPECT_TRUE(std::isfinite(e.test_loss()));
+  }
+  EXPECT_EQ(info.samples_total(), 2 * 5 * 512) << "global batch 512 = 2 x 256";
+  // Checkpoints after global steps 3, 5 (epoch end), 6 and 9: the last committed is step 9,
+  // mid-epoch.
+  EXPECT_EQ(info.last_checkpoint().global_step(), 9);
+  EXPECT_EQ(info.last_checkpoint().epochs_done(), 1);
+  const std::string manifest = testing::ReadAll(job.checkpoint_dir + "/manifest.json");
+  EXPECT_THAT(manifest, HasSubstr(absl::StrCat("ckpt-", id, "-g")));
+
+  // Each worker's series: its own samples; the names pass promtool.
+  const std::vector<std::string> targets = cluster.MetricsTargets();
+  int workers_seen = 0;
+  for (const std::string& t : targets) {
+    std::vector<std::string> hp = absl::StrSplit(t, ':');
+    int port = 0;
+    ASSERT_EQ(hp.size(), 2u);
+    ASSERT_TRUE(absl::SimpleAtoi(hp[1], &port));
+    auto text = HttpGet(hp[0], port, "/metrics");
+    ASSERT_TRUE(text.ok()) << text.status();
+    if (text->find("sift_worker_samples_total") == std::string::npos) continue;
+    ++workers_seen;
+    EXPECT_THAT(*text,
+                HasSubstr(absl::StrCat("sift_worker_samples_total{job_id=\"", id, "\",rank=\"")));
+    EXPECT_THAT(*text, HasSubstr("} 2560\n")) << "5 x 2 steps of 256 samples";
+    EXPECT_THAT(*text, HasSubstr("sift_worker_phase_seconds_total{phase=\"allreduce\"}"));
+    EXPECT_THAT(*text, HasSubstr("sift_worker_step_seconds_count 10"));
+    EXPECT_THAT(*text, HasSubstr("sift_build_info"));
+    if (testing::PromtoolAvailable()) {
+      auto lint = testing::PromtoolCheckMetrics(*text);
+      EXPECT_TRUE(lint.ok()) << lint.status();
+    }
+  }
+  EXPECT_EQ(workers_seen, 2);
+  EXPECT_EQ(cluster.StopWorker(0, SIGTERM), 0);
+}
+
+TEST_F(WorkerTest, FlagErrors) {
+  auto r = RunSift({"worker", "--metrics-port", "70000"});
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunSift({"worker", "--coordinator", "127.0.0.1:1", "--register-timeout", "0.5"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("127.0.0.1:1"));
+}
+
+}  // namespace
+}  // namespace sift
