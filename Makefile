@@ -32,16 +32,16 @@ $(BUILD_DIR)/build.ninja:
 build: deps $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# The embedded default: build the binary, generate the `tiny` synthetic dataset (with its oracle
-# and heuristic AUCs), train SIM on it for 3 epochs on this machine's cores (in-process embedding
-# table), print the AUC table and samples/s, then the command of the full-size run.
+# The embedded default: build the binary, then `sift local` — a coordinator, 2 embedding servers
+# and 1 worker as child processes on loopback train SIM on the `tiny` synthetic dataset (generated
+# first when missing, with its oracle and heuristic AUCs) for 3 epochs, synchronously (staleness
+# 0: the same result as single-process training); prints progress, the AUC table, the oracle
+# ratio and samples/s, and stops every process. Then the command of the full-size run.
 demo: deps $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target sift
-	$(BUILD_DIR)/sift data gen --preset tiny --seed 1 --out $(DEMO_DIR)/tiny
-	$(BUILD_DIR)/sift train --dataset $(DEMO_DIR)/tiny --model sim --epochs 3 --batch-size 2048 \
-	  --results-dir $(DEMO_DIR)/sim_tiny --progress off
+	$(BUILD_DIR)/sift local --servers 2 --workers 1 --dataset $(DEMO_DIR)/tiny \
+	  --work-dir $(DEMO_DIR)/local
 	@echo
-	@echo "DLLL log: $(DEMO_DIR)/sim_tiny/log.json"
 	@echo "Full run (small preset, SIM about 16 min on 2 cores, see README: Measured):"
 	@echo "  $(BUILD_DIR)/sift data gen --preset small --seed 1 --out $(DEMO_DIR)/small"
 	@echo "  $(BUILD_DIR)/sift train --dataset $(DEMO_DIR)/small --model sim --epochs 3 --batch-size 32768 --results-dir $(DEMO_DIR)/sim_small"
