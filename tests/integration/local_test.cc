@@ -1,7 +1,8 @@
 // sift local: bad use exits 2 before starting anything; a short job on a small dataset runs on a
 // real local cluster (coordinator, 2 servers, 1 worker), prints the final table, writes the
 // cluster file and the Prometheus targets, exits 0 and leaves no process; SIGINT in the middle
-// of a job cancels it, stops every child and exits 130.
+// of a job cancels it, stops every child and exits 130; SIGKILL of the launcher takes its
+// children with it.
 #include <signal.h>
 #include <unistd.h>
 
@@ -127,6 +128,23 @@ TEST(Local, SigintMidJobCancelsAndLeavesNoProcess) {
   EXPECT_THAT(Survivors(ChildPids(cluster)), IsEmpty());
   // The job was cancelled before the coordinator stopped: its persisted log says so.
   EXPECT_THAT(testing::ReadAll(dir.Sub("work/state/jobs/job-1.log")), HasSubstr("CANCELLED"));
+}
+
+TEST(Local, ChildrenDieWithAKilledLauncher) {
+  testing::TempDir dir;
+  const std::string spec = local_test::WriteSpec(dir, dir.Sub("no-dataset"), 1, 1);
+  const std::string log = dir.Sub("local.log");
+  Subprocess local = local_test::StartLocal(
+      {spec, "--servers", "1", "--workers", "1", "--work-dir", dir.Sub("work"), "--cluster-file",
+       dir.Sub("cluster.json"), "--progress", "off"},
+      log);
+  ASSERT_FALSE(testing::WaitForFile(dir.Sub("cluster.json"), 60).empty()) << testing::ReadAll(log);
+  const std::vector<int> pids = ChildPids(ReadJson(dir.Sub("cluster.json")));
+  ASSERT_EQ(pids.size(), 3u);
+  // SIGKILL leaves the launcher no chance to clean up: the kernel's death signal must do it.
+  local.Signal(SIGKILL);
+  EXPECT_EQ(local.Wait().signal, SIGKILL);
+  EXPECT_THAT(Survivors(pids, /*timeout_s=*/30), IsEmpty());
 }
 
 }  // namespace
