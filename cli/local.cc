@@ -187,6 +187,12 @@ Status RunLocal(const LocalFlags& f) {
   if (spec.results_dir.empty()) spec.results_dir = JoinPath(work_dir, "results");
   int server_threads = 1;
   SplitThreads(f, &spec, &server_threads);
+  if (!embedded && !PathExists(spec.dataset)) {
+    // Everything runs on this machine: a missing dataset is known before starting anything.
+    return WithExitCode(absl::NotFoundError(absl::StrCat(f.spec_path, ": dataset ", spec.dataset,
+                                                         " does not exist")),
+                        kExitUsage);
+  }
   SIFT_RETURN_IF_ERROR(PrepareWorkDir(work_dir));
   const std::string binary = SelfBinary();
   if (embedded) {

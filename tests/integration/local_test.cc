@@ -39,12 +39,20 @@ TEST(Local, BadUseExitsTwoAndStartsNothing) {
   EXPECT_THAT(r.err, HasSubstr(bad + ":2: model.type"));
   EXPECT_FALSE(PathExists(dir.Sub("w2")));
 
+  // The dataset is on this machine: a missing one is an error before anything starts.
+  const std::string no_data = dir.Sub("no_data.yaml");
+  testing::WriteAll(no_data, "dataset: " + dir.Sub("nothing-here") + "\n");
+  r = RunSift({"local", no_data, "--work-dir", dir.Sub("w3")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("dataset " + dir.Sub("nothing-here") + " does not exist"));
+  EXPECT_FALSE(PathExists(dir.Sub("w3")));
+
   // A non-empty directory that sift local did not make is not taken over.
   const std::string foreign = dir.Sub("foreign");
   ASSERT_TRUE(MakeDirs(foreign).ok());
   testing::WriteAll(foreign + "/precious.txt", "keep me\n");
   const std::string good = dir.Sub("good.yaml");
-  testing::WriteAll(good, "dataset: d\n");
+  testing::WriteAll(good, "dataset: " + dir.path() + "\n");
   r = RunSift({"local", good, "--work-dir", foreign});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--work-dir " + foreign));
@@ -132,7 +140,8 @@ TEST(Local, SigintMidJobCancelsAndLeavesNoProcess) {
 
 TEST(Local, ChildrenDieWithAKilledLauncher) {
   testing::TempDir dir;
-  const std::string spec = local_test::WriteSpec(dir, dir.Sub("no-dataset"), 1, 1);
+  ASSERT_TRUE(MakeDirs(dir.Sub("empty")).ok());  // never trained on: the launcher dies first
+  const std::string spec = local_test::WriteSpec(dir, dir.Sub("empty"), 1, 1);
   const std::string log = dir.Sub("local.log");
   Subprocess local = local_test::StartLocal(
       {spec, "--servers", "1", "--workers", "1", "--work-dir", dir.Sub("work"), "--cluster-file",
