@@ -241,10 +241,11 @@ Status RunLogs(const LogsFlags& f) {
 void AddSubmit(CLI::App* app, Action* action) {
   auto f = std::make_shared<SubmitFlags>();
   CLI::App* cmd = app->add_subcommand(
-      "submit",
-      "Submit a job spec (YAML) to the coordinator; prints the job id. Relative paths in the "
-      "spec (dataset, checkpoint.dir, results_dir) are resolved against this directory");
-  cmd->add_option("JOB.yaml", f->spec_path, "The job spec")->required();
+      "submit", "Submit a job spec (YAML) to the coordinator; prints the job id");
+  cmd->add_option("JOB.yaml", f->spec_path,
+                  "The job spec; its relative paths (dataset, checkpoint.dir, results_dir) are "
+                  "resolved against this directory")
+      ->required();
   cmd->add_option("--name", f->name, "Job name (overrides the spec's name)");
   cmd->add_flag("--wait", f->wait,
                 "Follow the job until it finishes (progress, then the final table); the exit "
@@ -280,12 +281,12 @@ void AddCancel(CLI::App* app, Action* action) {
 
 void AddLogs(CLI::App* app, Action* action) {
   auto f = std::make_shared<LogsFlags>();
-  CLI::App* cmd = app->add_subcommand(
-      "logs",
-      "Print a job's log lines (--follow: until the job finishes; with --output json, one JSON "
-      "object per line)");
+  CLI::App* cmd =
+      app->add_subcommand("logs", "Print a job's log lines (--follow: until the job finishes)");
   cmd->add_option("JOB", f->job.job_id, "Job id")->required();
-  cmd->add_flag("--follow,-f", f->follow, "Keep printing new lines until the job finishes");
+  cmd->add_flag("--follow,-f", f->follow,
+                "Keep printing new lines until the job finishes (with --output json: one JSON "
+                "object per line)");
   AddClientFlags(cmd, &f->job.client);
   cmd->callback([f, action] { *action = [f] { return RunLogs(*f); }; });
 }

@@ -289,14 +289,14 @@ void AddLocal(CLI::App* app, Action* action) {
   auto f = std::make_shared<LocalFlags>();
   CLI::App* cmd = app->add_subcommand(
       "local",
-      "All-in-one: start a coordinator, embedding servers and workers on this machine, run one "
-      "job (default: SIM on the tiny dataset, 3 epochs), show progress and the results, stop "
-      "everything");
+      "All-in-one: a coordinator, embedding servers and workers on this machine run one job; "
+      "progress, results, then every process stops");
   cmd->add_option("JOB.yaml", f->spec_path,
                   "Job spec (default: the embedded job: SIM, tiny preset, 3 epochs, batch 2048, "
                   "staleness 0, seed 1)");
   cmd->add_option("--dataset", f->dataset,
-                  "Dataset directory (default job: out/local/tiny, generated when missing)");
+                  "Dataset directory (overrides the spec's; the default job's, out/local/tiny, is "
+                  "generated when missing)");
   cmd->add_option("--servers", f->servers,
                   "Embedding servers (default: 2, or the spec's cluster.servers)")
       ->check(CLI::Range(1, 256));
