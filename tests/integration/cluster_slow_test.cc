@@ -1,0 +1,217 @@
+// The whole cluster as real processes on loopback (tests/util/test_cluster.h): 1 coordinator,
+// 2 embedding servers, 2 workers.
+//  - 2 workers train to the test AUC of single-process training within 0.01 (k = 0 and k = 1);
+//  - 1 worker with k = 0 gives exactly the single-process loss curve and AUCs (every DLLL value
+//    other than timings, bit for bit);
+//  - faults: kill -9 of a worker, of an embedding server, and of the coordinator in the middle of
+//    a job with checkpoints on; the process is restarted, the job resumes from the last committed
+//    checkpoint, completes with a sane AUC, and its log shows the recovery.
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/dllogger.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_cluster.h"
+#include "tests/util/test_util.h"
+
+namespace sift {
+namespace {
+
+using coordinator::pb::JobInfo;
+using sift::testing::RunSift;
+using sift::testing::TempDir;
+using sift::testing::TestCluster;
+using sift::testing::TestClusterOptions;
+using sift::testing::TestJob;
+using ::testing::HasSubstr;
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto r = RunSift({"data", "gen", "--preset", "tiny", "--seed", "3", "--out", Tiny()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Tiny() { return dir_->Sub("tiny"); }
+
+  // The short job every test runs: batch 512, `steps` steps per epoch, 2 epochs.
+  static TestJob Job(const std::string& name, int workers, int staleness, int steps) {
+    TestJob j;
+    j.dataset = Tiny();
+    j.epochs = 2;
+    j.batch_size = 512;
+    j.max_steps_per_epoch = steps;
+    j.train_eval_samples = 2048;
+    j.staleness = staleness;
+    j.servers = 2;
+    j.workers = workers;
+    j.threads_per_worker = 1;
+    j.results_dir = dir_->Sub(name);
+    return j;
+  }
+
+  // `sift train` with the job's options, in process (threads 1, like one worker).
+  static void TrainSingleProcess(const TestJob& j) {
+    auto r = RunSift({"train",
+                      "--dataset",
+                      j.dataset,
+                      "--model",
+                      "sim",
+                      "--epochs",
+                      std::to_string(j.epochs),
+                      "--batch-size",
+                      std::to_string(j.batch_size),
+                      "--max-steps-per-epoch",
+                      std::to_string(j.max_steps_per_epoch),
+                      "--train-eval-samples",
+                      std::to_string(j.train_eval_samples),
+                      "--threads",
+                      "1",
+                      "--seed",
+                      std::to_string(j.seed),
+                      "--progress",
+                      "off",
+                      "--results-dir",
+                      j.results_dir});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+
+  // Every DLLL record's non-timing metrics, in order, as text.
+  static std::vector<std::string> Curve(const std::string& results_dir) {
+    std::vector<std::string> out;
+    auto records = ReadDllLogFile(results_dir + "/log.json");
+    EXPECT_TRUE(records.ok()) << records.status();
+    if (!records.ok()) return out;
+    for (const DllRecord& r : *records) {
+      if (r.type != DllRecord::Type::kLog) continue;
+      std::string line = absl::StrCat(FormatPyTuple(r.step), ":");
+      for (const auto& [k, v] : r.data) {
+        if (k == "samples/s" || k == "time" || k.find("throughput") != std::string::npos ||
+            k.find("latency") != std::string::npos || k == "time_to_train") {
+          continue;
+        }
+        absl::StrAppend(&line, " ", k, "=", absl::StrFormat("%.9g", v));
+      }
+      out.push_back(line);
+    }
+    return out;
+  }
+
+  static double FinalTestAuc(const JobInfo& job) {
+    return job.epochs_done_size() > 0 ? job.epochs_done(job.epochs_done_size() - 1).test_auc() : -1;
+  }
+
+  // Runs a 2-worker job with checkpoints every 4 steps, calls `fault` once the first checkpoint
+  // is committed (the job still running), and checks that it recovers and completes.
+  void RunWithFault(const std::string& name, const std::function<void(TestCluster&)>& fault,
+                    const std::string& expect_in_log) {
+    TestClusterOptions co;
+    TestCluster cluster(*dir_, name, co);
+    TestJob j = Job(name, 2, 1, 16);
+    j.checkpoint_dir = dir_->Sub(name + "-ckpt");
+    j.checkpoint_every_steps = 4;
+    const std::string id = cluster.Submit(j.Yaml());
+    ASSERT_FALSE(id.empty());
+    const JobInfo at = cluster.WaitForJob(
+        id,
+        [](const JobInfo& job) {
+          return job.last_checkpoint().global_step() >= 4 || coordinator::IsFinished(job.state());
+        },
+        180);
+    ASSERT_FALSE(coordinator::IsFinished(at.state()))
+        << "the job finished before the fault could be injected: " << cluster.Logs(id);
+    fault(cluster);
+    const JobInfo done = cluster.WaitForFinish(id, 300);
+    const std::string logs = cluster.Logs(id);
+    ASSERT_EQ(done.state(), coordinator::pb::COMPLETED) << done.message() << "\n"
+                                                        << logs << "\n"
+                                                        << cluster.AllErrors();
+    // A lost member counts as a recovery; a coordinator restart does not (it lost nothing).
+    EXPECT_GE(done.recoveries(), expect_in_log == "coordinator restarted" ? 0 : 1);
+    EXPECT_GE(done.generation(), 2);
+    EXPECT_THAT(logs, HasSubstr(expect_in_log));
+    EXPECT_THAT(logs, HasSubstr("resuming from checkpoint"));
+    ASSERT_EQ(done.epochs_done_size(), 2) << logs;
+    // Sane: clearly better than chance (single-process reaches about the same on this job).
+    EXPECT_GT(FinalTestAuc(done), 0.6) << logs;
+  }
+
+  static TempDir* dir_;
+};
+TempDir* ClusterTest::dir_ = nullptr;
+
+TEST_F(ClusterTest, WorkersMatchSingleProcessTraining) {
+  TestCluster cluster(*dir_, "parity", TestClusterOptions{});
+  // One worker, k = 0: the single-process loss curve, bit for bit.
+  {
+    const TestJob j = Job("one_worker", 1, 0, 12);
+    const TestJob single = Job("one_worker_single", 1, 0, 12);
+    TrainSingleProcess(single);
+    const std::string id = cluster.Submit(j.Yaml());
+    const JobInfo done = cluster.WaitForFinish(id, 300);
+    ASSERT_EQ(done.state(), coordinator::pb::COMPLETED) << done.message() << "\n"
+                                                        << cluster.Logs(id);
+    const std::vector<std::string> got = Curve(j.results_dir), want = Curve(single.results_dir);
+    ASSERT_FALSE(want.empty());
+    EXPECT_EQ(got, want);
+  }
+  // Two workers (k = 0 and k = 1): the single-process test AUC within 0.01.
+  const TestJob single = Job("two_single", 1, 0, 40);
+  TrainSingleProcess(single);
+  auto records = ReadDllLogFile(single.results_dir + "/log.json");
+  ASSERT_TRUE(records.ok()) << records.status();
+  double want_auc = -1;
+  for (const auto& [k, v] : records->back().data) {
+    if (k == "test_auc") want_auc = v;
+  }
+  ASSERT_GT(want_auc, 0) << "no test_auc in the single-process summary";
+  for (int staleness : {0, 1}) {
+    SCOPED_TRACE(absl::StrCat("staleness ", staleness));
+    const TestJob j = Job(absl::StrCat("two_k", staleness), 2, staleness, 40);
+    const std::string id = cluster.Submit(j.Yaml());
+    const JobInfo done = cluster.WaitForFinish(id, 300);
+    ASSERT_EQ(done.state(), coordinator::pb::COMPLETED) << done.message() << "\n"
+                                                        << cluster.Logs(id);
+    EXPECT_EQ(done.workers_size(), 2);
+    EXPECT_NEAR(FinalTestAuc(done), want_auc, 0.01) << cluster.Logs(id);
+  }
+}
+
+TEST_F(ClusterTest, KilledWorkerIsRecoveredFromTheLastCheckpoint) {
+  RunWithFault(
+      "kill_worker",
+      [](TestCluster& c) {
+        EXPECT_EQ(c.StopWorker(1, SIGKILL), 128 + SIGKILL);
+        c.StartWorker(1);
+      },
+      "RECOVERING");
+}
+
+TEST_F(ClusterTest, KilledEmbeddingServerIsRecoveredFromTheLastCheckpoint) {
+  RunWithFault(
+      "kill_server",
+      [](TestCluster& c) {
+        EXPECT_EQ(c.StopServer(0, SIGKILL), 128 + SIGKILL);
+        c.StartServer(0);
+      },
+      "RECOVERING");
+}
+
+TEST_F(ClusterTest, RestartedCoordinatorResumesTheJob) {
+  RunWithFault(
+      "kill_coordinator",
+      [](TestCluster& c) {
+        EXPECT_EQ(c.StopCoordinator(SIGKILL), 128 + SIGKILL);
+        c.StartCoordinator();
+      },
+      "coordinator restarted");
+}
+
+}  // namespace
+}  // namespace sift
