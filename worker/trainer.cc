@@ -218,6 +218,8 @@ class Trainer {
   Status PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mode, PreparedStep* slot);
   // One training step on a prepared step; returns the losses (the mean over ranks).
   StatusOr<Losses> TrainStep(PreparedStep* ps, int64_t epoch, int64_t step, PhaseTimes* ph);
+  // Pushes this rank's sparse gradients (see the definition for the order at k = 0).
+  Status PushInRankOrder(const std::vector<EmbeddingClient::PushItem>& items);
   // Dedups `batch`'s ids for `mode` into `keys` and fetches their rows: training pulls (creating
   // unseen rows), evaluation and inference look them up without creating any. Adds the wall time
   // to *dedup_s and *pull_s.
@@ -474,6 +476,19 @@ Status Trainer::PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mo
   return FetchRows(*slot->batch, mode, &slot->keys, &slot->dedup_s, &slot->pull_s);
 }
 
+Status Trainer::PushInRankOrder(const std::vector<EmbeddingClient::PushItem>& items) {
+  if (world_ == 1 || o_.staleness > 0) return push_client()->Push(items, global_step_);
+  // k = 0 with several ranks: the servers apply each rank's push as its own optimizer step, and
+  // those steps do not commute (Adam, Adagrad); ranks push one after another, in rank order, and
+  // nobody pulls the next step before every push is in — so the run is deterministic for a fixed
+  // world size and every pull sees every push of the steps before (fully synchronous).
+  for (int r = 0; r < world_; ++r) {
+    if (r == coll_->rank()) SIFT_RETURN_IF_ERROR(push_client()->Push(items, global_step_));
+    SIFT_RETURN_IF_ERROR(Annotate(coll_->Barrier(), "push barrier"));
+  }
+  return absl::OkStatus();
+}
+
 StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t step, PhaseTimes* ph) {
   Losses losses;
   {
@@ -523,7 +538,7 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
         SIFT_RETURN_IF_ERROR(store_->Push(static_cast<uint32_t>(tb), tk.keys, grads, global_step_));
       }
     }
-    if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(push_client()->Push(items, global_step_));
+    if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(PushInRankOrder(items));
   }
   ++global_step_;
   return losses;

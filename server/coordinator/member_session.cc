@@ -92,7 +92,10 @@ void MemberSession::Loop() {
       std::lock_guard<std::mutex> beat(beat_mu_);
       st = Beat();
     }
-    if (!st.ok() && !absl::IsUnavailable(st) && !absl::IsDeadlineExceeded(st)) {
+    // UNAVAILABLE / DEADLINE_EXCEEDED: the coordinator is away (restarting); CANCELLED: the
+    // process is shutting down. The next beat retries either way.
+    if (!st.ok() && !absl::IsUnavailable(st) && !absl::IsDeadlineExceeded(st) &&
+        !absl::IsCancelled(st)) {
       std::fprintf(stderr, "sift: heartbeat: %s\n", st.ToString().c_str());
     }
     l.lock();
