@@ -661,6 +661,18 @@ StatusOr<pb::ReportProgressResponse> Coordinator::ReportProgress(
       perf.metrics.emplace_back(metric.name(), metric.value());
     }
     perf.train_time_s = request.epoch_train_time_s();
+    // An epoch trained over several generations (a recovery inside it): its time is the sum of
+    // theirs, and a generation that resumed at the epoch's last step measured no throughput, so
+    // the earlier generation's figures stay.
+    auto earlier = job->rec.epoch_perf.find(request.epoch());
+    if (earlier != job->rec.epoch_perf.end()) {
+      perf.train_time_s += earlier->second.train_time_s;
+      double throughput = 0;
+      for (const auto& [name, value] : perf.metrics) {
+        if (name == "throughput") throughput = value;
+      }
+      if (!(throughput > 0)) perf.metrics = earlier->second.metrics;
+    }
     job->rec.epoch_perf[request.epoch()] = std::move(perf);
     info.set_epoch(request.epoch());
     status.Update(

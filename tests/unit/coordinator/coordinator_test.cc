@@ -699,5 +699,48 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorResumesTheJob) {
   EXPECT_EQ(Job(job).samples_total(), 24);
 }
 
+// An epoch trained partly by generation 1 and finished by generation 2 (which resumed at its
+// last step and so measured no throughput): its train time is the sum of both, its throughput
+// generation 1's.
+TEST_F(CoordinatorTest, AnEpochTrainedOverTwoGenerationsKeepsItsTimeAndThroughput) {
+  const std::string job = Submit(SpecYaml(1, 2, 1));
+  std::vector<std::string> w = Cluster(1);
+  ASSERT_EQ(Assigned(w[0], job, 1).generation(), 1);
+  auto epoch_end = [&](int64_t generation, double throughput, double time_s) {
+    pb::ReportProgressRequest p;
+    p.set_job_id(job);
+    p.set_generation(generation);
+    p.set_epoch_end(true);
+    p.set_epoch(0);
+    pb::Metric* m = p.add_epoch_perf();
+    m->set_name("throughput");
+    m->set_value(throughput);
+    p.set_epoch_train_time_s(time_s);
+    return c_->ReportProgress(p).status();
+  };
+  ASSERT_TRUE(epoch_end(1, 1000, 2.0).ok());
+  ASSERT_TRUE(Fail(job, 1, 0, "peer lost", /*fatal=*/false).ok());
+  Assigned(w[0]);  // idle: generation 2 starts
+  ASSERT_EQ(Assigned(w[0], job, 2).generation(), 2);
+  ASSERT_TRUE(epoch_end(2, 0, 0.0).ok());
+  for (const char* split : {"train", "test"}) {
+    pb::ReportEvalRequest q;
+    q.set_job_id(job);
+    q.set_generation(2);
+    q.set_epoch(0);
+    q.set_split(split);
+    for (float s : {0.1f, 0.9f}) q.add_scores(s);
+    for (float l : {0.0f, 1.0f}) q.add_labels(l);
+    q.set_last(true);
+    ASSERT_TRUE(c_->ReportEval(q).ok());
+  }
+  const pb::JobInfo info = Job(job);
+  ASSERT_EQ(info.state(), pb::COMPLETED);
+  ASSERT_EQ(info.epochs_done_size(), 1);
+  EXPECT_DOUBLE_EQ(info.epochs_done(0).train_time_s(), 2.0);
+  EXPECT_DOUBLE_EQ(info.epochs_done(0).samples_per_second(), 1000);
+  EXPECT_DOUBLE_EQ(info.time_to_train_s(), 2.0);
+}
+
 }  // namespace
 }  // namespace sift::coordinator
