@@ -244,7 +244,7 @@ void AddSubmit(CLI::App* app, Action* action) {
       "submit", "Submit a job spec (YAML) to the coordinator; prints the job id");
   cmd->add_option("JOB.yaml", f->spec_path,
                   "The job spec; its relative paths (dataset, checkpoint.dir, results_dir) are "
-                  "resolved against this directory")
+                  "resolved against the current directory")
       ->required();
   cmd->add_option("--name", f->name, "Job name (overrides the spec's name)");
   cmd->add_flag("--wait", f->wait,
