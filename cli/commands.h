@@ -23,6 +23,7 @@ void AddTrain(CLI::App* app, Action* action);             // sift train
 void AddBenchTrain(CLI::App* bench, Action* action);      // sift bench train
 void AddBenchInference(CLI::App* bench, Action* action);  // sift bench inference
 void AddBenchPs(CLI::App* bench, Action* action);         // sift bench ps
+void AddBenchCluster(CLI::App* bench, Action* action);    // sift bench cluster
 void AddEmbeddingServer(CLI::App* app, Action* action);   // sift embedding-server
 void AddHealth(CLI::App* app, Action* action);            // sift health
 void AddSubmit(CLI::App* app, Action* action);            // sift submit

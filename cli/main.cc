@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   AddBenchTrain(bench, &action);
   AddBenchInference(bench, &action);
   AddBenchPs(bench, &action);
+  AddBenchCluster(bench, &action);
 
   AddDevice(&app, &action);
   AddTrain(&app, &action);
