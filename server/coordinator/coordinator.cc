@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -206,6 +207,7 @@ void Coordinator::EndGeneration(Job* job) {
   if (job->rec.info.generation() > 0) DropKvPrefix(KvPrefix(*job));
   job->eval.clear();
   job->worker_ids.clear();
+  job->worker_started.clear();
   job->server_ids.clear();
 }
 
@@ -254,6 +256,34 @@ void Coordinator::MemberLost(const Member& m, const std::string& why, bool repla
                                    : absl::StrCat("lost embedding server shard ", m.shard, " (",
                                                   m.address, "): ", why)));
   }
+}
+
+void Coordinator::WorkerHeartbeat(const Member& m) {
+  Job* job = ActiveJob();
+  if (job == nullptr || !IsRunning(job->rec.info.state())) return;
+  const pb::JobInfo& info = job->rec.info;
+  for (size_t r = 0; r < job->worker_ids.size(); ++r) {
+    if (job->worker_ids[r] != m.id) continue;
+    if (m.running_job == info.job_id() && m.running_generation == info.generation()) {
+      job->worker_started[r] = true;
+      return;
+    }
+    // Not started yet (the assignment is on its way), or done: nothing is lost.
+    if (!job->worker_started[r] || RankDone(*job, static_cast<int>(r))) return;
+    Complain(Recover(
+        job, absl::StrCat("worker rank ", r, " (", m.address, ") stopped running generation ",
+                          info.generation(), " without a failure report (see its log)")));
+    return;
+  }
+}
+
+bool Coordinator::RankDone(const Job& job, int rank) const {
+  const int64_t last_epoch = job.spec.training.epochs - 1;
+  for (int split = 0; split < 2; ++split) {
+    auto it = job.eval.find({last_epoch, split, rank});
+    if (it == job.eval.end() || !it->second.last) return false;
+  }
+  return true;
 }
 
 void Coordinator::ExpireLeases() {
@@ -372,6 +402,7 @@ Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& 
     job->worker_ids.push_back(w->id);
     info.add_workers(w->address);
   }
+  job->worker_started.assign(workers.size(), false);
   for (const Member* s : servers) {
     job->server_ids.push_back(s->id);
     info.add_servers(s->address);
@@ -474,7 +505,9 @@ StatusOr<pb::GetLogsResponse> Coordinator::GetLogs(const pb::GetLogsRequest& req
   SIFT_ASSIGN_OR_RETURN(Job * job, FindJobOrError(request.job_id()));
   pb::GetLogsResponse response;
   const int64_t size = static_cast<int64_t>(job->log.size());
-  const int64_t end = std::min(size, request.offset() + kMaxLogLinesPerCall);
+  // (offset + the cap could overflow for an offset near INT64_MAX.)
+  const int64_t end =
+      request.offset() >= size ? size : std::min(size, request.offset() + kMaxLogLinesPerCall);
   for (int64_t i = request.offset(); i < end; ++i) response.add_lines(job->log[i]);
   response.set_next_offset(std::max(request.offset(), end));
   response.set_state(job->rec.info.state());
@@ -548,6 +581,7 @@ StatusOr<pb::HeartbeatResponse> Coordinator::Heartbeat(const pb::HeartbeatReques
   if (m.role == pb::WORKER) {
     m.running_job = request.running_job_id();
     m.running_generation = request.running_job_id().empty() ? 0 : request.running_generation();
+    WorkerHeartbeat(m);
   }
   Schedule();
   pb::HeartbeatResponse response;
@@ -569,8 +603,33 @@ StatusOr<pb::KvSetResponse> Coordinator::KvSet(const pb::KvSetRequest& request) 
   if (request.key().empty()) return absl::InvalidArgumentError("key is empty");
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  SIFT_RETURN_IF_ERROR(FenceKvKey(request.key()));
   kv_[request.key()] = request.value();
   return pb::KvSetResponse();
+}
+
+Status Coordinator::FenceKvKey(const std::string& key) {
+  // "<job-id>/g<generation>" followed by the end or "/".
+  const size_t slash = key.find('/');
+  if (slash == std::string::npos || key.compare(slash + 1, 1, "g") != 0) return absl::OkStatus();
+  const Job* job = FindJob(key.substr(0, slash));
+  if (job == nullptr) return absl::OkStatus();
+  const size_t digits = slash + 2;
+  size_t end = digits;
+  while (end < key.size() && absl::ascii_isdigit(key[end])) ++end;
+  int64_t generation = 0;
+  if (end == digits || (end < key.size() && key[end] != '/') ||
+      !absl::SimpleAtoi(absl::string_view(key).substr(digits, end - digits), &generation)) {
+    return absl::OkStatus();
+  }
+  const pb::JobInfo& info = job->rec.info;
+  if (job == ActiveJob() && IsRunning(info.state()) && generation == info.generation()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("stale generation: KV key \"", key, "\" belongs to ", info.job_id(),
+                   " generation ", generation, ", which is not running (", info.job_id(), " is ",
+                   StateName(info.state()), " at generation ", info.generation(), ")"));
 }
 
 StatusOr<pb::KvGetResponse> Coordinator::KvGet(const pb::KvGetRequest& request) {

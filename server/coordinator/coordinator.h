@@ -14,7 +14,11 @@
 //   no running job) — it starts generation g+1: ranks 0..W-1 go to the idle workers in
 //   registration order; it resumes from the last committed checkpoint, if any.
 // - A member not heard from for lease_ms is removed; if the running job used it, the job goes
-//   RECOVERING. So does a new registration of a server for a shard the running job uses.
+//   RECOVERING. So does a new registration of a server for a shard the running job uses, and a
+//   worker whose heartbeat reported running the generation and then reports that it does not
+//   (idle or another run) before it sent its last evaluation of the final epoch: its run ended
+//   without a failure report reaching us (a failed call to the coordinator ends a run quietly),
+//   and nothing else would end the generation (with one worker, no peer times out).
 // - Fenced calls (progress, eval, checkpoint, failure) must name the active job, its current
 //   generation, and the job must be RUNNING or CHECKPOINTING: else FAILED_PRECONDITION.
 // - Recoverable failures count as recoveries; more than max_recoveries fails the job.
@@ -88,7 +92,9 @@ class Coordinator {
 
   // ---- Rendezvous KV ----
   // Keys are dropped when the generation they belong to ends: a key equal to a generation's
-  // kv_prefix ("job-1/g2") or continuing it with a non-digit ("job-1/g2/rank0").
+  // kv_prefix ("job-1/g2") or continuing it with a non-digit ("job-1/g2/rank0"). Setting a key
+  // under the prefix of a known job's generation that is not running is FAILED_PRECONDITION
+  // ("stale generation"), so a late rank of an ended generation leaves no keys behind.
   StatusOr<pb::KvSetResponse> KvSet(const pb::KvSetRequest& request);
   // Blocks (real time) until every key is set, up to min(timeout_ms, 10000) ms:
   // DEADLINE_EXCEEDED naming the missing keys; UNAVAILABLE once Shutdown was called.
@@ -138,8 +144,11 @@ class Coordinator {
     JobSpec spec;
     std::vector<std::string> log;
     // The current generation (not persisted: a restarted coordinator starts a new one).
-    std::vector<std::string> worker_ids;                     // member ids by rank
-    std::vector<std::string> server_ids;                     // member ids by shard
+    std::vector<std::string> worker_ids;  // member ids by rank
+    std::vector<std::string> server_ids;  // member ids by shard
+    // By rank: a heartbeat reported running this generation (a later one that does not, before
+    // the rank's work is done, means the worker left the run; see WorkerHeartbeat).
+    std::vector<bool> worker_started;
     std::map<std::tuple<int64_t, int, int>, EvalPart> eval;  // (epoch, split, rank)
     std::unique_ptr<DLLogger> dll;                           // results_dir/log.json
     std::string recover_reason;  // why it is RECOVERING (kept in front of "waiting for ...")
@@ -174,6 +183,15 @@ class Coordinator {
   // reason when the member was replaced by a new registration, else what happened to it.
   void MemberLost(const Member& member, const std::string& why, bool replaced = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker's heartbeat against the running generation: notes that its rank started, or
+  // recovers the job when a started rank reports that it no longer runs it before its work is
+  // done (its run ended without a failure report reaching us).
+  void WorkerHeartbeat(const Member& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rank `rank` sent its last evaluation chunks of the final epoch (its part of the job is done).
+  bool RankDone(const Job& job, int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FAILED_PRECONDITION when `key` lies under the KV prefix of a known job's generation that is
+  // not running ("job-1/g2" or "job-1/g2/..."): a stale rank must not leave keys behind.
+  Status FenceKvKey(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status DllLog(Job* job, const DllStep& step, const DllMetrics& metrics)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status OpenDll(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -3,6 +3,7 @@
 // evaluation aggregation and the DLLL log, KV, and a restart from the state directory.
 #include "server/coordinator/coordinator.h"
 
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -266,11 +267,14 @@ TEST_F(CoordinatorTest, LostWorkerRecoversFromTheLastCheckpointWithANewGeneratio
   EXPECT_EQ(Job(job).state(), pb::RUNNING);
   EXPECT_TRUE(LogHas(job, "checkpoint committed at step 40 (epoch 1)"));
   pb::KvSetRequest kv;
-  for (const char* key : {"job-1/g1/rank0", "job-1/g10/rank0", "other"}) {
+  for (const char* key : {"job-1/g1/rank0", "job-10/g1/rank0", "other"}) {
     kv.set_key(key);
     kv.set_value("v");
     ASSERT_TRUE(c_->KvSet(kv).ok());
   }
+  // Keys of a generation of job-1 that is not running are refused (stale generation).
+  kv.set_key("job-1/g10/rank0");
+  EXPECT_EQ(c_->KvSet(kv).status().code(), absl::StatusCode::kFailedPrecondition);
 
   // w1 goes silent; everybody else keeps beating.
   Advance(2000);
@@ -289,7 +293,7 @@ TEST_F(CoordinatorTest, LostWorkerRecoversFromTheLastCheckpointWithANewGeneratio
   get.set_timeout_ms(0);
   EXPECT_EQ(c_->KvGet(get).status().code(), absl::StatusCode::kDeadlineExceeded);
   get.clear_keys();
-  get.add_keys("job-1/g10/rank0");
+  get.add_keys("job-10/g1/rank0");
   get.add_keys("other");
   EXPECT_TRUE(c_->KvGet(get).ok());
 
@@ -740,6 +744,108 @@ TEST_F(CoordinatorTest, AnEpochTrainedOverTwoGenerationsKeepsItsTimeAndThroughpu
   EXPECT_DOUBLE_EQ(info.epochs_done(0).train_time_s(), 2.0);
   EXPECT_DOUBLE_EQ(info.epochs_done(0).samples_per_second(), 1000);
   EXPECT_DOUBLE_EQ(info.time_to_train_s(), 2.0);
+}
+
+// A worker's run can end without a failure report reaching the coordinator (a failed call to
+// the coordinator ends a run quietly, or ReportFailure itself fails). With one worker no peer
+// times out, so before this rule the job stayed RUNNING / CHECKPOINTING forever.
+TEST_F(CoordinatorTest, AWorkerThatStopsRunningItsGenerationUnreportedRecoversTheJob) {
+  const std::string job = Submit(SpecYaml(1, 2, 2));
+  std::vector<std::string> w = Cluster(1);
+  // An idle heartbeat before the worker picked the assignment up changes nothing.
+  ASSERT_EQ(Assigned(w[0]).generation(), 1);
+  EXPECT_EQ(Job(job).state(), pb::RUNNING);
+  ASSERT_EQ(Assigned(w[0], job, 1).generation(), 1);  // it runs generation 1
+
+  // It begins a checkpoint, the commit fails on its side, it abandons the run and goes idle.
+  pb::CheckpointBeginRequest b;
+  b.set_job_id(job);
+  b.set_generation(1);
+  b.set_global_step(10);
+  ASSERT_TRUE(c_->CheckpointBegin(b).ok());
+  ASSERT_EQ(Job(job).state(), pb::CHECKPOINTING);
+  const pb::Assignment a = Assigned(w[0]);
+  pb::JobInfo info = Job(job);
+  EXPECT_EQ(info.recoveries(), 1);
+  EXPECT_TRUE(LogHas(job,
+                     "RECOVERING (recovery 1): worker rank 0 (w0) stopped running generation 1 "
+                     "without a failure report"));
+  // The idle worker makes the cluster whole again: generation 2 starts at once.
+  EXPECT_EQ(info.state(), pb::RUNNING);
+  EXPECT_EQ(info.generation(), 2);
+  EXPECT_EQ(a.generation(), 2);
+}
+
+TEST_F(CoordinatorTest, ARankThatSentItsFinalEvaluationMayGoIdle) {
+  const std::string job = Submit(SpecYaml(2, 2, 1));
+  std::vector<std::string> w = Cluster(2);
+  ASSERT_EQ(Assigned(w[0], job, 1).rank(), 0);
+  ASSERT_EQ(Assigned(w[1], job, 1).rank(), 1);
+  auto eval = [&](int rank, const std::string& split) {
+    pb::ReportEvalRequest q;
+    q.set_job_id(job);
+    q.set_generation(1);
+    q.set_rank(rank);
+    q.set_epoch(0);
+    q.set_split(split);
+    q.add_scores(rank == 0 ? 0.2f : 0.8f);
+    q.add_labels(static_cast<float>(rank));
+    q.set_last(true);
+    return c_->ReportEval(q).status();
+  };
+  // Rank 1 sent both splits of the final epoch: its part is done, it may go idle while rank 0
+  // still evaluates.
+  ASSERT_TRUE(eval(1, "train").ok());
+  ASSERT_TRUE(eval(1, "test").ok());
+  Assigned(w[1]);
+  EXPECT_EQ(Job(job).state(), pb::RUNNING);
+  EXPECT_EQ(Job(job).recoveries(), 0);
+  ASSERT_TRUE(eval(0, "train").ok());
+  ASSERT_TRUE(eval(0, "test").ok());
+  EXPECT_EQ(Job(job).state(), pb::COMPLETED);
+}
+
+TEST_F(CoordinatorTest, AStaleGenerationCannotSetKvKeys) {
+  const std::string job = Submit(SpecYaml(1, 2, 1));
+  std::vector<std::string> w = Cluster(1);
+  ASSERT_EQ(Assigned(w[0], job, 1).generation(), 1);
+  auto set = [&](const std::string& key) {
+    pb::KvSetRequest q;
+    q.set_key(key);
+    q.set_value("v");
+    return c_->KvSet(q).status();
+  };
+  ASSERT_TRUE(set("job-1/g1/rank0").ok());
+  ASSERT_TRUE(set("job-1/g1").ok());
+  ASSERT_TRUE(Fail(job, 1, 0, "peer lost", /*fatal=*/false).ok());
+  ASSERT_EQ(Assigned(w[0]).generation(), 2);
+  // Generation 1 ended: a late rank of it cannot leave keys behind.
+  const Status stale = set("job-1/g1/rank1");
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(stale.message()),
+              HasSubstr("KV key \"job-1/g1/rank1\" belongs to job-1 generation 1"));
+  EXPECT_EQ(set("job-1/g3/x").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(set("job-1/g2/rank0").ok());
+  // Keys that name no known job's generation are not fenced.
+  for (const char* key : {"job-2/g1/x", "job-1/gx", "job-1/g2x", "job-1", "free"}) {
+    EXPECT_TRUE(set(key).ok()) << key;
+  }
+  pb::CancelJobRequest cancel;
+  cancel.set_job_id(job);
+  ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  EXPECT_EQ(set("job-1/g2/rank0").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorTest, GetLogsAtAHugeOffsetReturnsNothing) {
+  const std::string job = Submit(SpecYaml(1, 1, 1));
+  pb::GetLogsRequest q;
+  q.set_job_id(job);
+  q.set_offset(std::numeric_limits<int64_t>::max());
+  auto r = c_->GetLogs(q);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->lines_size(), 0);
+  EXPECT_EQ(r->next_offset(), std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(r->finished());
 }
 
 }  // namespace
