@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -191,6 +192,9 @@ Status RunLogs(const LogsFlags& f) {
   SIFT_ASSIGN_OR_RETURN(auto client, c.Connect());
   int64_t offset = 0;
   absl::Time failing_since = absl::InfiniteFuture();
+  // Without --follow, every line there is now: the coordinator answers in pages, so pages are
+  // fetched until one comes back empty (json: one object with all of them at the end).
+  std::vector<std::string> json_lines;
   while (true) {
     StatusOr<pb::GetLogsResponse> r = client->GetLogs(f.job.job_id, offset);
     if (!r.ok()) {
@@ -204,11 +208,17 @@ Status RunLogs(const LogsFlags& f) {
       continue;
     }
     failing_since = absl::InfiniteFuture();
+    const bool page_empty = r->lines().empty();
     if (c.json() && !f.follow) {
+      json_lines.insert(json_lines.end(), r->lines().begin(), r->lines().end());
+      if (!page_empty && !r->finished()) {
+        offset = r->next_offset();
+        continue;
+      }
       PrintJson({{"apiVersion", kApiVersion},
                  {"kind", "JobLogs"},
                  {"job_id", f.job.job_id},
-                 {"lines", std::vector<std::string>(r->lines().begin(), r->lines().end())},
+                 {"lines", json_lines},
                  {"next_offset", r->next_offset()},
                  {"finished", r->finished()},
                  {"state", coordinator::JobStateName(r->state())}});
@@ -231,8 +241,9 @@ Status RunLogs(const LogsFlags& f) {
     }
     std::fflush(stdout);
     offset = r->next_offset();
-    if (!f.follow || r->finished()) return absl::OkStatus();
-    absl::SleepFor(absl::Milliseconds(500));
+    if (r->finished() || (!f.follow && page_empty)) return absl::OkStatus();
+    // A full backlog is read at once; new lines are polled for.
+    if (page_empty) absl::SleepFor(absl::Milliseconds(500));
   }
 }
 

@@ -285,6 +285,41 @@ TEST(CliJobs, SubmitWaitMirrorsACancelledJob) {
   EXPECT_THAT(out, HasSubstr("sift: error: job " + id + " CANCELLED"));
 }
 
+// The coordinator returns a job's log in pages (10,000 lines): `sift logs` without --follow
+// printed only the first page of a longer log.
+TEST(CliJobs, LogsPrintsEveryLineOfALogLongerThanOnePage) {
+  testing::TempDir dir;
+  const std::string spec = dir.Sub("job.yaml");
+  testing::WriteAll(spec, "dataset: data\ncluster: {servers: 1, workers: 1}\n");
+  const int kExtra = 10050;
+  {
+    CoordinatorProcess coordinator(dir);
+    auto submit = RunSift({"submit", spec, "--coordinator", coordinator.address()});
+    ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  }
+  // The log is plain appended lines under the state dir; a restarted coordinator reloads it.
+  {
+    std::string extra;
+    for (int i = 0; i < kExtra; ++i) absl::StrAppend(&extra, "event ", i, "\n");
+    const std::string log = dir.Sub("state/jobs/job-1.log");
+    testing::WriteAll(log, testing::ReadAll(log) + extra);
+  }
+  std::filesystem::remove(dir.Sub("coord.port"));
+  CoordinatorProcess coordinator(dir);
+  const std::string& addr = coordinator.address();
+  auto text = RunSift({"logs", "job-1", "--coordinator", addr});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  const std::vector<std::string> lines = absl::StrSplit(text.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kExtra + 1));  // "submitted" + the extra events
+  EXPECT_THAT(lines.front(), HasSubstr("submitted"));
+  EXPECT_EQ(lines.back(), absl::StrCat("event ", kExtra - 1));
+  const nlohmann::json j =
+      ParseJson(RunSift({"logs", "job-1", "--coordinator", addr, "-o", "json"}).out);
+  ASSERT_TRUE(j["lines"].is_array());
+  EXPECT_EQ(j["lines"].size(), static_cast<size_t>(kExtra + 1));
+  EXPECT_EQ(j["next_offset"], kExtra + 1);
+}
+
 TEST(CliJobs, SubmitWaitOfACompletedJobOnACluster) {
   testing::TempDir dir;
   auto gen = RunSift({"data", "gen", "--preset", "tiny", "--seed", "1", "--users", "200", "--items",
