@@ -79,9 +79,6 @@ void AddBenchCluster(CLI::App* bench, Action* action) {
   cmd->add_option("--steps", o.steps, "Measured steps after the warm-up, per run")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--warmup-steps", o.warmup_steps, "Warm-up steps excluded from the numbers")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
   cmd->add_option("--threads", o.threads,
                   "Threads of the worker and of the in-process run (0 = every CPU)")
       ->check(CLI::NonNegativeNumber)

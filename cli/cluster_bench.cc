@@ -53,9 +53,6 @@ Status ValidateOptions(const ClusterBenchOptions& o) {
   if (o.batch_size < 1)
     return UsageError(absl::StrCat("--batch-size must be >= 1, got ", o.batch_size));
   if (o.steps < 1) return UsageError(absl::StrCat("--steps must be >= 1, got ", o.steps));
-  if (o.warmup_steps < 0) {
-    return UsageError(absl::StrCat("--warmup-steps must be >= 0, got ", o.warmup_steps));
-  }
   if (o.threads < 0) return UsageError(absl::StrCat("--threads must be >= 0, got ", o.threads));
   if (o.server_threads < 1) {
     return UsageError(absl::StrCat("--server-threads must be >= 1, got ", o.server_threads));
@@ -68,7 +65,7 @@ Status ValidateOptions(const ClusterBenchOptions& o) {
   return absl::OkStatus();
 }
 
-// The job both ways run: 1 epoch of warmup + steps steps on 1 server and 1 worker, evaluation
+// The job both ways run: 1 epoch of warm-up + measured steps on 1 server and 1 worker, evaluation
 // kept to one train batch (the test split is evaluated in full), no checkpoints.
 JobSpec BenchJob(const ClusterBenchOptions& o, int threads, int64_t staleness) {
   JobSpec spec;
@@ -80,7 +77,7 @@ JobSpec BenchJob(const ClusterBenchOptions& o, int threads, int64_t staleness) {
   spec.training.staleness = staleness;
   spec.training.seed = o.seed;
   spec.training.train_eval_samples = o.batch_size;
-  spec.training.max_steps_per_epoch = o.warmup_steps + o.steps;
+  spec.training.max_steps_per_epoch = kClusterBenchWarmupSteps + o.steps;
   spec.cluster.servers = 1;
   spec.cluster.workers = 1;
   spec.cluster.threads_per_worker = threads;
@@ -439,10 +436,10 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
           }
           r.in_process = *in;
           say(absl::StrCat(label, " ", Describe("in-process", r.in_process)));
-          if (r.in_process.steps != o.warmup_steps + o.steps) {
+          if (r.in_process.steps != kClusterBenchWarmupSteps + o.steps) {
             return absl::FailedPreconditionError(absl::StrCat(
                 "an epoch of ", o.dataset, " holds ", r.in_process.steps, " batches of ",
-                o.batch_size, ", fewer than the ", o.warmup_steps, " warm-up + ", o.steps,
+                o.batch_size, ", fewer than the ", kClusterBenchWarmupSteps, " warm-up + ", o.steps,
                 " measured steps; lower --steps or --batch-size"));
           }
         }
@@ -476,8 +473,8 @@ std::string FormatClusterBench(const ClusterBenchOptions& o, const ClusterBenchR
                         "  setup:      %s, batch %lld, 1 epoch of %lld warm-up + %lld measured "
                         "steps, %d thread(s) (worker and in-process), server %d thread(s)\n",
                         o.model, static_cast<long long>(o.batch_size),
-                        static_cast<long long>(o.warmup_steps), static_cast<long long>(o.steps),
-                        r.threads, o.server_threads);
+                        static_cast<long long>(kClusterBenchWarmupSteps),
+                        static_cast<long long>(o.steps), r.threads, o.server_threads);
   absl::StrAppendFormat(&out, "  load avg:   %.2f before, %.2f after (1 min)\n",
                         r.load_average_before, r.load_average_after);
   for (const ClusterBenchSeries& s : r.series) {
@@ -543,7 +540,7 @@ nlohmann::json ClusterBenchToJson(const ClusterBenchOptions& o, const ClusterBen
           {"dataset", o.dataset},
           {"model", o.model},
           {"batch_size", o.batch_size},
-          {"warmup_steps", o.warmup_steps},
+          {"warmup_steps", kClusterBenchWarmupSteps},
           {"steps", o.steps},
           {"threads", r.threads},
           {"server_threads", o.server_threads},

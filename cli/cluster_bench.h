@@ -3,7 +3,8 @@
 // and as a job of a real local cluster (coordinator, 1 embedding server, 1 worker as child
 // processes on loopback, cli/local_cluster.h) — alternating the two for `repeats` rounds. Both
 // ways run the one step engine in kTrain mode from one JobSpec (the worker's own mapping,
-// worker::TrainerOptionsForAssignment): 1 epoch of warmup + steps steps, the staleness k's
+// worker::TrainerOptionsForAssignment): 1 epoch of kClusterBenchWarmupSteps + steps steps, the
+// staleness k's
 // pipeline, and the trainer's per-epoch calculator (warm-up excluded) for samples/s. Where the
 // time goes: RunResult.phases in process, the worker's sift_worker_phase_seconds_total deltas
 // over the job for the cluster. Not thread-safe; run it on the main thread (the children's death
@@ -26,11 +27,10 @@ struct ClusterBenchOptions {
   std::string dataset;  // REQUIRES: a sift dataset directory (absolute or relative to the cwd)
   std::string model = "sim";
   int64_t batch_size = 4096;
-  int64_t steps = 30;         // measured steps after the warm-up
-  int64_t warmup_steps = 20;  // the trainer's default (not measured)
-  int threads = 0;            // worker / in-process threads; 0 = every available CPU
-  int server_threads = 1;     // the embedding server's --threads
-  int repeats = 2;            // rounds; each runs both ways once per staleness
+  int64_t steps = 30;      // measured steps after the warm-up
+  int threads = 0;         // worker / in-process threads; 0 = every available CPU
+  int server_threads = 1;  // the embedding server's --threads
+  int repeats = 2;         // rounds; each runs both ways once per staleness
   std::vector<int64_t> staleness = {1};
   uint64_t seed = 1;
   // Called with a line per finished run (progress); may be empty.
@@ -67,12 +67,16 @@ struct ClusterBenchResult {
 };
 
 inline constexpr double kClusterOverheadTarget = 0.8;  // docs/benchmarks.md
+// The trainer's warm-up (TrainerOptions::warmup_steps; a job spec cannot change it): steps run
+// before the measured ones, excluded from samples/s.
+inline const int64_t kClusterBenchWarmupSteps = worker::TrainerOptions{}.warmup_steps;
 
 // Validates the options (INVALID_ARGUMENT naming the flag; NOT_FOUND for a missing dataset),
 // runs the rounds and stops every child before returning. The cluster's state and logs go to a
 // fresh temporary directory, removed on success and kept (named in the error) on failure.
-// FAILED_PRECONDITION when an epoch of the dataset holds fewer than warmup_steps + steps batches; a
-// failed or vanished cluster job, or a child that exited, is an error naming the work dir's logs.
+// FAILED_PRECONDITION when an epoch of the dataset holds fewer than kClusterBenchWarmupSteps +
+// steps batches; a failed or vanished cluster job, or a child that exited, is an error naming the
+// work dir's logs.
 StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& options);
 
 // The result as text (rounds, medians, ratio vs the target, phase split) and as JSON.
