@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "common/file_util.h"
 #include "server/coordinator/client.h"
 #include "server/coordinator/service.h"
@@ -24,13 +25,7 @@ Status RunCoordinator(CoordinatorFlags flags) {
     return absl::InvalidArgumentError("--state-dir is required");
   }
   flags.options.version = SIFT_VERSION;
-  // Block the stop signals before any thread starts, so every thread inherits the mask and the
-  // main thread alone receives them in sigwait.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  StopSignals stop;  // before any thread starts
 
   SIFT_ASSIGN_OR_RETURN(auto server, coordinator::CoordinatorServer::Start(flags.options));
   const auto& o = flags.options;
@@ -49,9 +44,8 @@ Status RunCoordinator(CoordinatorFlags flags) {
     SIFT_RETURN_IF_ERROR(WriteFileAtomic(
         flags.port_file, absl::StrCat(server->port(), " ", server->metrics_port(), "\n")));
   }
-  int sig = 0;
-  sigwait(&stop, &sig);
-  std::printf("sift coordinator: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  const char* sig = stop.Wait();
+  std::printf("sift coordinator: %s, shutting down\n", sig);
   std::fflush(stdout);
   server->Shutdown();
   return absl::OkStatus();

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "common/file_util.h"
 #include "common/thread_pool.h"
 #include "server/coordinator/member_session.h"
@@ -52,13 +53,7 @@ Status RunEmbeddingServer(ServerFlags flags) {
   SIFT_RETURN_IF_ERROR(MakeDirs(flags.options.shard.snapshot_dir));
   if (flags.options.shard.threads <= 0) flags.options.shard.threads = AvailableCpus();
   flags.options.shard.version = SIFT_VERSION;
-  // Block the stop signals before any thread starts, so every thread inherits the mask and the
-  // main thread alone receives them in sigwait.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  StopSignals stop;  // before any thread starts
 
   SIFT_ASSIGN_OR_RETURN(auto server, embedding::EmbeddingServer::Start(flags.options));
   const auto& o = flags.options;
@@ -85,10 +80,9 @@ Status RunEmbeddingServer(ServerFlags flags) {
                 flags.coordinator.c_str(), session->member_id().c_str());
     std::fflush(stdout);
   }
-  int sig = 0;
-  sigwait(&stop, &sig);
+  const char* sig = stop.Wait();
   session.reset();  // stop heartbeating: the coordinator sees the lease end
-  std::printf("sift embedding-server: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::printf("sift embedding-server: %s, draining\n", sig);
   std::fflush(stdout);
   server->Shutdown();
   return absl::OkStatus();

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "common/file_util.h"
 #include "server/coordinator/client.h"
 #include "worker/distributed_worker.h"
@@ -30,13 +31,7 @@ Status RunWorker(WorkerFlags flags) {
   o.coordinator = coordinator::ResolveCoordinatorAddress(flags.coordinator);
   o.register_timeout = absl::Seconds(flags.register_timeout_s);
   o.version = SIFT_VERSION;
-  // Block the stop signals before any thread starts, so every thread inherits the mask and the
-  // main thread alone receives them in sigwait.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  StopSignals stop;  // before any thread starts
 
   SIFT_ASSIGN_OR_RETURN(auto worker, worker::DistributedWorker::Start(o));
   std::printf("sift worker: registered with %s as %s, host %s, metrics %s\n", o.coordinator.c_str(),
@@ -51,9 +46,8 @@ Status RunWorker(WorkerFlags flags) {
   }
   std::future<Status> serving =
       std::async(std::launch::async, [w = worker.get()] { return w->Serve(); });
-  int sig = 0;
-  sigwait(&stop, &sig);
-  std::printf("sift worker: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  const char* sig = stop.Wait();
+  std::printf("sift worker: %s, stopping\n", sig);
   std::fflush(stdout);
   worker->Stop();
   // A run ends at its next step boundary; a collective blocked on a silent peer may take until
