@@ -18,6 +18,7 @@
 #include "common/auc.h"
 #include "common/file_util.h"
 #include "common/hash.h"
+#include "server/coordinator/client.h"
 
 namespace sift::coordinator {
 namespace {
@@ -30,10 +31,6 @@ bool IsActive(pb::JobState s) {
   return s == pb::PENDING || s == pb::RUNNING || s == pb::CHECKPOINTING || s == pb::RECOVERING;
 }
 bool IsRunning(pb::JobState s) { return s == pb::RUNNING || s == pb::CHECKPOINTING; }
-bool IsFinishedState(pb::JobState s) {
-  return s == pb::COMPLETED || s == pb::FAILED || s == pb::CANCELLED;
-}
-std::string StateName(pb::JobState s) { return pb::JobState_Name(s); }
 
 double UnixSeconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
 
@@ -105,7 +102,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions opti
       job->rec.info.set_message("coordinator restarted");
       job->recover_reason = "coordinator restarted";
       SIFT_RETURN_IF_ERROR(
-          c->Log(job.get(), absl::StrCat("RECOVERING: coordinator restarted (", StateName(s),
+          c->Log(job.get(), absl::StrCat("RECOVERING: coordinator restarted (", JobStateName(s),
                                          " at generation ", job->rec.info.generation(), ")")));
       SIFT_RETURN_IF_ERROR(c->Persist(*job));
     }
@@ -148,7 +145,7 @@ StatusOr<Coordinator::Job*> Coordinator::Fence(const std::string& job_id, int64_
   if (job != ActiveJob() || generation != info.generation() || !IsRunning(info.state())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "stale generation: ", job_id, " generation ", generation, " is not running (", job_id,
-        " is ", StateName(info.state()), " at generation ", info.generation(), ")"));
+        " is ", JobStateName(info.state()), " at generation ", info.generation(), ")"));
   }
   return job;
 }
@@ -235,8 +232,8 @@ Status Coordinator::Finish(Job* job, pb::JobState state, const std::string& mess
   info.set_message(message);
   info.set_end_time(UnixSeconds(Now()));
   job->dll.reset();
-  Status s =
-      Log(job, message.empty() ? StateName(state) : absl::StrCat(StateName(state), ": ", message));
+  Status s = Log(job, message.empty() ? JobStateName(state)
+                                      : absl::StrCat(JobStateName(state), ": ", message));
   s.Update(Persist(*job));
   return s;
 }
@@ -353,7 +350,7 @@ void Coordinator::Schedule() {
               [](const Member* a, const Member* b) { return a->seq < b->seq; });
     idle.resize(W);
     Complain(StartGeneration(job, idle, servers));
-    if (!IsFinishedState(job->rec.info.state())) return;
+    if (!IsFinished(job->rec.info.state())) return;
     // It failed to start (e.g. its results_dir is not writable): the next job may run.
   }
 }
@@ -487,12 +484,12 @@ StatusOr<pb::JobInfo> Coordinator::CancelJob(const pb::CancelJobRequest& request
   const pb::JobState state = job->rec.info.state();
   if (!IsActive(state)) {
     return absl::FailedPreconditionError(
-        absl::StrCat(request.job_id(), " is ", StateName(state),
+        absl::StrCat(request.job_id(), " is ", JobStateName(state),
                      ": only a PENDING, RUNNING, CHECKPOINTING or RECOVERING job can be "
                      "cancelled"));
   }
   SIFT_RETURN_IF_ERROR(
-      Finish(job, pb::CANCELLED, absl::StrCat("cancelled while ", StateName(state))));
+      Finish(job, pb::CANCELLED, absl::StrCat("cancelled while ", JobStateName(state))));
   Schedule();
   return job->rec.info;
 }
@@ -511,7 +508,7 @@ StatusOr<pb::GetLogsResponse> Coordinator::GetLogs(const pb::GetLogsRequest& req
   for (int64_t i = request.offset(); i < end; ++i) response.add_lines(job->log[i]);
   response.set_next_offset(std::max(request.offset(), end));
   response.set_state(job->rec.info.state());
-  response.set_finished(IsFinishedState(job->rec.info.state()) && end == size);
+  response.set_finished(IsFinished(job->rec.info.state()) && end == size);
   return response;
 }
 
@@ -629,7 +626,7 @@ Status Coordinator::FenceKvKey(const std::string& key) {
   return absl::FailedPreconditionError(
       absl::StrCat("stale generation: KV key \"", key, "\" belongs to ", info.job_id(),
                    " generation ", generation, ", which is not running (", info.job_id(), " is ",
-                   StateName(info.state()), " at generation ", info.generation(), ")"));
+                   JobStateName(info.state()), " at generation ", info.generation(), ")"));
 }
 
 StatusOr<pb::KvGetResponse> Coordinator::KvGet(const pb::KvGetRequest& request) {
