@@ -52,6 +52,14 @@ Status CoordinatorCallError(const Status& s) {
   return WithExitCode(s, kExitFailed);
 }
 
+Status JobOutcome(const coordinator::pb::JobInfo& job) {
+  if (job.state() == coordinator::pb::COMPLETED) return absl::OkStatus();
+  return WithExitCode(absl::AbortedError(absl::StrCat(
+                          "job ", job.job_id(), " ", coordinator::JobStateName(job.state()),
+                          job.message().empty() ? "" : ": ", job.message())),
+                      kExitFailed);
+}
+
 std::string AbsolutePath(const std::string& path, const std::string& base_dir) {
   if (path.empty()) return path;
   std::filesystem::path p(path);

@@ -24,6 +24,10 @@ StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> ConnectCoordinator(
 // gets the hint); 1 otherwise (e.g. FAILED_PRECONDITION: cancel of a finished job).
 Status CoordinatorCallError(const Status& s);
 
+// A finished job as a command's result: OK for COMPLETED; otherwise ABORTED with exit code 1,
+// "job <id> <STATE>: <message>".
+Status JobOutcome(const coordinator::pb::JobInfo& job);
+
 // `path` relative to `base_dir` (unchanged when absolute or empty), without "." components.
 std::string AbsolutePath(const std::string& path, const std::string& base_dir);
 // dataset, checkpoint.dir and results_dir made absolute against `base_dir`.

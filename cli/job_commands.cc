@@ -52,15 +52,6 @@ void AddClientFlags(CLI::App* cmd, ClientFlags* f) {
 
 void PrintJson(const nlohmann::json& j) { std::printf("%s\n", j.dump(2).c_str()); }
 
-// The job's end as the command's result: OK for COMPLETED, exit 1 naming the state otherwise.
-Status JobOutcome(const pb::JobInfo& job) {
-  if (job.state() == pb::COMPLETED) return absl::OkStatus();
-  return WithExitCode(absl::AbortedError(absl::StrCat(
-                          "job ", job.job_id(), " ", coordinator::JobStateName(job.state()),
-                          job.message().empty() ? "" : ": ", job.message())),
-                      kExitFailed);
-}
-
 // GetJob, tolerating a coordinator that is briefly away (a restart) for up to a minute.
 class JobPoller {
  public:

@@ -276,11 +276,7 @@ Status RunLocal(const LocalFlags& f) {
   std::printf("\n%s", FormatFinalReport(job).c_str());
   std::printf("  work dir   %s (logs in %s/logs)\n", work_dir.c_str(), work_dir.c_str());
   std::fflush(stdout);
-  if (job.state() == pb::COMPLETED) return absl::OkStatus();
-  return WithExitCode(absl::AbortedError(absl::StrCat(
-                          "job ", job.job_id(), " ", coordinator::JobStateName(job.state()),
-                          job.message().empty() ? "" : ": ", job.message())),
-                      kExitFailed);
+  return JobOutcome(job);
 }
 
 }  // namespace
