@@ -164,7 +164,7 @@ TEST_F(ClusterTest, WorkersMatchSingleProcessTraining) {
     EXPECT_EQ(got, want);
   }
   // Two workers (k = 0 and k = 1): the single-process test AUC within 0.01.
-  const TestJob single = Job("two_single", 1, 0, 40);
+  const TestJob single = Job("two_single", 1, 0, 80);
   TrainSingleProcess(single);
   auto records = ReadDllLogFile(single.results_dir + "/log.json");
   ASSERT_TRUE(records.ok()) << records.status();
@@ -177,7 +177,7 @@ TEST_F(ClusterTest, WorkersMatchSingleProcessTraining) {
   for (int staleness : {0, 0, 1}) {
     SCOPED_TRACE(absl::StrCat("staleness ", staleness));
     const TestJob j =
-        Job(absl::StrCat("two_k", staleness, "_", first_k0_curve.size()), 2, staleness, 40);
+        Job(absl::StrCat("two_k", staleness, "_", first_k0_curve.size()), 2, staleness, 80);
     const std::string id = cluster.Submit(j.Yaml());
     const JobInfo done = cluster.WaitForFinish(id, 300);
     ASSERT_EQ(done.state(), coordinator::pb::COMPLETED) << done.message() << "\n"
