@@ -1,10 +1,6 @@
 #include "cli/cluster_bench.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdlib.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +24,7 @@
 #include "cli/local_cluster.h"
 #include "common/auc.h"
 #include "common/file_util.h"
+#include "common/http_client.h"
 #include "common/job_spec.h"
 #include "common/thread_pool.h"
 #include "server/coordinator/client.h"
@@ -142,48 +139,6 @@ StatusOr<ClusterBenchRun> RunInProcess(const JobSpec& spec, int threads) {
   return run;
 }
 
-// HTTP/1.0 GET of http://127.0.0.1:port/metrics (the children listen on loopback only).
-StatusOr<std::string> GetLoopbackMetrics(int port) {
-  const std::string where = absl::StrCat("http://127.0.0.1:", port, "/metrics");
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat(where, ": socket: ", std::strerror(errno)));
-  timeval timeout{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string error;
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    error = absl::StrCat("connect: ", std::strerror(errno));
-  }
-  const std::string request = "GET /metrics HTTP/1.0\r\nConnection: close\r\n\r\n";
-  for (size_t sent = 0; error.empty() && sent < request.size();) {
-    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) error = absl::StrCat("send: ", std::strerror(errno));
-    if (n > 0) sent += static_cast<size_t>(n);
-  }
-  std::string reply;
-  char buf[65536];
-  while (error.empty()) {
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n == 0) break;
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) error = absl::StrCat("recv: ", std::strerror(errno));
-    if (n > 0) reply.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  if (!error.empty()) return absl::UnavailableError(absl::StrCat(where, ": ", error));
-  const size_t header_end = reply.find("\r\n\r\n");
-  if (header_end == std::string::npos || !absl::StartsWith(reply, "HTTP/1.") ||
-      reply.substr(0, reply.find("\r\n")).find(" 200") == std::string::npos) {
-    return absl::InternalError(
-        absl::StrCat(where, ": not a 200 reply: ", reply.substr(0, reply.find("\r\n"))));
-  }
-  return reply.substr(header_end + 4);
-}
-
 // The worker's /metrics port, from the cluster file LocalCluster writes.
 StatusOr<int> WorkerMetricsPort(const std::string& cluster_file) {
   SIFT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(cluster_file));
@@ -272,7 +227,7 @@ class BenchCluster {
   BenchCluster() = default;
   std::string LogsHint() const { return absl::StrCat("logs in ", work_dir_, "/logs"); }
   StatusOr<PhaseTimes> ScrapePhases() {
-    SIFT_ASSIGN_OR_RETURN(std::string text, GetLoopbackMetrics(metrics_port_));
+    SIFT_ASSIGN_OR_RETURN(std::string text, HttpGet("127.0.0.1", metrics_port_, "/metrics"));
     StatusOr<PhaseTimes> p = ParseWorkerPhaseSeconds(text);
     if (!p.ok()) return Annotate(p.status(), absl::StrCat("worker /metrics :", metrics_port_));
     return p;

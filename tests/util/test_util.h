@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "common/http_client.h"
 #include "common/status.h"
 
 namespace sift::testing {
@@ -65,10 +66,8 @@ std::string WaitForFile(const std::string& path, double timeout_s = 60);
 std::string ReadAll(const std::string& path);
 void WriteAll(const std::string& path, const std::string& data);
 
-// HTTP GET of http://host:port/path over a plain socket (HTTP/1.0, Connection: close, 10 s
-// socket timeouts). Returns the body; UNAVAILABLE when the connection fails, INTERNAL for a
-// malformed reply, FAILED_PRECONDITION (with the status line) for a status other than 200.
-StatusOr<std::string> HttpGet(const std::string& host, int port, const std::string& path);
+// HTTP GET for tests (/metrics, Prometheus's API): common/http_client.h.
+using ::sift::HttpGet;
 
 // Whether `promtool` (Prometheus' linter) is on PATH.
 bool PromtoolAvailable();
