@@ -71,10 +71,10 @@ TEST(Subprocess, StopSendsTermThenKill) {
   // Ignores SIGTERM (an ignored disposition survives exec): Stop must fall back to SIGKILL.
   testing::TempDir dir;
   const std::string ready = dir.Sub("ready");
-  auto stubborn = StartShell(absl::StrCat("trap '' TERM; echo x > ", ready, "; exec sleep 30"), "");
-  ASSERT_TRUE(stubborn.ok());
+  auto ignores_term = StartShell(absl::StrCat("trap '' TERM; echo x > ", ready, "; exec sleep 30"), "");
+  ASSERT_TRUE(ignores_term.ok());
   ASSERT_EQ(testing::WaitForFile(ready, 30), "x\n");  // the trap is set
-  e = stubborn->Stop(absl::Milliseconds(300));
+  e = ignores_term->Stop(absl::Milliseconds(300));
   EXPECT_TRUE(e.signaled);
   EXPECT_EQ(e.signal, SIGKILL);
 }
