@@ -71,7 +71,8 @@ TEST(Subprocess, StopSendsTermThenKill) {
   // Ignores SIGTERM (an ignored disposition survives exec): Stop must fall back to SIGKILL.
   testing::TempDir dir;
   const std::string ready = dir.Sub("ready");
-  auto ignores_term = StartShell(absl::StrCat("trap '' TERM; echo x > ", ready, "; exec sleep 30"), "");
+  auto ignores_term =
+      StartShell(absl::StrCat("trap '' TERM; echo x > ", ready, "; exec sleep 30"), "");
   ASSERT_TRUE(ignores_term.ok());
   ASSERT_EQ(testing::WaitForFile(ready, 30), "x\n");  // the trap is set
   e = ignores_term->Stop(absl::Milliseconds(300));
