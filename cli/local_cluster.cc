@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -254,15 +255,21 @@ Status LocalCluster::WriteDescriptionFiles() const {
                          {"labels", {{"role", c.role}, {"index", std::to_string(c.index)}}}});
     }
   }
+  // Both files may go to directories that do not exist yet (deploy/prometheus/targets/).
+  const auto write = [](const std::string& path, const std::string& text) -> Status {
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    if (!dir.empty()) SIFT_RETURN_IF_ERROR(MakeDirs(dir));
+    return WriteFileAtomic(path, text);
+  };
   if (!options_.cluster_file.empty()) {
     const nlohmann::json doc = {{"coordinator", coordinator_address_},
                                 {"launcher_pid", static_cast<int64_t>(::getpid())},
                                 {"work_dir", options_.work_dir},
                                 {"children", children}};
-    SIFT_RETURN_IF_ERROR(WriteFileAtomic(options_.cluster_file, doc.dump(2) + "\n"));
+    SIFT_RETURN_IF_ERROR(write(options_.cluster_file, doc.dump(2) + "\n"));
   }
   if (!options_.prometheus_targets.empty()) {
-    SIFT_RETURN_IF_ERROR(WriteFileAtomic(options_.prometheus_targets, targets.dump(2) + "\n"));
+    SIFT_RETURN_IF_ERROR(write(options_.prometheus_targets, targets.dump(2) + "\n"));
   }
   return absl::OkStatus();
 }
