@@ -10,7 +10,10 @@ DEMO_DIR ?= out/demo
 APT_PACKAGES := build-essential cmake ninja-build pkg-config libabsl-dev libyaml-cpp-dev \
   libcli11-dev nlohmann-json3-dev zlib1g-dev libprotobuf-dev protobuf-compiler libgtest-dev \
   libgmock-dev libopenblas-dev python3 \
-  libgrpc++-dev protobuf-compiler-grpc grpc-proto prometheus-cpp-dev prometheus libgloo-dev
+  libgrpc++-dev protobuf-compiler-grpc grpc-proto prometheus-cpp-dev prometheus libgloo-dev \
+  slurmctld slurmd slurm-client munge yamllint
+# PyPI packages of the deploy checks (deploy/requirements.txt), in a venv at .venv.
+VENV ?= .venv
 
 .PHONY: all deps build demo test test-all clean format
 
@@ -24,6 +27,11 @@ deps:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "make deps: all packages present"; fi
+	@if ! [ -x $(VENV)/bin/python3 ] || ! cmp -s deploy/requirements.txt $(VENV)/requirements.txt; then \
+	  echo "make deps: installing deploy/requirements.txt into $(VENV)"; \
+	  python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check \
+	    -r deploy/requirements.txt && cp deploy/requirements.txt $(VENV)/requirements.txt; \
+	else echo "make deps: $(VENV) up to date"; fi
 
 $(BUILD_DIR)/build.ninja:
 	@command -v cmake >/dev/null && command -v ninja >/dev/null && [ -d /usr/lib/x86_64-linux-gnu/cmake/absl ] || $(MAKE) deps
