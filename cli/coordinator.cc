@@ -65,7 +65,8 @@ void AddCoordinator(CLI::App* app, Action* action) {
   cmd->add_option("--bind", o.bind_address, "Interface to listen on")->capture_default_str();
   cmd->add_option("--state-dir", o.coordinator.state_dir,
                   "Directory of job records and logs (a restarted coordinator resumes from it)")
-      ->required();
+      ->required()
+      ->envname("SIFT_STATE_DIR");
   cmd->add_option("--metrics-port", o.metrics_port,
                   "Prometheus /metrics port (0: any free port; -1: off)")
       ->capture_default_str()

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/stop_signals.h"
 #include "common/file_util.h"
+#include "common/shard_index.h"
 #include "common/thread_pool.h"
 #include "server/coordinator/member_session.h"
 #include "server/embedding/service.h"
@@ -19,6 +20,7 @@ namespace {
 
 struct ServerFlags {
   embedding::EmbeddingServerOptions options;
+  std::string shard;  // a number or "ordinal" (common/shard_index.h)
   std::string port_file;
   std::string coordinator;  // "" = standalone (no registration)
   std::string advertise_host = "127.0.0.1";
@@ -50,6 +52,9 @@ Status RunEmbeddingServer(ServerFlags flags) {
   if (flags.options.shard.snapshot_dir.empty()) {
     return absl::InvalidArgumentError("--snapshot-dir is required");
   }
+  SIFT_ASSIGN_OR_RETURN(
+      flags.options.shard.shard,
+      ResolveShardIndex(flags.shard, LocalHostName(), flags.options.shard.num_shards));
   SIFT_RETURN_IF_ERROR(MakeDirs(flags.options.shard.snapshot_dir));
   if (flags.options.shard.threads <= 0) flags.options.shard.threads = AvailableCpus();
   flags.options.shard.version = SIFT_VERSION;
@@ -98,12 +103,18 @@ void AddEmbeddingServer(CLI::App* app, Action* action) {
   cmd->add_option("--port", o.port, "gRPC port (0: any free port, printed at start)")
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--bind", o.bind_address, "Interface to listen on")->capture_default_str();
-  cmd->add_option("--shard", o.shard.shard, "This server's shard index I, in [0, S)")->required();
+  cmd->add_option("--shard", flags->shard,
+                  "This server's shard index I in [0, S), or 'ordinal': the trailing -N of the "
+                  "host name (a StatefulSet pod's)")
+      ->envname("SIFT_SHARD")
+      ->required();
   cmd->add_option("--num-shards", o.shard.num_shards, "Number of shards S")
+      ->envname("SIFT_NUM_SHARDS")
       ->required()
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--snapshot-dir", o.shard.snapshot_dir,
                   "Directory of snapshots (shared by all shards to restore into another S)")
+      ->envname("SIFT_SNAPSHOT_DIR")
       ->required();
   o.shard.threads = 0;
   cmd->add_option("--threads", o.shard.threads, "Request and store threads (0: all CPUs)")
@@ -126,9 +137,11 @@ void AddEmbeddingServer(CLI::App* app, Action* action) {
                   "Write '<port> <metrics-port>' here once listening (for launchers and tests)");
   cmd->add_option("--coordinator", flags->coordinator,
                   "Register with the coordinator at host:port as this shard's server "
-                  "(default: standalone)");
+                  "(default: standalone)")
+      ->envname("SIFT_COORDINATOR");
   cmd->add_option("--advertise-host", flags->advertise_host,
                   "Host name or IP the workers reach this server at (with --coordinator)")
+      ->envname("SIFT_ADVERTISE_HOST")
       ->capture_default_str();
   cmd->add_option("--register-timeout", flags->register_timeout_s,
                   "Seconds to keep trying to reach the coordinator at start")

@@ -87,11 +87,21 @@ struct SubmitFlags {
   std::string spec_path;
   std::string name;
   bool wait = false;
+  bool dry_run = false;
 };
 
 Status RunSubmit(const SubmitFlags& f) {
   SIFT_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpecForSubmit(f.spec_path));
   if (!f.name.empty()) spec.name = f.name;
+  if (Status s = CheckClusterJob(spec, f.spec_path); !s.ok()) return WithExitCode(s, kExitUsage);
+  if (f.dry_run) {  // validated: show what would be submitted, contact no one
+    if (f.client.json()) {
+      PrintJson({{"apiVersion", kApiVersion}, {"kind", "JobSpec"}, {"spec", JobSpecToYaml(spec)}});
+    } else {
+      std::printf("%s", JobSpecToYaml(spec).c_str());
+    }
+    return absl::OkStatus();
+  }
   SIFT_ASSIGN_OR_RETURN(auto client, f.client.Connect());
   StatusOr<std::string> id = client->SubmitJob(JobSpecToYaml(spec), f.spec_path);
   if (!id.ok()) return CoordinatorCallError(id.status());
@@ -252,6 +262,10 @@ void AddSubmit(CLI::App* app, Action* action) {
   cmd->add_flag("--wait", f->wait,
                 "Follow the job until it finishes (progress, then the final table); the exit "
                 "code is the job's: 0 COMPLETED, 1 FAILED or CANCELLED");
+  cmd->add_flag("--dry-run", f->dry_run,
+                "Validate the spec locally and print it as it would be submitted (relative "
+                "paths made absolute), without contacting a coordinator; exit 0 valid, 2 not")
+      ->excludes("--wait");
   AddClientFlags(cmd, &f->client);
   cmd->callback([f, action] { *action = [f] { return RunSubmit(*f); }; });
 }

@@ -184,6 +184,9 @@ Status RunLocal(const LocalFlags& f) {
   }
   if (f.servers > 0) spec.cluster.servers = f.servers;
   if (f.workers > 0) spec.cluster.workers = f.workers;
+  if (Status s = CheckClusterJob(spec, embedded ? "the default job" : f.spec_path); !s.ok()) {
+    return WithExitCode(s, kExitUsage);  // before any process starts
+  }
   if (spec.results_dir.empty()) spec.results_dir = JoinPath(work_dir, "results");
   int server_threads = 1;
   SplitThreads(f, &spec, &server_threads);

@@ -71,6 +71,7 @@ void AddWorker(CLI::App* app, Action* action) {
                   "Coordinator host:port (default: $SIFT_COORDINATOR, else 127.0.0.1:7070)");
   cmd->add_option("--advertise-host", o.advertise_host,
                   "Address peers reach this worker at (Gloo, /metrics)")
+      ->envname("SIFT_ADVERTISE_HOST")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads,
                   "Backend and loader threads (-1: the job's cluster.threads_per_worker; 0: all)")

@@ -392,6 +392,16 @@ StatusOr<JobSpec> ReadJobSpec(const std::string& path) {
   return ParseJobSpec(text, path);
 }
 
+Status CheckClusterJob(const JobSpec& spec, const std::string& source_name) {
+  if (spec.training.batch_size % spec.cluster.workers != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ": training.batch_size: ", spec.training.batch_size,
+                     " is not a multiple of cluster.workers (", spec.cluster.workers,
+                     "): every worker takes an equal share of each batch"));
+  }
+  return absl::OkStatus();
+}
+
 std::string JobSpecToYaml(const JobSpec& spec) {
   const auto& m = spec.model;
   const auto& t = spec.training;

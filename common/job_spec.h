@@ -79,6 +79,11 @@ StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, const std::string& s
 // Reads `path` and parses it (errors name the path). NOT_FOUND when the file does not exist.
 StatusOr<JobSpec> ReadJobSpec(const std::string& path);
 
+// The checks of a spec as a cluster job, after any command-line overrides of cluster.*:
+// training.batch_size must be a multiple of cluster.workers (each worker takes an equal share).
+// INVALID_ARGUMENT naming `source_name` and the fields.
+Status CheckClusterJob(const JobSpec& spec, const std::string& source_name);
+
 // The canonical YAML of `spec`: every field, fixed order, strings double-quoted, lr in the
 // shortest form that reads back exactly. ParseJobSpec(JobSpecToYaml(x)) == x for a valid x.
 std::string JobSpecToYaml(const JobSpec& spec);

@@ -429,12 +429,7 @@ Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& 
 StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobRequest& request) {
   const std::string source = request.source_name().empty() ? "job.yaml" : request.source_name();
   SIFT_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(request.spec_yaml(), source));
-  if (spec.training.batch_size % spec.cluster.workers != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": training.batch_size: ", spec.training.batch_size,
-                     " is not a multiple of cluster.workers (", spec.cluster.workers,
-                     "): every worker takes an equal share of each batch"));
-  }
+  SIFT_RETURN_IF_ERROR(CheckClusterJob(spec, source));
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   auto job = std::make_unique<Job>();

@@ -108,6 +108,35 @@ TEST(CliJobs, BadSpecsExitTwoNamingFileLineAndField) {
   EXPECT_TRUE(ParseJson(jobs.out)["items"].empty()) << jobs.out;
 }
 
+TEST(CliJobs, DryRunValidatesWithoutACoordinator) {
+  testing::TempDir dir;
+  // No coordinator anywhere: --dry-run must not try to reach one.
+  const std::string spec = dir.Sub("job.yaml");
+  testing::WriteAll(spec, "dataset: data/tiny\ntraining:\n  batch_size: 1000\n  lr: 0.02\n");
+  auto r = RunSift({"submit", spec, "--dry-run", "--coordinator", "127.0.0.1:1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The spec as it would be submitted: canonical, every field, relative paths made absolute.
+  EXPECT_THAT(r.out, HasSubstr("lr: 0.02"));
+  EXPECT_THAT(r.out, HasSubstr("workers: 2"));
+  EXPECT_THAT(r.out, ::testing::MatchesRegex("(.|\n)*dataset: \"/[^\"]*/data/tiny\"(.|\n)*"));
+  auto j = RunSift({"submit", spec, "--dry-run", "-o", "json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_EQ(ParseJson(j.out)["kind"], "JobSpec");
+
+  // The cluster checks run too: a batch the workers cannot share equally.
+  const std::string uneven = dir.Sub("uneven.yaml");
+  testing::WriteAll(uneven, "dataset: d\ntraining:\n  batch_size: 1001\ncluster:\n  workers: 2\n");
+  r = RunSift({"submit", uneven, "--dry-run"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr(uneven + ": training.batch_size: 1001 is not a multiple of "
+                                        "cluster.workers (2)"));
+  const std::string typo = dir.Sub("typo.yaml");
+  testing::WriteAll(typo, "dataset: d\ncluster:\n  replicas: 2\n");
+  r = RunSift({"submit", typo, "--dry-run"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr(typo + ":3: cluster.replicas"));
+}
+
 TEST(CliJobs, UsageErrorsExitTwo) {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"submit"},                             // missing JOB.yaml

@@ -1,4 +1,6 @@
 // The `sift` binary as a user meets it: help, version, usage errors and their exit codes.
+#include <cstdlib>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
@@ -33,6 +35,36 @@ TEST(Cli, RuntimeErrorsExitWithOneAndOneLine) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("sift: error: /nonexistent/dataset"));
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// Launchers (Kubernetes manifests, Slurm scripts) set role flags through the environment.
+TEST(Cli, RoleFlagsComeFromTheEnvironment) {
+  testing::TempDir dir;
+  auto missing = RunSift({"embedding-server", "--port", "0"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("--shard is required"));
+
+  ::setenv("SIFT_SHARD", "5", 1);
+  ::setenv("SIFT_NUM_SHARDS", "2", 1);
+  ::setenv("SIFT_SNAPSHOT_DIR", dir.Sub("snap").c_str(), 1);
+  auto out_of_range = RunSift({"embedding-server", "--port", "0"});
+  ::setenv("SIFT_SHARD", "bogus", 1);
+  auto bad = RunSift({"embedding-server", "--port", "0"});
+  ::unsetenv("SIFT_SHARD");
+  ::unsetenv("SIFT_NUM_SHARDS");
+  ::unsetenv("SIFT_SNAPSHOT_DIR");
+  EXPECT_EQ(out_of_range.exit_code, 1);
+  EXPECT_THAT(out_of_range.err, HasSubstr("--shard 5 is out of range: --num-shards is 2"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("expected a shard index (0, 1, ...) or 'ordinal', got 'bogus'"));
+
+  auto help = RunSift({"embedding-server", "--help"});
+  for (const char* env : {"SIFT_SHARD", "SIFT_NUM_SHARDS", "SIFT_SNAPSHOT_DIR", "SIFT_COORDINATOR",
+                          "SIFT_ADVERTISE_HOST"}) {
+    EXPECT_THAT(help.out, HasSubstr(env));
+  }
+  EXPECT_THAT(RunSift({"worker", "--help"}).out, HasSubstr("SIFT_ADVERTISE_HOST"));
+  EXPECT_THAT(RunSift({"coordinator", "--help"}).out, HasSubstr("SIFT_STATE_DIR"));
 }
 
 TEST(Cli, VersionAndDevice) {
