@@ -1,0 +1,30 @@
+# deploy/k8s: every overlay rendered with `kubectl kustomize`, each document validated against the
+# Kubernetes schemas of kubernetes-validate in strict mode (1.29 and 1.37) and the monitors against
+# our own strict schema, then checked for consistency (selectors, ports, sizes, `sift` flags
+# against the built binary's --help, the job spec through `sift submit --dry-run`) by
+# tests/deploy/k8s_check.py. DeployK8s.Mutations proves the checks fail on broken manifests.
+find_program(SIFT_KUBECTL kubectl)
+if(NOT SIFT_KUBECTL)
+  message(WARNING "deploy checks: kubectl (with kustomize) not found; DeployK8s.* tests skipped")
+  return()
+endif()
+set(k8s_dir ${SIFT_DEPLOY_DIR}/k8s)
+set(k8s_check ${SIFT_DEPLOY_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/k8s_check.py
+    --sift $<TARGET_FILE:sift> --kubectl ${SIFT_KUBECTL} --k8s-version 1.29 --k8s-version 1.37)
+set(k8s_tests)
+foreach(overlay cpu cuda cpu-large)
+  add_test(NAME DeployK8s.Overlay.${overlay}
+           COMMAND ${k8s_check} overlay ${k8s_dir}/overlays/${overlay})
+  list(APPEND k8s_tests DeployK8s.Overlay.${overlay})
+endforeach()
+# The demo overlays with the optional components they do not include themselves.
+foreach(overlay cpu cuda)
+  add_test(NAME DeployK8s.Components.${overlay}
+           COMMAND ${k8s_check} overlay ${k8s_dir}/overlays/${overlay}
+                   --with-component ${k8s_dir}/components/monitoring
+                   --with-component ${k8s_dir}/components/shared-data)
+  list(APPEND k8s_tests DeployK8s.Components.${overlay})
+endforeach()
+add_test(NAME DeployK8s.Mutations COMMAND ${k8s_check} mutations ${k8s_dir}/overlays/cpu)
+list(APPEND k8s_tests DeployK8s.Mutations)
+set_tests_properties(${k8s_tests} PROPERTIES LABELS integration)
