@@ -25,6 +25,13 @@ foreach(overlay cpu cuda)
                    --with-component ${k8s_dir}/components/shared-data)
   list(APPEND k8s_tests DeployK8s.Components.${overlay})
 endforeach()
+# The sources users edit: yamllint (default rules, 100 columns as in the C++ style).
+find_program(SIFT_YAMLLINT yamllint)
+if(SIFT_YAMLLINT)
+  add_test(NAME DeployK8s.Yamllint
+           COMMAND ${SIFT_YAMLLINT} --strict -d "{extends: default, rules: {line-length: {max: 100}, document-start: disable, truthy: {check-keys: false}}}" ${k8s_dir})
+  list(APPEND k8s_tests DeployK8s.Yamllint)
+endif()
 add_test(NAME DeployK8s.Mutations COMMAND ${k8s_check} mutations ${k8s_dir}/overlays/cpu)
 list(APPEND k8s_tests DeployK8s.Mutations)
 set_tests_properties(${k8s_tests} PROPERTIES LABELS integration)
