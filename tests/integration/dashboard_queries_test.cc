@@ -202,7 +202,7 @@ TEST(DashboardQueriesTest, MainQueriesReturnDataFromARealPrometheus) {
   // epochs than the test needs: cancelled once every query has data.
   TestJob j;
   j.dataset = dir.Sub("tiny");
-  j.epochs = 100;
+  j.epochs = 400;
   j.batch_size = 128;
   j.max_steps_per_epoch = 8;
   j.train_eval_samples = 256;
@@ -269,8 +269,13 @@ TEST(DashboardQueriesTest, MainQueriesReturnDataFromARealPrometheus) {
             0)
       << sift::testing::ReadAll(dir.Sub("check2.log"));
 
-  ASSERT_TRUE(cluster.client().CancelJob(id).ok());
-  EXPECT_EQ(cluster.WaitForFinish(id, 60).state(), coordinator::pb::CANCELLED);
+  // The job outlasts a passing test by far; after a failed wait (120 s) it may have completed.
+  const auto cancel = cluster.client().CancelJob(id);
+  const auto state = cluster.WaitForFinish(id, 60).state();
+  if (data) {
+    EXPECT_TRUE(cancel.ok()) << cancel.status();
+    EXPECT_EQ(state, coordinator::pb::CANCELLED);
+  }
 }
 
 }  // namespace
