@@ -151,8 +151,9 @@ stop() {
   dir=$(cd "$dir" && pwd)
   # Jobs first (their steps die with slurmd otherwise, but cancel them properly while we can).
   if [[ -f $dir/slurm.conf && -f $dir/slurmctld.pid ]]; then
-    SLURM_CONF=$dir/slurm.conf timeout 10 scancel --full --quiet --user="$(id -un)" \
-      >/dev/null 2>&1 || true
+    export SLURM_CONF=$dir/slurm.conf
+    timeout 10 scancel --full --quiet --user="$(id -un)" >/dev/null 2>&1 || true
+    wait_for '[[ -z $(squeue -h -o %i) ]]' 30 || echo "local-cluster.sh: jobs still there" >&2
   fi
   stop_pidfile "$dir/spool/slurmd-cpu1.pid"
   stop_pidfile "$dir/spool/slurmd-gpu1.pid"

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Runs deploy/slurm/sift.sbatch for real: starts a throwaway two-node Slurm cluster
+# (deploy/slurm/local-cluster.sh), generates the tiny dataset, submits a 2-server, 2-worker job as
+# a heterogeneous Slurm job with `sbatch --wait` (GPU request off: SBATCH_GPUS_PER_TASK=0; no GPUs
+# here) and checks: sbatch exits 0, the job's log (printed by the script) and its DLLL log.json
+# carry a test AUC, the Slurm job is gone and no process of this test is left. With `small` it
+# runs deploy/slurm/sift-small.sbatch (one node group) instead. The cluster is torn down on
+# every path.
+# Usage: slurm_check.sh SIFT_BINARY DEPLOY_DIR [hetjob|small]
+set -euo pipefail
+
+[[ $# -ge 2 ]] || {
+  echo "usage: $0 SIFT_BINARY DEPLOY_DIR [hetjob|small]" >&2
+  exit 2
+}
+sift=$(realpath "$1")
+deploy=$(realpath "$2")
+mode=${3:-hetjob}
+[[ -x $sift ]] || { echo "FAIL: $sift is not executable" >&2; exit 1; }
+
+# Short path: munge's socket path must stay under 108 bytes.
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sift-slurm.XXXXXX")
+cluster=$tmp/cluster
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# Processes whose command line names this test's directory or coordinator port.
+our_processes() {
+  local pid cmd
+  for pid in $(pgrep -f "$sift" || true); do
+    cmd=$(cat "/proc/$pid/cmdline" 2>/dev/null | tr '\0' ' ')
+    if [[ $cmd == *"$tmp"* || (-n $coordinator_port && $cmd == *":$coordinator_port "*) ]]; then
+      echo "$pid $cmd"
+    fi
+  done
+}
+
+coordinator_port=""
+cleanup() {
+  local rc=$? pid
+  set +e
+  "$deploy/slurm/local-cluster.sh" stop "$cluster"
+  # Only on a failed path can something of ours still run: stop it by pid.
+  for pid in $(our_processes | cut -d' ' -f1); do kill -KILL "$pid" 2>/dev/null; done
+  if [[ $rc -ne 0 ]]; then
+    echo "--- kept for inspection: $tmp" >&2
+    for f in "$cluster"/log/slurmctld.log "$tmp"/work/logs/*.log; do
+      [[ -f $f ]] && { echo "--- $f (tail)" >&2; tail -n 20 "$f" >&2; }
+    done
+  else
+    rm -rf "$tmp"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+t0=$SECONDS
+"$deploy/slurm/local-cluster.sh" start "$cluster" 8 >/dev/null
+# shellcheck disable=SC1091
+. "$cluster/env.sh"
+echo "cluster up in $((SECONDS - t0)) s: $(sinfo -h -o '%P %N %t' | tr '\n' ';')"
+
+"$sift" data gen --preset tiny --seed 1 --out "$tmp/data" --threads 2 >/dev/null
+cat >"$tmp/job.yaml" <<'EOF'
+name: slurm-check
+dataset: data
+model:
+  type: sim
+training:
+  epochs: 1
+  batch_size: 256
+  max_steps_per_epoch: 4
+  train_eval_samples: 1024
+  staleness: 0
+  seed: 1
+cluster:
+  servers: 2
+  workers: 2
+  backend: cpu
+  threads_per_worker: 1
+results_dir: results
+EOF
+
+coordinator_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export SIFT_BIN=$sift SIFT_JOB=job.yaml SIFT_WORK_DIR=$tmp/work SIFT_COORDINATOR_PORT=$coordinator_port
+export SIFT_SERVER_ARGS="--threads 1"
+cd "$tmp"
+t1=$SECONDS
+if [[ $mode == small ]]; then
+  SIFT_SLURM_SCRIPT=$deploy/slurm/sift.sbatch timeout 150 sbatch --wait --parsable --ntasks=4 \
+    --output="$tmp/slurm-%j.out" "$deploy/slurm/sift-small.sbatch" >"$tmp/sbatch.out" && rc=0 || rc=$?
+else
+  SBATCH_GPUS_PER_TASK=0 timeout 150 sbatch --wait --parsable --output="$tmp/slurm-%j.out" \
+    "$deploy/slurm/sift.sbatch" >"$tmp/sbatch.out" && rc=0 || rc=$?
+fi
+job=$(head -n 1 "$tmp/sbatch.out" | cut -d';' -f1)
+out=$tmp/slurm-$job.out
+echo "sbatch --wait ($mode, job $job): exit $rc after $((SECONDS - t1)) s"
+[[ -f $out ]] && cat "$out"
+[[ $rc -eq 0 ]] || fail "sbatch --wait exited $rc (expected 0: the job COMPLETED)"
+
+layout=hetjob
+[[ $mode == small ]] && layout=single
+grep -q "^\[sift.sbatch .*\] job $job ($layout)" "$out" || fail "the script did not run as a $layout job"
+grep -Eq 'job job-[0-9]+ COMPLETED' "$out" || fail "no COMPLETED job in the output"
+grep -Eq 'epoch 0: train AUC [0-9.]+ loss [0-9.]+, test AUC 0\.[0-9]+' "$out" ||
+  fail "no test AUC in the job log (sift logs) printed by the script"
+grep -Eq '"type": "LOG", "step": \[\], "data": \{.*"test_auc": 0\.[0-9]+' "$tmp/results/log.json" ||
+  fail "no final test_auc record in $tmp/results/log.json"
+grep -q 'done: exit code 0' "$out" || fail "the script did not finish cleanly"
+
+# Nothing left: the Slurm job is gone and no sift process of this test runs.
+[[ -z $(squeue -h -j "$job" -t PENDING,RUNNING,SUSPENDED,CONFIGURING -o %i 2>/dev/null) ]] ||
+  fail "job $job is still in squeue"
+left=$(our_processes)
+[[ -z $left ]] || fail "processes left running: $left"
+echo "PASS: $mode job completed ($(grep -Eo 'test AUC 0\.[0-9]+' "$out" | head -n 1)), nothing left running, $((SECONDS - t0)) s in all"
