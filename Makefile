@@ -6,27 +6,38 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 DEMO_DIR ?= out/demo
 
-# Debian 12 packages the build and the tests need (architecture.md's table, as used so far).
-APT_PACKAGES := build-essential cmake ninja-build pkg-config libabsl-dev libyaml-cpp-dev \
-  libcli11-dev nlohmann-json3-dev zlib1g-dev libprotobuf-dev protobuf-compiler libgtest-dev \
-  libgmock-dev libopenblas-dev python3 \
-  libgrpc++-dev protobuf-compiler-grpc grpc-proto prometheus-cpp-dev prometheus libgloo-dev \
+# Debian 12 packages (architecture.md's table). BUILD_PACKAGES build `sift` (the images use
+# `make deps-build`); TEST_PACKAGES are what the tests add: gtest, promtool and prometheus, a
+# local Slurm cluster (slurmctld, slurmd, munge), yamllint, and Python for the deploy checks.
+BUILD_PACKAGES := build-essential cmake ninja-build pkg-config libabsl-dev libyaml-cpp-dev \
+  libcli11-dev nlohmann-json3-dev zlib1g-dev libprotobuf-dev protobuf-compiler \
+  libopenblas-dev libgrpc++-dev protobuf-compiler-grpc grpc-proto prometheus-cpp-dev libgloo-dev
+TEST_PACKAGES := libgtest-dev libgmock-dev python3 python3-venv prometheus \
   slurmctld slurmd slurm-client munge yamllint
 # PyPI packages of the deploy checks (deploy/requirements.txt), in a venv at .venv.
 VENV ?= .venv
+# `make build BUILD_TARGET=sift` builds only the binary (the images do).
+BUILD_TARGET ?=
 
-.PHONY: all deps build demo test test-all clean format
+.PHONY: all deps deps-build build demo test test-all clean format
 
 all: build
 
 # Idempotent: installs only what is missing.
-deps:
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+define apt_install
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "make deps: installing $$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "make deps: all packages present"; fi
+endef
+
+deps-build:
+	$(call apt_install,$(BUILD_PACKAGES))
+
+deps:
+	$(call apt_install,$(BUILD_PACKAGES) $(TEST_PACKAGES))
 	@if ! [ -x $(VENV)/bin/python3 ] || ! cmp -s deploy/requirements.txt $(VENV)/requirements.txt; then \
 	  echo "make deps: installing deploy/requirements.txt into $(VENV)"; \
 	  python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check \
@@ -34,18 +45,18 @@ deps:
 	else echo "make deps: $(VENV) up to date"; fi
 
 $(BUILD_DIR)/build.ninja:
-	@command -v cmake >/dev/null && command -v ninja >/dev/null && [ -d /usr/lib/x86_64-linux-gnu/cmake/absl ] || $(MAKE) deps
+	@command -v cmake >/dev/null && command -v ninja >/dev/null && [ -d /usr/lib/x86_64-linux-gnu/cmake/absl ] || $(MAKE) deps-build
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DSIFT_CUDA=$(SIFT_CUDA) $(CMAKE_FLAGS)
 
-build: deps $(BUILD_DIR)/build.ninja
-	cmake --build $(BUILD_DIR) -j $(JOBS)
+build: deps-build $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS) $(if $(BUILD_TARGET),--target $(BUILD_TARGET))
 
 # The embedded default: build the binary, then `sift local` — a coordinator, 2 embedding servers
 # and 1 worker as child processes on loopback train SIM on the `tiny` synthetic dataset (generated
 # first when missing, with its oracle and heuristic AUCs) for 3 epochs, synchronously (staleness
 # 0: the same result as single-process training); prints progress, the AUC table, the oracle
 # ratio and samples/s, and stops every process. Then the command of the full-size run.
-demo: deps $(BUILD_DIR)/build.ninja
+demo: deps-build $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target sift
 	$(BUILD_DIR)/sift local --servers 2 --workers 1 --dataset $(DEMO_DIR)/tiny \
 	  --work-dir $(DEMO_DIR)/local
@@ -55,11 +66,11 @@ demo: deps $(BUILD_DIR)/build.ninja
 	@echo "  $(BUILD_DIR)/sift train --dataset $(DEMO_DIR)/small --model sim --epochs 3 --batch-size 32768 --results-dir $(DEMO_DIR)/sim_small"
 
 # Every test but the gpu-labelled ones (unit, integration, slow).
-test: build
+test: deps build
 	cd $(BUILD_DIR) && ctest -LE gpu --output-on-failure -j $(JOBS) --timeout 900
 
 # Everything, including gpu tests (skip themselves without a device).
-test-all: build
+test-all: deps build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 format:
