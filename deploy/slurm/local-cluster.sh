@@ -2,10 +2,13 @@
 # A throwaway two-node Slurm 22.05 cluster on this machine, for trying deploy/slurm/sift.sbatch
 # and for its test (tests/deploy/slurm.cmake). Everything lives under one directory: a munge
 # daemon with its own key and socket, slurmctld, and two slurmd (NodeName cpu1 in partition `cpu`,
-# gpu1 in partition `gpu`; both on 127.0.0.1, non-default ports). No GPUs are configured: submit
-# with SIFT_GPUS_PER_TASK=0 (sift.sbatch) or add Gres to the generated slurm.conf.
+# gpu1 in partition `gpu`; both on 127.0.0.1, non-default ports). No GPUs by default: submit
+# sift.sbatch with SBATCH_GPUS_PER_TASK=0. With SIFT_SLURM_FAKE_GPUS=N (1-4), gpu1 gets N `gpu`
+# GRES backed by harmless device files (/dev/null, /dev/zero, ...): GPU requests are scheduled and
+# bound (CUDA_VISIBLE_DEVICES per task) as on a real GPU node, but there is no GPU behind them.
 #
 # Usage:
+#   [SIFT_SLURM_FAKE_GPUS=N] \
 #   local-cluster.sh start DIR [CPUS_PER_NODE]   start (DIR must be empty or absent); prints the
 #                                                line to source: `. DIR/env.sh` (sets SLURM_CONF)
 #   local-cluster.sh stop DIR                    stop every daemon started in DIR (idempotent)
@@ -16,7 +19,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -77,6 +80,18 @@ start() {
     --seed-file="$dir/munge/munged.seed" ||
     die "munged did not start (see $dir/log/munged.log)"
 
+  local fake_gpus=${SIFT_SLURM_FAKE_GPUS:-0} gres="" gres_types=""
+  [[ $fake_gpus =~ ^[0-4]$ ]] || die "SIFT_SLURM_FAKE_GPUS must be 0-4, got '$fake_gpus'"
+  if [[ $fake_gpus -gt 0 ]]; then
+    local files=(/dev/null /dev/zero /dev/full /dev/urandom) i
+    gres=" Gres=gpu:$fake_gpus"
+    gres_types="GresTypes=gpu"
+    : >"$dir/gres.conf"
+    for ((i = 0; i < fake_gpus; i++)); do
+      echo "NodeName=gpu1 Name=gpu File=${files[i]}" >>"$dir/gres.conf"
+    done
+  fi
+
   local host user
   host=$(hostname)
   user=$(id -un)
@@ -109,7 +124,8 @@ ReturnToService=2
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 NodeName=cpu1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$d1_port CPUs=$cpus State=UNKNOWN
-NodeName=gpu1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$d2_port CPUs=$cpus State=UNKNOWN
+$gres_types
+NodeName=gpu1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$d2_port CPUs=$cpus$gres State=UNKNOWN
 PartitionName=cpu Nodes=cpu1 Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=gpu1 MaxTime=INFINITE State=UP
 EOF

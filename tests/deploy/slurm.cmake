@@ -2,13 +2,17 @@
 # cluster (slurmctld, two slurmd, munge; deploy/slurm/local-cluster.sh) started by the test:
 #   DeploySlurm.HetJob    deploy/slurm/sift.sbatch as a heterogeneous job (GPU request off)
 #   DeploySlurm.OneGroup  deploy/slurm/sift-small.sbatch (one node group)
-# Each takes ~15 s; needs Debian's slurmctld, slurmd, slurm-client and munge (`make deps`) and
+#   DeploySlurm.GpuRequest  sift.sbatch with its --gpus-per-task=1 on a node with 2 fake GPUs
+#                         (device files): each worker task gets its own CUDA_VISIBLE_DEVICES
+# Each takes ~20 s; needs Debian's slurmctld, slurmd, slurm-client and munge (`make deps`) and
 # root (slurmd). Free ports and a private temp dir: safe beside other tests (ctest -j).
-foreach(mode hetjob small)
+foreach(mode hetjob small gpu)
   if(mode STREQUAL "hetjob")
     set(name DeploySlurm.HetJob)
-  else()
+  elseif(mode STREQUAL "small")
     set(name DeploySlurm.OneGroup)
+  else()
+    set(name DeploySlurm.GpuRequest)
   endif()
   add_test(NAME ${name}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm_check.sh $<TARGET_FILE:sift>

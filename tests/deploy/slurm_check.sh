@@ -4,18 +4,21 @@
 # a heterogeneous Slurm job with `sbatch --wait` (GPU request off: SBATCH_GPUS_PER_TASK=0; no GPUs
 # here) and checks: sbatch exits 0, the job's log (printed by the script) and its DLLL log.json
 # carry a test AUC, the Slurm job is gone and no process of this test is left. With `small` it
-# runs deploy/slurm/sift-small.sbatch (one node group) instead. The cluster is torn down on
-# every path.
-# Usage: slurm_check.sh SIFT_BINARY DEPLOY_DIR [hetjob|small]
+# runs deploy/slurm/sift-small.sbatch (one node group) instead; with `gpu` the script as it is
+# (its --gpus-per-task=1 on) on a cluster whose gpu1 has 2 fake GPUs (SIFT_SLURM_FAKE_GPUS: device
+# files, no GPU), checking each worker task got its own one (CUDA_VISIBLE_DEVICES); the spec's
+# workers stay on the CPU backend. The cluster is torn down on every path.
+# Usage: slurm_check.sh SIFT_BINARY DEPLOY_DIR [hetjob|small|gpu]
 set -euo pipefail
 
 [[ $# -ge 2 ]] || {
-  echo "usage: $0 SIFT_BINARY DEPLOY_DIR [hetjob|small]" >&2
+  echo "usage: $0 SIFT_BINARY DEPLOY_DIR [hetjob|small|gpu]" >&2
   exit 2
 }
 sift=$(realpath "$1")
 deploy=$(realpath "$2")
 mode=${3:-hetjob}
+case $mode in hetjob | small | gpu) ;; *) echo "unknown mode '$mode'" >&2; exit 2 ;; esac
 [[ -x $sift ]] || { echo "FAIL: $sift is not executable" >&2; exit 1; }
 
 # Short path: munge's socket path must stay under 108 bytes.
@@ -59,7 +62,9 @@ trap cleanup EXIT
 trap 'exit 143' TERM INT
 
 t0=$SECONDS
-"$deploy/slurm/local-cluster.sh" start "$cluster" 8 >/dev/null
+fake_gpus=0
+[[ $mode == gpu ]] && fake_gpus=2
+SIFT_SLURM_FAKE_GPUS=$fake_gpus "$deploy/slurm/local-cluster.sh" start "$cluster" 8 >/dev/null
 # shellcheck disable=SC1091
 . "$cluster/env.sh"
 echo "cluster up in $((SECONDS - t0)) s: $(sinfo -h -o '%P %N %t' | tr '\n' ';')"
@@ -93,6 +98,9 @@ t1=$SECONDS
 if [[ $mode == small ]]; then
   SIFT_SLURM_SCRIPT=$deploy/slurm/sift.sbatch timeout 150 sbatch --wait --parsable --ntasks=4 \
     --output="$tmp/slurm-%j.out" "$deploy/slurm/sift-small.sbatch" >"$tmp/sbatch.out" && rc=0 || rc=$?
+elif [[ $mode == gpu ]]; then
+  timeout 150 sbatch --wait --parsable --output="$tmp/slurm-%j.out" \
+    "$deploy/slurm/sift.sbatch" >"$tmp/sbatch.out" && rc=0 || rc=$?
 else
   SBATCH_GPUS_PER_TASK=0 timeout 150 sbatch --wait --parsable --output="$tmp/slurm-%j.out" \
     "$deploy/slurm/sift.sbatch" >"$tmp/sbatch.out" && rc=0 || rc=$?
@@ -112,6 +120,11 @@ grep -Eq 'epoch 0: train AUC [0-9.]+ loss [0-9.]+, test AUC 0\.[0-9]+' "$out" ||
 grep -Eq '"type": "LOG", "step": \[\], "data": \{.*"test_auc": 0\.[0-9]+' "$tmp/results/log.json" ||
   fail "no final test_auc record in $tmp/results/log.json"
 grep -q 'done: exit code 0' "$out" || fail "the script did not finish cleanly"
+
+# The workers' GPUs: one each (fake ones) in gpu mode, none otherwise.
+gpus=$(sed -n 's/^\[sift.sbatch\] worker task .*, GPUs: //p' "$tmp"/work/logs/worker-*.log | sort | tr '\n' ' ')
+if [[ $mode == gpu ]]; then expected="0 1 "; else expected="none none "; fi
+[[ $gpus == "$expected" ]] || fail "worker GPUs (CUDA_VISIBLE_DEVICES) were '$gpus', expected '$expected'"
 
 # Nothing left: the Slurm job is gone and no sift process of this test runs.
 [[ -z $(squeue -h -j "$job" -t PENDING,RUNNING,SUSPENDED,CONFIGURING -o %i 2>/dev/null) ]] ||
