@@ -140,6 +140,7 @@ EOF
   slurmd -f "$SLURM_CONF" -N gpu1 || die "slurmd gpu1 did not start (see $dir/log/slurmd-gpu1.log)"
 
   # Ready when both nodes are idle (sinfo answers only once slurmctld listens).
+  # shellcheck disable=SC2016  # expanded by wait_for's eval
   if ! wait_for '[[ $(sinfo -h -N -t idle -o %N | sort -u | tr "\n" " ") == "cpu1 gpu1 " ]]' 60; then
     sinfo -N >&2 || true
     die "the nodes did not become idle within 60 s (logs in $dir/log)"
@@ -147,18 +148,22 @@ EOF
   echo ". $dir/env.sh"
 }
 
-# Sends SIGTERM to the daemon whose pid is in $1, then waits (SIGKILL after 10 s).
-stop_pidfile() {
-  local pidfile=$1 pid i
-  [[ -f $pidfile ]] || return 0
-  pid=$(cat "$pidfile" 2>/dev/null || true)
-  [[ $pid =~ ^[0-9]+$ ]] || return 0
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 50; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.2
+# Sends SIGTERM to the daemons whose pids are in the files "$@" (together: each takes ~2 s to
+# exit), then waits; SIGKILL after 10 s.
+stop_pidfiles() {
+  local pidfile pid pids=() i
+  for pidfile in "$@"; do
+    [[ -f $pidfile ]] || continue
+    pid=$(cat "$pidfile" 2>/dev/null || true)
+    [[ $pid =~ ^[0-9]+$ ]] || continue
+    kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
   done
-  kill -KILL "$pid" 2>/dev/null || true
+  [[ ${#pids[@]} -gt 0 ]] || return 0
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "${pids[@]}" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "${pids[@]}" 2>/dev/null || true
 }
 
 stop() {
@@ -169,12 +174,11 @@ stop() {
   if [[ -f $dir/slurm.conf && -f $dir/slurmctld.pid ]]; then
     export SLURM_CONF=$dir/slurm.conf
     timeout 10 scancel --full --quiet --user="$(id -un)" >/dev/null 2>&1 || true
+    # shellcheck disable=SC2016  # expanded by wait_for's eval
     wait_for '[[ -z $(squeue -h -o %i) ]]' 30 || echo "local-cluster.sh: jobs still there" >&2
   fi
-  stop_pidfile "$dir/spool/slurmd-cpu1.pid"
-  stop_pidfile "$dir/spool/slurmd-gpu1.pid"
-  stop_pidfile "$dir/slurmctld.pid"
-  stop_pidfile "$dir/munge/munged.pid"
+  stop_pidfiles "$dir/spool/slurmd-cpu1.pid" "$dir/spool/slurmd-gpu1.pid"
+  stop_pidfiles "$dir/slurmctld.pid" "$dir/munge/munged.pid"
 }
 
 [[ $# -ge 2 ]] || usage

@@ -34,7 +34,7 @@ fail() {
 our_processes() {
   local pid cmd
   for pid in $(pgrep -f "$sift" || true); do
-    cmd=$(cat "/proc/$pid/cmdline" 2>/dev/null | tr '\0' ' ')
+    cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
     if [[ $cmd == *"$tmp"* || (-n $coordinator_port && $cmd == *":$coordinator_port "*) ]]; then
       echo "$pid $cmd"
     fi
