@@ -32,9 +32,12 @@ fail() {
 
 # Processes whose command line names this test's directory or coordinator port.
 our_processes() {
-  local pid cmd
-  for pid in $(pgrep -f "$sift" || true); do
-    cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
+  local proc pid cmd
+  for proc in /proc/[0-9]*; do
+    pid=${proc#/proc/}
+    [[ $pid != "$$" && $pid != "$BASHPID" ]] || continue
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$proc/cmdline") || continue
+    [[ $cmd == *"$sift "* ]] || continue
     if [[ $cmd == *"$tmp"* || (-n $coordinator_port && $cmd == *":$coordinator_port "*) ]]; then
       echo "$pid $cmd"
     fi
