@@ -1,10 +1,11 @@
 # deploy/slurm: the real sbatch scripts run a 2-server, 2-worker job on a throwaway local Slurm
 # cluster (slurmctld, two slurmd, munge; deploy/slurm/local-cluster.sh) started by the test:
-#   DeploySlurm.HetJob    deploy/slurm/sift.sbatch as a heterogeneous job (GPU request off)
+#   DeploySlurm.HetJob    deploy/slurm/sift.sbatch as a heterogeneous job (GPU request off);
+#                         then a size mismatch (exit 2) and servers that cannot start (exit 1)
 #   DeploySlurm.OneGroup  deploy/slurm/sift-small.sbatch (one node group)
 #   DeploySlurm.GpuRequest  sift.sbatch with its --gpus-per-task=1 on a node with 2 fake GPUs
 #                         (device files): each worker task gets its own CUDA_VISIBLE_DEVICES
-# Each takes ~20 s; needs Debian's slurmctld, slurmd, slurm-client and munge (`make deps`) and
+# Each takes 15-20 s; needs Debian's slurmctld, slurmd, slurm-client and munge (`make deps`) and
 # root (slurmd). Free ports and a private temp dir: safe beside other tests (ctest -j).
 foreach(mode hetjob small gpu)
   if(mode STREQUAL "hetjob")

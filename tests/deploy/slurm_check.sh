@@ -134,4 +134,25 @@ if [[ $mode == gpu ]]; then expected="0 1 "; else expected="none none "; fi
   fail "job $job is still in squeue"
 left=$(our_processes)
 [[ -z $left ]] || fail "processes left running: $left"
+# Failure paths (hetjob mode): a spec that does not match the task counts is refused before
+# anything starts (exit 2), and a role that dies fails the job (exit 1) without leaving anything.
+if [[ $mode == hetjob ]]; then
+  export SBATCH_GPUS_PER_TASK=0
+  sbatch --wait --parsable --ntasks=3 --output="$tmp/mismatch.out" : --ntasks=2 \
+    "$deploy/slurm/sift.sbatch" >/dev/null && rc=0 || rc=$?
+  cat "$tmp/mismatch.out"
+  [[ $rc -eq 2 ]] || fail "a 3-server allocation for a 2-server spec: sbatch exited $rc, expected 2"
+  grep -q 'asks for cluster.servers=2 and cluster.workers=2, but this heterogeneous job has 3 server and 2 worker tasks' \
+    "$tmp/mismatch.out" || fail "no size-mismatch message"
+
+  SIFT_SERVER_ARGS="--no-such-flag" sbatch --wait --parsable --output="$tmp/dies.out" \
+    "$deploy/slurm/sift.sbatch" >/dev/null && rc=0 || rc=$?
+  cat "$tmp/dies.out"
+  [[ $rc -eq 1 ]] || fail "embedding servers that cannot start: sbatch exited $rc, expected 1"
+  grep -q 'error: the embedding-server step ended before the job finished' "$tmp/dies.out" ||
+    fail "no message naming the failed step"
+  left=$(our_processes)
+  [[ -z $left ]] || fail "processes left running after the failed job: $left"
+fi
+
 echo "PASS: $mode job completed ($(grep -Eo 'test AUC 0\.[0-9]+' "$out" | head -n 1)), nothing left running, $((SECONDS - t0)) s in all"
