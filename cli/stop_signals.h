@@ -3,6 +3,7 @@
 // thread, so every thread started later inherits the mask and only Wait() receives them.
 #pragma once
 
+#include <pthread.h>
 #include <signal.h>
 
 namespace sift::cli {
@@ -10,11 +11,17 @@ namespace sift::cli {
 class StopSignals {
  public:
   StopSignals();
-  // Blocks until SIGINT or SIGTERM arrives; returns its name ("SIGINT" / "SIGTERM").
+  // Blocks until SIGINT or SIGTERM arrives, or Finish() is called; returns the signal's name
+  // ("SIGINT" / "SIGTERM"), or "finished".
   const char* Wait();
+  // Wakes Wait() from another thread of this process (the role finished its work by itself).
+  // The wake-up is directed at the constructing thread, which blocks it: harmless if that thread
+  // is no longer waiting.
+  void Finish();
 
  private:
   sigset_t set_;
+  pthread_t waiter_;
 };
 
 }  // namespace sift::cli

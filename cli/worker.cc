@@ -44,8 +44,11 @@ Status RunWorker(WorkerFlags flags) {
     SIFT_RETURN_IF_ERROR(
         WriteFileAtomic(flags.port_file, absl::StrCat(worker->metrics_port(), "\n")));
   }
-  std::future<Status> serving =
-      std::async(std::launch::async, [w = worker.get()] { return w->Serve(); });
+  std::future<Status> serving = std::async(std::launch::async, [w = worker.get(), &stop] {
+    Status s = w->Serve();
+    if (!w->stopping()) stop.Finish();  // --exit-after-jobs: wake the main thread
+    return s;
+  });
   const char* sig = stop.Wait();
   std::printf("sift worker: %s, stopping\n", sig);
   std::fflush(stdout);
@@ -87,6 +90,13 @@ void AddWorker(CLI::App* app, Action* action) {
                   "Seconds to keep trying to register with the coordinator")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--exit-after-jobs", o.exit_after_jobs,
+                  "Exit 0 once this many jobs this worker trained in have finished (COMPLETED, "
+                  "FAILED or CANCELLED); 0: serve until SIGINT/SIGTERM. For a Kubernetes Job or a "
+                  "Slurm step that should end with the training job")
+      ->envname("SIFT_EXIT_AFTER_JOBS")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   cmd->add_option("--collective-timeout", o.collective_timeout_s,
                   "Seconds the Gloo rendezvous and each collective may wait for the peers")
       ->capture_default_str()

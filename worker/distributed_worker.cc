@@ -330,13 +330,28 @@ DistributedWorker::~DistributedWorker() = default;
 Status DistributedWorker::Serve() {
   std::string job;
   int64_t generation = 0;
+  int finished_jobs = 0;
+  bool job_finished = true;  // `job` reached a final state (or there is none yet)
   while (!stop_.load()) {
     std::optional<cpb::Assignment> a =
         session_->WaitForNewAssignment(job, generation, absl::Milliseconds(200));
-    if (!a.has_value() || a->job_id().empty() || stop_.load()) continue;
-    job = a->job_id();
-    generation = a->generation();
-    RunAssignment(*a);
+    if (a.has_value() && !a->job_id().empty() && !stop_.load()) {
+      if (a->job_id() != job) job_finished = false;
+      job = a->job_id();
+      generation = a->generation();
+      RunAssignment(*a);
+      continue;
+    }
+    if (options_.exit_after_jobs <= 0 || job_finished) continue;
+    // Idle after a run: has its job finished (rather than recovering into a new generation)?
+    StatusOr<cpb::JobInfo> info = client_->GetJob(job);
+    if (!info.ok() || !coordinator::IsFinished(info->state())) continue;
+    job_finished = true;
+    std::printf("sift worker: %s %s (%d of %d jobs before exiting)\n", job.c_str(),
+                coordinator::JobStateName(info->state()).c_str(), finished_jobs + 1,
+                options_.exit_after_jobs);
+    std::fflush(stdout);
+    if (++finished_jobs >= options_.exit_after_jobs) break;
   }
   return absl::OkStatus();
 }

@@ -39,6 +39,10 @@ struct DistributedWorkerOptions {
   absl::Duration register_timeout = absl::Seconds(60);
   double collective_timeout_s = 120;  // Gloo rendezvous and every collective
   std::string version = "dev";        // sift_build_info
+  // Serve() returns once this many jobs this worker trained in have finished (COMPLETED, FAILED
+  // or CANCELLED at the coordinator); 0 = serve until Stop(). For launchers whose worker
+  // processes should end with the job (a Kubernetes Job, a Slurm step).
+  int exit_after_jobs = 0;
 };
 
 // The job spec and assignment as the trainer options of rank a.rank() of a.world_size(): the
@@ -70,10 +74,12 @@ class DistributedWorker {
   int metrics_port() const { return exposer_ ? exposer_->port() : -1; }
   const std::string& member_id() const { return member_id_; }
 
-  // Runs assignments until Stop(). Returns OK after Stop.
+  // Runs assignments until Stop(), or until options.exit_after_jobs jobs it ran in have finished.
+  // Returns OK then.
   Status Serve();
   // Thread-safe: the current run is abandoned at its next step boundary, Serve returns.
   void Stop() { stop_.store(true); }
+  bool stopping() const { return stop_.load(); }
 
  private:
   explicit DistributedWorker(DistributedWorkerOptions options) : options_(std::move(options)) {}

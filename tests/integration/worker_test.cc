@@ -72,6 +72,7 @@ TEST_F(WorkerTest, OneWorkerGivesTheLossCurveOfSiftTrain) {
   TestClusterOptions co;
   co.servers = 1;
   co.workers = 1;
+  co.worker_exit_after_jobs = 1;  // as the Kubernetes Job and the Slurm script run it
   TestCluster cluster(*dir_, "one", co);
   TestJob job;
   job.dataset = Tiny();
@@ -90,6 +91,10 @@ TEST_F(WorkerTest, OneWorkerGivesTheLossCurveOfSiftTrain) {
   EXPECT_EQ(info.steps_per_epoch(), 6);
   EXPECT_EQ(info.epochs_done_size(), 2);
   ASSERT_EQ(info.servers_size(), 1);
+  // --exit-after-jobs 1: the worker ends with its job, exit code 0.
+  EXPECT_EQ(cluster.WaitWorkerExit(0, 60), 0);
+  EXPECT_THAT(cluster.WorkerOutput(0), HasSubstr(id + " COMPLETED (1 of 1 jobs before exiting)"));
+  EXPECT_THAT(cluster.WorkerOutput(0), HasSubstr("sift worker: finished, stopping"));
 
   // The same run single-process, its tables on the same embedding server (replaced).
   auto train = RunSift({"train",

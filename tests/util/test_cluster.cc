@@ -118,7 +118,9 @@ void TestCluster::StartWorker(int index) {
                                    "--threads",
                                    std::to_string(options_.worker_threads),
                                    "--metrics-port",
-                                   options_.metrics ? "0" : "-1"};
+                                   options_.metrics ? "0" : "-1",
+                                   "--exit-after-jobs",
+                                   std::to_string(options_.worker_exit_after_jobs)};
   const std::vector<int> ports =
       Ports(Launch(&workers_[index], absl::StrCat("worker", index), args));
   workers_[index].metrics =
@@ -128,6 +130,10 @@ void TestCluster::StartWorker(int index) {
 int TestCluster::StopCoordinator(int sig) { return coordinator_.process->Stop(sig); }
 int TestCluster::StopServer(int shard, int sig) { return servers_[shard].process->Stop(sig); }
 int TestCluster::StopWorker(int index, int sig) { return workers_[index].process->Stop(sig); }
+int TestCluster::WaitWorkerExit(int index, double timeout_s) {
+  return workers_[index].process->WaitExit(timeout_s);
+}
+std::string TestCluster::WorkerOutput(int index) const { return workers_[index].process->Out(); }
 
 std::vector<std::string> TestCluster::MetricsTargets() const {
   std::vector<std::string> out;

@@ -22,7 +22,8 @@ struct TestClusterOptions {
   int worker_threads = 1;
   int lease_ms = 1500;  // short leases: a killed member is noticed quickly
   int heartbeat_ms = 200;
-  bool metrics = false;  // --metrics-port 0 on every process
+  bool metrics = false;            // --metrics-port 0 on every process
+  int worker_exit_after_jobs = 0;  // sift worker --exit-after-jobs
 };
 
 class TestCluster {
@@ -42,6 +43,9 @@ class TestCluster {
   int StopCoordinator(int sig);
   int StopServer(int shard, int sig);
   int StopWorker(int index, int sig);
+  // Waits for worker `index` to exit by itself (--exit-after-jobs): its exit code, -1 on timeout.
+  int WaitWorkerExit(int index, double timeout_s);
+  std::string WorkerOutput(int index) const;
 
   // host:port of every running process's /metrics (with options.metrics).
   std::vector<std::string> MetricsTargets() const;

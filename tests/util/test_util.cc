@@ -125,6 +125,19 @@ int BackgroundProcess::Stop(int sig) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+int BackgroundProcess::WaitExit(double timeout_s) {
+  if (pid_ <= 0) return -1;
+  for (double waited = 0; waited < timeout_s; waited += 0.05) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    ::usleep(50000);
+  }
+  return -1;
+}
+
 std::string BackgroundProcess::Out() const { return ReadAll(prefix_ + ".out"); }
 std::string BackgroundProcess::Err() const { return ReadAll(prefix_ + ".err"); }
 

@@ -44,6 +44,8 @@ class BackgroundProcess {
   int pid() const { return pid_; }
   // Sends `sig` and waits for the exit; returns the exit code (128 + signal when killed).
   int Stop(int sig);
+  // Waits up to `timeout_s` for the process to exit by itself; its exit code, -1 on timeout.
+  int WaitExit(double timeout_s);
   std::string Out() const;
   std::string Err() const;
 
