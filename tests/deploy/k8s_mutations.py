@@ -110,6 +110,87 @@ def _root_user(docs):
         "securityContext"]["runAsUser"] = 0
 
 
+def _rule_differs(docs):
+    g = _find(docs, "PrometheusRule", "sift")["spec"]["groups"][1]["rules"]
+    next(r for r in g if r.get("alert") == "SiftEmbeddingServerDown")["for"] = "5m"
+
+
+def _rule_typo(docs):
+    r = _find(docs, "PrometheusRule", "sift")["spec"]["groups"][0]["rules"][0]
+    r["exp"] = r.pop("expr")
+
+
+def _no_prometheus_rule(docs):
+    docs.remove(_find(docs, "PrometheusRule", "sift"))
+
+
+def _role_relabel(docs):
+    r = _find(docs, "ServiceMonitor", "sift")["spec"]["endpoints"][0]["relabelings"][0]
+    r["regex"] = "(coordinator|worker)"
+
+
+def _index_relabel(docs):
+    rs = _find(docs, "ServiceMonitor", "sift")["spec"]["endpoints"][0]["relabelings"]
+    # an index from every pod name's last dash: the coordinator's random suffix is digits
+    rs[:] = [r for r in rs if r.get("targetLabel") != "index"] + [
+        {"sourceLabels": ["__meta_kubernetes_pod_name"], "regex": ".*-([0-9]+)",
+         "targetLabel": "index", "replacement": "$1"}]
+
+
+def _worker_index_relabel(docs):
+    rs = _find(docs, "PodMonitor", "sift-worker")["spec"]["podMetricsEndpoints"][0]["relabelings"]
+    rs[:] = [r for r in rs if r.get("targetLabel") != "index"]
+
+
+def _relabel_typo(docs):
+    r = _find(docs, "PodMonitor", "sift-worker")["spec"]["podMetricsEndpoints"][0][
+        "relabelings"][0]
+    r["target_label"] = r.pop("targetLabel")
+
+
+def _double_scrape(docs):
+    _find(docs, "StatefulSet", "sift-ps")["spec"]["template"]["metadata"]["annotations"] = {
+        "prometheus.io/scrape": "true", "prometheus.io/port": "9100",
+        "prometheus.io/path": "/metrics"}
+
+
+def _annotation_port(docs):
+    for d in [d for d in docs if d["apiVersion"].startswith("monitoring.coreos.com/")]:
+        docs.remove(d)
+    _find(docs, "StatefulSet", "sift-ps")["spec"]["template"]["metadata"]["annotations"] = {
+        "prometheus.io/scrape": "true", "prometheus.io/port": "9101",
+        "prometheus.io/path": "/metrics"}
+
+
+def _worker_restart_on_failure(docs):
+    _find(docs, "Job", "sift-worker")["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+
+
+def _worker_exit_code(docs):
+    rules = _find(docs, "Job", "sift-worker")["spec"]["podFailurePolicy"]["rules"]
+    next(r for r in rules if "onExitCodes" in r)["onExitCodes"]["values"] = [4]
+
+
+def _worker_no_disruption_rule(docs):
+    p = _find(docs, "Job", "sift-worker")["spec"]["podFailurePolicy"]
+    p["rules"] = [r for r in p["rules"] if "onPodConditions" not in r]
+
+
+def _submit_ignores_disruption(docs):
+    _find(docs, "Job", "sift-submit")["spec"]["podFailurePolicy"]["rules"].append(
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
+
+
+def _submit_exit_container(docs):
+    rules = _find(docs, "Job", "sift-submit")["spec"]["podFailurePolicy"]["rules"]
+    rules[0]["onExitCodes"]["containerName"] = "sbumit"
+
+
+def _shard_source(docs):
+    c = _container(_find(docs, "StatefulSet", "sift-ps"), "embedding-server")
+    c["env"] = [e for e in c["env"] if e["name"] != "SIFT_SHARD"]
+
+
 # (name, mutation, substrings every one of which must appear in one error line)
 MUTATIONS = [
     ("unknown field replica:", _rename_replicas,
@@ -144,6 +225,39 @@ MUTATIONS = [
      ["Job/sift-worker", "nvidia.com/gpu", "cluster.backend is cpu"]),
     ("runs as root", _root_user,
      ["Deployment/sift-coordinator", "securityContext", "runAsUser: 10001"]),
+    ("PrometheusRule differs from rules.yml", _rule_differs,
+     ["PrometheusRule/sift", "spec.groups differs from", "rules.yml", "sift-alerts"]),
+    ("PrometheusRule typo", _rule_typo,
+     ["PrometheusRule/sift", "spec.groups.0.rules.0", "'exp' was unexpected"]),
+    ("monitors without PrometheusRule", _no_prometheus_rule,
+     ["the rendering has monitors but no PrometheusRule", "rules.yml"]),
+    ("no role for the servers", _role_relabel,
+     ["ServiceMonitor/sift", "spec.endpoints[0].relabelings", "pod sift-ps-1",
+      "role=None", "expected role='embedding-server'"]),
+    ("index from any pod name", _index_relabel,
+     ["ServiceMonitor/sift", "pod sift-coordinator-", "index='24567'", "index='0'"]),
+    ("no worker index", _worker_index_relabel,
+     ["PodMonitor/sift-worker", "spec.podMetricsEndpoints[0].relabelings", "pod sift-worker-1-",
+      "index=None"]),
+    ("relabeling typo", _relabel_typo,
+     ["PodMonitor/sift-worker", "spec.podMetricsEndpoints.0.relabelings.0",
+      "'target_label' was unexpected"]),
+    ("double scraping", _double_scrape,
+     ["StatefulSet/sift-ps", "prometheus.io/scrape", "ServiceMonitor/sift", "twice"]),
+    ("annotation scrape port", _annotation_port,
+     ["prometheus-annotations.yml", "pod sift-ps-0", "10.0.0.7:9101"]),
+    ("podFailurePolicy with OnFailure", _worker_restart_on_failure,
+     ["Job/sift-worker", "podFailurePolicy needs", "restartPolicy: Never"]),
+    ("worker exit 3 not FailJob", _worker_exit_code,
+     ["Job/sift-worker", "spec.podFailurePolicy", "FailJob rule on exit code 3"]),
+    ("worker disruption counted", _worker_no_disruption_rule,
+     ["Job/sift-worker", "spec.podFailurePolicy", "Ignore rule", "DisruptionTarget"]),
+    ("submit retried after disruption", _submit_ignores_disruption,
+     ["Job/sift-submit", "spec.podFailurePolicy", "second time"]),
+    ("submit exit codes of no container", _submit_exit_container,
+     ["Job/sift-submit", "containerName sbumit is no container"]),
+    ("shard not from pod-index", _shard_source,
+     ["StatefulSet/sift-ps", "SIFT_SHARD", "apps.kubernetes.io/pod-index"]),
 ]
 
 
@@ -151,7 +265,9 @@ def run(args, versions):
     monitoring = os.path.join(os.path.abspath(args.dir), "..", "..", "components", "monitoring")
     text = k8s_check.render(args.kubectl, args.dir, [monitoring])
     base = k8s_check.load_docs(text, args.dir)
-    clean = k8s_check.check_docs(base, args.sift, versions)
+    check = lambda docs: k8s_check.check_docs(docs, args.sift, versions,  # noqa: E731
+                                              args.deploy_dir, args.promtool)
+    clean = check(base)
     if clean:
         print("the unmutated rendering is not clean:\n  " + "\n  ".join(clean))
         return 1
@@ -165,8 +281,7 @@ def run(args, versions):
             with open(path, "w") as f:
                 yaml.safe_dump_all(docs, f, sort_keys=False)
             with open(path) as f:  # checked as written, like any rendering
-                errors = k8s_check.check_docs(k8s_check.load_docs(f.read(), path), args.sift,
-                                              versions)
+                errors = check(k8s_check.load_docs(f.read(), path))
             hit = next((e for e in errors if all(s in e for s in expected)), None)
             if hit:
                 print(f"ok   {name}: rejected: {hit}")
