@@ -20,6 +20,9 @@ VENV ?= .venv
 BUILD_TARGET ?=
 
 .PHONY: all deps deps-build build demo test test-all clean format
+# The targets run in order even under `make -j` (two apt-get runs would race for dpkg's lock);
+# the parallelism is inside cmake --build and ctest.
+.NOTPARALLEL:
 
 all: build
 

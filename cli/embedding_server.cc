@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/exit_code.h"
 #include "cli/stop_signals.h"
 #include "common/file_util.h"
 #include "common/shard_index.h"
@@ -52,9 +53,10 @@ Status RunEmbeddingServer(ServerFlags flags) {
   if (flags.options.shard.snapshot_dir.empty()) {
     return absl::InvalidArgumentError("--snapshot-dir is required");
   }
-  SIFT_ASSIGN_OR_RETURN(
-      flags.options.shard.shard,
-      ResolveShardIndex(flags.shard, LocalHostName(), flags.options.shard.num_shards));
+  StatusOr<uint32_t> shard =
+      ResolveShardIndex(flags.shard, LocalHostName(), flags.options.shard.num_shards);
+  if (!shard.ok()) return WithExitCode(shard.status(), kExitUsage);  // a bad flag or environment
+  flags.options.shard.shard = *shard;
   SIFT_RETURN_IF_ERROR(MakeDirs(flags.options.shard.snapshot_dir));
   if (flags.options.shard.threads <= 0) flags.options.shard.threads = AvailableCpus();
   flags.options.shard.version = SIFT_VERSION;

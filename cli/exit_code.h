@@ -11,6 +11,9 @@ namespace sift::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;  // the job or the operation failed
 inline constexpr int kExitUsage = 2;   // usage error, bad spec, unknown job, unreachable server
+// `sift worker --exit-after-jobs`: a job it trained in FAILED or was CANCELLED (distinct from 1,
+// the worker's own failure, so a Kubernetes podFailurePolicy can fail the Job on it alone).
+inline constexpr int kExitWorkerJobFailed = 3;
 
 // `s` (not OK) with the process exit code `code` attached.
 Status WithExitCode(Status s, int code);

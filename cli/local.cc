@@ -184,7 +184,9 @@ Status RunLocal(const LocalFlags& f) {
   }
   if (f.servers > 0) spec.cluster.servers = f.servers;
   if (f.workers > 0) spec.cluster.workers = f.workers;
-  if (Status s = CheckClusterJob(spec, embedded ? "the default job" : f.spec_path); !s.ok()) {
+  const std::string spec_source = absl::StrCat(embedded ? "the default job" : f.spec_path,
+                                               f.workers > 0 ? " with --workers" : "");
+  if (Status s = CheckClusterJob(spec, spec_source); !s.ok()) {
     return WithExitCode(s, kExitUsage);  // before any process starts
   }
   if (spec.results_dir.empty()) spec.results_dir = JoinPath(work_dir, "results");

@@ -1,6 +1,8 @@
 // StopSignals: how a long-running role (coordinator, embedding server, worker) waits for SIGINT
 // or SIGTERM. Construct it before any thread starts: it blocks both signals in the calling
 // thread, so every thread started later inherits the mask and only Wait() receives them.
+// SIGUSR2 is taken too (Finish() wakes Wait() with it): a `kill -USR2` from outside also stops
+// the role gracefully, like SIGTERM.
 #pragma once
 
 #include <pthread.h>

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/exit_code.h"
 #include "cli/stop_signals.h"
 #include "common/file_util.h"
 #include "server/coordinator/client.h"
@@ -60,7 +61,14 @@ Status RunWorker(WorkerFlags flags) {
     std::fflush(stdout);
     std::_Exit(0);
   }
-  return serving.get();
+  SIFT_RETURN_IF_ERROR(serving.get());
+  if (worker->failed_jobs() > 0) {
+    return WithExitCode(
+        absl::AbortedError(absl::StrCat(worker->failed_jobs(), " of ", worker->finished_jobs(),
+                                        " job(s) FAILED or were CANCELLED")),
+        kExitWorkerJobFailed);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -91,9 +99,9 @@ void AddWorker(CLI::App* app, Action* action) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--exit-after-jobs", o.exit_after_jobs,
-                  "Exit 0 once this many jobs this worker trained in have finished (COMPLETED, "
-                  "FAILED or CANCELLED); 0: serve until SIGINT/SIGTERM. For a Kubernetes Job or a "
-                  "Slurm step that should end with the training job")
+                  "Exit once this many jobs this worker trained in have finished: 0 if they all "
+                  "COMPLETED, 3 if one FAILED or was CANCELLED; 0: serve until SIGINT/SIGTERM. "
+                  "For a Kubernetes Job or a Slurm step that should end with the training job")
       ->envname("SIFT_EXIT_AFTER_JOBS")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));

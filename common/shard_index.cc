@@ -24,6 +24,7 @@ StatusOr<uint32_t> ResolveShardIndex(absl::string_view value, absl::string_view 
   uint32_t index = 0;
   std::string origin;
   if (value == "ordinal") {
+    hostname = hostname.substr(0, hostname.find('.'));  // a FQDN's first label is the pod name
     const size_t dash = hostname.rfind('-');
     const absl::string_view suffix =
         dash == absl::string_view::npos ? absl::string_view() : hostname.substr(dash + 1);

@@ -11,7 +11,8 @@
 
 namespace sift {
 
-// `value` is a decimal index or "ordinal" (then `hostname` must end in "-<digits>"); the result
+// `value` is a decimal index or "ordinal" (then `hostname`, up to its first '.', must end in
+// "-<digits>": "sift-ps-2.sift-ps.ns.svc.cluster.local" is shard 2); the result
 // must be < num_shards. Errors (INVALID_ARGUMENT) quote the value, the host name and the range.
 StatusOr<uint32_t> ResolveShardIndex(absl::string_view value, absl::string_view hostname,
                                      uint32_t num_shards);

@@ -330,28 +330,38 @@ DistributedWorker::~DistributedWorker() = default;
 Status DistributedWorker::Serve() {
   std::string job;
   int64_t generation = 0;
-  int finished_jobs = 0;
-  bool job_finished = true;  // `job` reached a final state (or there is none yet)
+  bool counted = true;  // `job` was counted as finished (or there is none yet)
+  // --exit-after-jobs: counts `job` if the coordinator says it finished; true when that was the
+  // last one to wait for.
+  auto count_if_finished = [&]() -> bool {
+    if (options_.exit_after_jobs <= 0 || counted) return false;
+    StatusOr<cpb::JobInfo> info = client_->GetJob(job);
+    if (!info.ok() || !coordinator::IsFinished(info->state())) return false;
+    counted = true;
+    finished_jobs_.fetch_add(1);
+    if (info->state() != cpb::COMPLETED) failed_jobs_.fetch_add(1);
+    std::printf("sift worker: %s %s; %d of %d job(s) finished\n", job.c_str(),
+                coordinator::JobStateName(info->state()).c_str(), finished_jobs_.load(),
+                options_.exit_after_jobs);
+    std::fflush(stdout);
+    return finished_jobs_.load() >= options_.exit_after_jobs;
+  };
   while (!stop_.load()) {
     std::optional<cpb::Assignment> a =
         session_->WaitForNewAssignment(job, generation, absl::Milliseconds(200));
     if (a.has_value() && !a->job_id().empty() && !stop_.load()) {
-      if (a->job_id() != job) job_finished = false;
+      if (a->job_id() != job) {
+        // The coordinator may hand out the next queued job before this worker noticed the end
+        // of its previous one: count that one first.
+        if (count_if_finished()) break;
+        counted = false;
+      }
       job = a->job_id();
       generation = a->generation();
       RunAssignment(*a);
       continue;
     }
-    if (options_.exit_after_jobs <= 0 || job_finished) continue;
-    // Idle after a run: has its job finished (rather than recovering into a new generation)?
-    StatusOr<cpb::JobInfo> info = client_->GetJob(job);
-    if (!info.ok() || !coordinator::IsFinished(info->state())) continue;
-    job_finished = true;
-    std::printf("sift worker: %s %s (%d of %d jobs before exiting)\n", job.c_str(),
-                coordinator::JobStateName(info->state()).c_str(), finished_jobs + 1,
-                options_.exit_after_jobs);
-    std::fflush(stdout);
-    if (++finished_jobs >= options_.exit_after_jobs) break;
+    if (count_if_finished()) break;
   }
   return absl::OkStatus();
 }

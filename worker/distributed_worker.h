@@ -80,6 +80,10 @@ class DistributedWorker {
   // Thread-safe: the current run is abandoned at its next step boundary, Serve returns.
   void Stop() { stop_.store(true); }
   bool stopping() const { return stop_.load(); }
+  // With options.exit_after_jobs: how many of the jobs it ran in have finished, and how many of
+  // those FAILED or were CANCELLED (thread-safe).
+  int finished_jobs() const { return finished_jobs_.load(); }
+  int failed_jobs() const { return failed_jobs_.load(); }
 
  private:
   explicit DistributedWorker(DistributedWorkerOptions options) : options_(std::move(options)) {}
@@ -92,6 +96,8 @@ class DistributedWorker {
   std::unique_ptr<coordinator::MemberSession> session_;
   std::string member_id_;
   std::atomic<bool> stop_{false};
+  std::atomic<int> finished_jobs_{0};
+  std::atomic<int> failed_jobs_{0};
 };
 
 }  // namespace sift::worker

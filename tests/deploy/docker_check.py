@@ -203,6 +203,12 @@ def check_runtime(path, final_stage, sift, cuda):
     listed = apt_packages(final_stage)
     if not listed:
         raise CheckError(f"{where}: the final stage installs no packages")
+    for p in listed:  # a misspelt or unknown package name would only fail in `docker build`
+        if "${" in p or p in CUDA_LIBS.values():
+            continue  # from NVIDIA's repository, which this machine does not have
+        if dpkg_field(p, "Version") is None and run(["apt-cache", "show", p]).returncode != 0:
+            raise CheckError(f"{where}: the final stage installs '{p}', which is no Debian 12 "
+                             f"package known here (dpkg, apt-cache)")
     provided = closure([p for p in listed if "${" not in p]) | BASE_PACKAGES
     for soname, lib_path in linked_libraries(sift):
         base = soname.split(".so")[0] + ".so"
@@ -254,6 +260,7 @@ MUTATIONS = [  # (file, old, new, expected message fragment)
     ("Dockerfile.cpu", "USER 10001:10001\n", "", "no USER"),
     ("Dockerfile.cpu", " libgrpc++1.51", "", "libgrpc++.so.1.51"),
     ("Dockerfile.cpu", " libopenblas0-pthread", "", "libopenblas"),
+    ("Dockerfile.cpu", "libgloo0", "libglooo0", "no Debian 12 package"),
     ("Dockerfile.cpu", "RUN make build", "RUN make all-of-it", "make build"),
     ("Dockerfile.cuda", "COPY --from=build /build/sift", "COPY --from=build /build",
      "expected the `sift` binary"),

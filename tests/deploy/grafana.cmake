@@ -1,7 +1,7 @@
 # deploy/grafana: the dashboard (structure, grid, units, variables), every query parsed by
 # promtool after variable substitution, every metric name exported by sift or defined by a
 # recording rule, the provisioning files; and the checker's own negative tests (mutated copies
-# of the dashboard are rejected). tests/integration/dashboard_queries_test.cc runs the queries
+# of the dashboard are rejected). tests/integration/dashboard_queries_slow_test.cc runs the queries
 # against a real Prometheus scraping a cluster.
 if(SIFT_PROMTOOL)
   # The venv's Python when `make deps` made it, else the system one (both have PyYAML).

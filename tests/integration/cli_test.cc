@@ -53,9 +53,9 @@ TEST(Cli, RoleFlagsComeFromTheEnvironment) {
   ::unsetenv("SIFT_SHARD");
   ::unsetenv("SIFT_NUM_SHARDS");
   ::unsetenv("SIFT_SNAPSHOT_DIR");
-  EXPECT_EQ(out_of_range.exit_code, 1);
+  EXPECT_EQ(out_of_range.exit_code, 2);
   EXPECT_THAT(out_of_range.err, HasSubstr("--shard 5 is out of range: --num-shards is 2"));
-  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("expected a shard index (0, 1, ...) or 'ordinal', got 'bogus'"));
 
   auto help = RunSift({"embedding-server", "--help"});

@@ -93,7 +93,7 @@ TEST_F(WorkerTest, OneWorkerGivesTheLossCurveOfSiftTrain) {
   ASSERT_EQ(info.servers_size(), 1);
   // --exit-after-jobs 1: the worker ends with its job, exit code 0.
   EXPECT_EQ(cluster.WaitWorkerExit(0, 60), 0);
-  EXPECT_THAT(cluster.WorkerOutput(0), HasSubstr(id + " COMPLETED (1 of 1 jobs before exiting)"));
+  EXPECT_THAT(cluster.WorkerOutput(0), HasSubstr(id + " COMPLETED; 1 of 1 job(s) finished"));
   EXPECT_THAT(cluster.WorkerOutput(0), HasSubstr("sift worker: finished, stopping"));
 
   // The same run single-process, its tables on the same embedding server (replaced).
@@ -187,6 +187,29 @@ TEST_F(WorkerTest, TwoWorkersWithStalenessAndAMidEpochCheckpointComplete) {
   }
   EXPECT_EQ(workers_seen, 2);
   EXPECT_EQ(cluster.StopWorker(0, SIGTERM), 0);
+}
+
+// --exit-after-jobs: a worker whose job was cancelled exits 3 (a Kubernetes podFailurePolicy
+// fails the Job on it), not 0.
+TEST_F(WorkerTest, ExitAfterJobsExitsThreeWhenTheJobDidNotComplete) {
+  TestClusterOptions co;
+  co.servers = 1;
+  co.workers = 1;
+  co.worker_exit_after_jobs = 1;
+  TestCluster cluster(*dir_, "cancel", co);
+  TestJob job;
+  job.dataset = Tiny();
+  job.epochs = 50;  // far longer than the test: it is cancelled once running
+  job.batch_size = 512;
+  job.servers = 1;
+  job.workers = 1;
+  const std::string id = cluster.Submit(job.Yaml());
+  ASSERT_FALSE(id.empty());
+  cluster.WaitForJob(
+      id, [](const cpb::JobInfo& j) { return j.samples_total() > 0; }, 120);
+  ASSERT_TRUE(cluster.client().CancelJob(id).ok());
+  EXPECT_EQ(cluster.WaitWorkerExit(0, 60), 3) << cluster.AllErrors();
+  EXPECT_THAT(cluster.WorkerOutput(0), HasSubstr(id + " CANCELLED; 1 of 1 job(s) finished"));
 }
 
 TEST_F(WorkerTest, FlagErrors) {

@@ -17,6 +17,8 @@ TEST(ShardIndex, OrdinalIsTheHostNamesTrailingNumber) {
   EXPECT_EQ(*ResolveShardIndex("ordinal", "sift-ps-0", 2), 0u);
   EXPECT_EQ(*ResolveShardIndex("ordinal", "sift-ps-11", 12), 11u);
   EXPECT_EQ(*ResolveShardIndex("ordinal", "a-b-c-7", 8), 7u);
+  // A fully qualified name (setHostnameAsFQDN, or a dashed namespace): the first label counts.
+  EXPECT_EQ(*ResolveShardIndex("ordinal", "sift-ps-3.sift-ps.ml-team.svc.cluster.local", 4), 3u);
 }
 
 TEST(ShardIndex, OutOfRangeNamesTheLimit) {
@@ -34,7 +36,8 @@ TEST(ShardIndex, BadValuesAreRejected) {
     ASSERT_FALSE(r.ok()) << v;
     EXPECT_THAT(r.status().message(), HasSubstr("expected a shard index")) << v;
   }
-  for (const char* host : {"", "sift-ps", "sift-ps-", "sift-ps-x", "node3", "ps-1a"}) {
+  for (const char* host :
+       {"", "sift-ps", "sift-ps-", "sift-ps-x", "node3", "ps-1a", "sift-ps.ns-1.svc"}) {
     auto r = ResolveShardIndex("ordinal", host, 4);
     ASSERT_FALSE(r.ok()) << host;
     EXPECT_THAT(r.status().message(), HasSubstr("does not end in -<number>")) << host;
