@@ -119,6 +119,9 @@ SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 # Hetjobs are started by the backfill scheduler only: run it every second, not every 30 s.
 SchedulerParameters=bf_interval=1
+# `sbatch --wait` polls after 2 s, then every 4x longer while that is under MinJobAge/2 (10 s,
+# 42 s, ...); MinJobAge=5 keeps it polling every 2 s (finished jobs stay visible for 5 s+).
+MinJobAge=5
 SlurmdParameters=config_overrides
 ReturnToService=2
 AccountingStorageType=accounting_storage/none

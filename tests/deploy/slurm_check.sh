@@ -3,23 +3,35 @@
 # (deploy/slurm/local-cluster.sh), generates the tiny dataset, submits a 2-server, 2-worker job as
 # a heterogeneous Slurm job with `sbatch --wait` (GPU request off: SBATCH_GPUS_PER_TASK=0; no GPUs
 # here) and checks: sbatch exits 0, the job's log (printed by the script) and its DLLL log.json
-# carry a test AUC, the Slurm job is gone and no process of this test is left. With `small` it
-# runs deploy/slurm/sift-small.sbatch (one node group) instead; with `gpu` the script as it is
-# (its --gpus-per-task=1 on) on a cluster whose gpu1 has 2 fake GPUs (SIFT_SLURM_FAKE_GPUS: device
-# files, no GPU), checking each worker task got its own one (CUDA_VISIBLE_DEVICES); the spec's
-# workers stay on the CPU backend. The cluster is torn down on every path.
-# Usage: slurm_check.sh SIFT_BINARY DEPLOY_DIR [hetjob|small|gpu]
+# carry a test AUC, the workers ran with --threads = the component's --cpus-per-task (4), the
+# Prometheus targets file (file_sd) lists the 5 roles' /metrics at the ports they report and
+# passes `promtool check config` with deploy/prometheus/prometheus.yml, its live copy
+# (SIFT_PROMETHEUS_TARGETS_DIR) is removed at the end, the Slurm job is gone and no process of
+# this test is left. The coordinator port is the default 0 (any free port), except in `gpu` mode
+# (an explicit one). With `small` it runs deploy/slurm/sift-small.sbatch (one node group)
+# instead; with `gpu` the script as it is (its --gpus-per-task=1 on) on a cluster whose gpu1 has
+# 2 fake GPUs (SIFT_SLURM_FAKE_GPUS: device files, no GPU), checking each worker task got its own
+# one (CUDA_VISIBLE_DEVICES); the spec's workers stay on the CPU backend. The cluster is torn
+# down on every path. Needs root (slurmd starts the job steps).
+# Usage: slurm_check.sh SIFT_BINARY DEPLOY_DIR [hetjob|small|gpu] [PROMTOOL]
 set -euo pipefail
 
 [[ $# -ge 2 ]] || {
-  echo "usage: $0 SIFT_BINARY DEPLOY_DIR [hetjob|small|gpu]" >&2
+  echo "usage: $0 SIFT_BINARY DEPLOY_DIR [hetjob|small|gpu] [PROMTOOL]" >&2
   exit 2
 }
 sift=$(realpath "$1")
 deploy=$(realpath "$2")
 mode=${3:-hetjob}
+promtool=${4:-promtool}
 case $mode in hetjob | small | gpu) ;; *) echo "unknown mode '$mode'" >&2; exit 2 ;; esac
 [[ -x $sift ]] || { echo "FAIL: $sift is not executable" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || {
+  echo "FAIL: needs root: the local Slurm cluster's slurmd runs as root to start job steps" \
+    "(run the DeploySlurm tests as root, as CI does)" >&2
+  exit 1
+}
+command -v "$promtool" >/dev/null || { echo "FAIL: promtool '$promtool' not found" >&2; exit 1; }
 
 # Short path: munge's socket path must stay under 108 bytes.
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sift-slurm.XXXXXX")
@@ -93,9 +105,13 @@ cluster:
 results_dir: results
 EOF
 
-coordinator_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-export SIFT_BIN=$sift SIFT_JOB=job.yaml SIFT_WORK_DIR=$tmp/work SIFT_COORDINATOR_PORT=$coordinator_port
+export SIFT_BIN=$sift SIFT_JOB=job.yaml SIFT_WORK_DIR=$tmp/work SIFT_PROMETHEUS_TARGETS_DIR=$tmp/live
 export SIFT_SERVER_ARGS="--threads 1"
+unset SIFT_COORDINATOR_PORT SIFT_WORKER_THREADS SIFT_WORKER_CPUS_PER_TASK
+if [[ $mode == gpu ]]; then
+  coordinator_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  export SIFT_COORDINATOR_PORT=$coordinator_port
+fi
 cd "$tmp"
 t1=$SECONDS
 if [[ $mode == small ]]; then
@@ -124,8 +140,53 @@ grep -Eq '"type": "LOG", "step": \[\], "data": \{.*"test_auc": 0\.[0-9]+' "$tmp/
   fail "no final test_auc record in $tmp/results/log.json"
 grep -q 'done: exit code 0' "$out" || fail "the script did not finish cleanly"
 
+# The coordinator's port: the explicit one, or the free one it picked (its port file).
+read -r got_port got_metrics_port <"$tmp/work/coordinator.port"
+[[ -z $coordinator_port || $got_port == "$coordinator_port" ]] ||
+  fail "the coordinator listened on $got_port, not on SIFT_COORDINATOR_PORT=$coordinator_port"
+grep -q "coordinator 127.0.0.1:$got_port;" "$out" || fail "the log does not name coordinator 127.0.0.1:$got_port"
+coordinator_port=$got_port
+
+# Worker threads: the hetjob's worker component has --cpus-per-task=4; one group: the spec's.
+threads=$(sed -n 's/^\[sift.sbatch\] worker task .*, threads: //p' "$tmp"/work/logs/worker-*.log | tr '\n' ' ')
+if [[ $mode == small ]]; then expected="default default "; else expected="4 4 "; fi
+[[ $threads == "$expected" ]] || fail "worker threads were '$threads', expected '$expected'"
+
+# Prometheus: targets.json (file_sd) names each role's /metrics at the port the role reported
+# (coordinator: its port file; servers: their port files; workers: their logs), labels role and
+# index as deploy/prometheus/rules.yml expects; the real prometheus.yml accepts it.
+targets=$tmp/work/prometheus/targets.json
+[[ -f $targets ]] || fail "no $targets"
+want="127.0.0.1:$got_metrics_port coordinator 0"
+for i in 0 1; do
+  read -r _ mport <"$tmp/work/ports/server-$i.port"
+  want+=$'\n'"127.0.0.1:$mport embedding-server $i"
+  addr=$(sed -n 's|^sift worker: registered with .* metrics \(.*\)/metrics$|\1|p' "$tmp/work/logs/worker-$i.log")
+  want+=$'\n'"$addr worker $i"
+done
+got=$(python3 - "$targets" "$job" <<'EOF'
+import json, sys
+groups = json.load(open(sys.argv[1]))
+for g in groups:
+    assert set(g) == {"targets", "labels"}, g
+    assert g["labels"]["slurm_job_id"] == sys.argv[2], g
+    for t in g["targets"]:
+        print(t, g["labels"]["role"], g["labels"]["index"])
+EOF
+) || fail "$targets is not valid file_sd JSON: $(cat "$targets")"
+[[ $(sort <<<"$got") == $(sort <<<"$want") ]] ||
+  fail "targets in $targets:"$'\n'"$got"$'\n'"expected:"$'\n'"$want"
+mkdir -p "$tmp/prom/targets"
+cp "$deploy/prometheus/prometheus.yml" "$deploy/prometheus/rules.yml" "$tmp/prom/"
+cp "$targets" "$tmp/prom/targets/slurm.json"
+"$promtool" check config "$tmp/prom/prometheus.yml" >"$tmp/promtool.out" 2>&1 ||
+  fail "promtool check config with the job's targets: $(cat "$tmp/promtool.out")"
+grep -q "prometheus: 5 targets in $targets and $tmp/live/sift-slurm-$job.json" "$out" ||
+  fail "the live targets file was not written with all 5 targets"
+[[ ! -e $tmp/live/sift-slurm-$job.json ]] || fail "the live targets file is still there after the job"
+
 # The workers' GPUs: one each (fake ones) in gpu mode, none otherwise.
-gpus=$(sed -n 's/^\[sift.sbatch\] worker task .*, GPUs: //p' "$tmp"/work/logs/worker-*.log | sort | tr '\n' ' ')
+gpus=$(sed -n 's/^\[sift.sbatch\] worker task .*, GPUs: \([^,]*\),.*/\1/p' "$tmp"/work/logs/worker-*.log | sort | tr '\n' ' ')
 if [[ $mode == gpu ]]; then expected="0 1 "; else expected="none none "; fi
 [[ $gpus == "$expected" ]] || fail "worker GPUs (CUDA_VISIBLE_DEVICES) were '$gpus', expected '$expected'"
 
@@ -135,7 +196,8 @@ if [[ $mode == gpu ]]; then expected="0 1 "; else expected="none none "; fi
 left=$(our_processes)
 [[ -z $left ]] || fail "processes left running: $left"
 # Failure paths (hetjob mode): a spec that does not match the task counts is refused before
-# anything starts (exit 2), and a role that dies fails the job (exit 1) without leaving anything.
+# anything starts (exit 2), and servers or workers that die fail the job (exit 1) without leaving
+# anything.
 if [[ $mode == hetjob ]]; then
   export SBATCH_GPUS_PER_TASK=0
   sbatch --wait --parsable --ntasks=3 --output="$tmp/mismatch.out" : --ntasks=2 \
@@ -151,6 +213,15 @@ if [[ $mode == hetjob ]]; then
   [[ $rc -eq 1 ]] || fail "embedding servers that cannot start: sbatch exited $rc, expected 1"
   grep -q 'error: the embedding-server step ended before the job finished' "$tmp/dies.out" ||
     fail "no message naming the failed step"
+  left=$(our_processes)
+  [[ -z $left ]] || fail "processes left running after the failed job: $left"
+
+  SIFT_WORKER_ARGS="--no-such-flag" sbatch --wait --parsable --output="$tmp/workers-die.out" \
+    "$deploy/slurm/sift.sbatch" >/dev/null && rc=0 || rc=$?
+  cat "$tmp/workers-die.out"
+  [[ $rc -eq 1 ]] || fail "workers that cannot start: sbatch exited $rc, expected 1"
+  grep -Eq 'error: the worker step ended \(exit [0-9]+\) before the job finished' "$tmp/workers-die.out" ||
+    fail "no message naming the failed worker step"
   left=$(our_processes)
   [[ -z $left ]] || fail "processes left running after the failed job: $left"
 fi
