@@ -208,12 +208,12 @@ Status AddJobCollectables(Coordinator* c, MetricsExposer* exposer) {
          }
          return out;
        }},
-      {"sift_coordinator_members", "Alive (registered, lease not expired) members by role.",
+      {"sift_coordinator_members", "Alive (registered, lease not expired) members by member_role.",
        T::kGauge,
        [c] {
          Samples out;
          for (const auto& [role, n] : c->AliveMembers()) {
-           out.push_back({{{"role", role}}, static_cast<double>(n)});
+           out.push_back({{{"member_role", role}}, static_cast<double>(n)});
          }
          return out;
        }},

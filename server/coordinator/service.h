@@ -10,7 +10,7 @@
 //   sift_job_recoveries_total{job_id}  counter
 //   sift_job_epoch, sift_job_test_auc (latest evaluated epoch), sift_job_train_loss (last step's
 //   total loss), sift_job_generation {job_id}; sift_job_state{job_id,state} (1 for the current
-//   state, 0 for the others); sift_coordinator_members{role} (alive members);
+//   state, 0 for the others); sift_coordinator_members{member_role} (alive members);
 //   grpc_server_started_total / grpc_server_handled_total / grpc_server_handling_seconds per
 //   grpc_method; sift_build_info{version}.
 //

@@ -170,7 +170,7 @@ TEST_F(CoordinatorServiceTest, AJobRunsToCompletionOverGrpc) {
   EXPECT_THAT(*text, HasSubstr("sift_job_state{job_id=\"job-1\",state=\"COMPLETED\"} 1"));
   EXPECT_THAT(*text, HasSubstr("sift_job_state{job_id=\"job-1\",state=\"RUNNING\"} 0"));
   EXPECT_THAT(*text, HasSubstr("sift_job_test_auc{job_id=\"job-1\"} 1"));
-  EXPECT_THAT(*text, HasSubstr("sift_coordinator_members{role=\"worker\"} 1"));
+  EXPECT_THAT(*text, HasSubstr("sift_coordinator_members{member_role=\"worker\"} 1"));
   EXPECT_THAT(*text, HasSubstr("sift_build_info{version=\"9.9.9\"} 1"));
   EXPECT_THAT(*text, HasSubstr("grpc_method=\"ReportEval\""));
   if (!testing::PromtoolAvailable()) GTEST_SKIP() << "promtool not on PATH";
