@@ -7,19 +7,15 @@
 // value through /api/v1/query. Then every metric name the dashboard uses must be among the names
 // this Prometheus scraped (the checker again, with --exported-names). Skipped when prometheus is
 // missing. Polls with generous bounds; no assertion on how long anything takes.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -28,17 +24,19 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/test_cluster.h"
+#include "tests/util/test_prometheus.h"
 #include "tests/util/test_util.h"
 
 namespace sift {
 namespace {
 
-using sift::testing::HttpGet;
 using sift::testing::RunSift;
 using sift::testing::TempDir;
 using sift::testing::TestCluster;
 using sift::testing::TestClusterOptions;
 using sift::testing::TestJob;
+using sift::testing::TestPrometheus;
+using sift::testing::WaitUntil;
 
 // Panels left out of the "main" queries, each because it has data only after a failure:
 // - "gRPC errors by code" selects grpc_server_handled_total{grpc_code!="OK"}, and a healthy run
@@ -61,36 +59,6 @@ int ExpectedSeries(const std::string& panel, const std::string& ref_id) {
       {{"Train loss", "B"}, 2}};
   auto it = kPerRankOrShard.find({panel, ref_id});
   return it == kPerRankOrShard.end() ? 1 : it->second;
-}
-
-// A TCP port that was free a moment ago (bound to port 0, then closed).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-// Percent-encodes a PromQL query for a URL.
-std::string UrlEncode(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (isalnum(c) || c == '_' || c == '-' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      absl::StrAppend(&out, "%", absl::Hex(c, absl::kZeroPad2));
-    }
-  }
-  return out;
 }
 
 std::string ShellQuote(const std::string& s) {
@@ -124,17 +92,8 @@ struct Query {
   std::string expr;
 };
 
-// The outcome of one instant query: how many series, how many with a finite value.
-struct Answer {
-  bool ok = false;
-  std::string error;
-  int series = 0;
-  int finite = 0;
-  std::string body;
-};
-
 TEST(DashboardQueriesTest, MainQueriesReturnDataFromARealPrometheus) {
-  if (::access("/usr/bin/prometheus", X_OK) != 0) GTEST_SKIP() << "prometheus not installed";
+  if (!TestPrometheus::Available()) GTEST_SKIP() << "prometheus not installed";
   TempDir dir;
   auto gen = RunSift({"data", "gen", "--preset", "tiny", "--seed", "5", "--out", dir.Sub("tiny")});
   ASSERT_EQ(gen.exit_code, 0) << gen.err;
@@ -147,56 +106,11 @@ TEST(DashboardQueriesTest, MainQueriesReturnDataFromARealPrometheus) {
   const std::vector<std::string> targets = cluster.MetricsTargets();
   ASSERT_EQ(targets.size(), 5u) << cluster.AllErrors();
 
-  nlohmann::json sd = nlohmann::json::array();
-  sd.push_back({{"targets", targets}, {"labels", {{"cluster", "test"}}}});
-  sift::testing::WriteAll(dir.Sub("targets.json"), sd.dump());
-  sift::testing::WriteAll(
-      dir.Sub("prometheus.yml"),
-      absl::StrCat("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                   "rule_files:\n  - '",
-                   SIFT_SOURCE_DIR, "/deploy/prometheus/rules.yml'\n",
-                   "scrape_configs:\n  - job_name: sift\n"
-                   "    file_sd_configs:\n      - files: ['",
-                   dir.Sub("targets.json"), "']\n        refresh_interval: 1s\n"));
-  const int port = FreePort();
-  ASSERT_GT(port, 0);
-  sift::testing::BackgroundProcess prometheus(
-      {"/usr/bin/prometheus", absl::StrCat("--config.file=", dir.Sub("prometheus.yml")),
-       absl::StrCat("--storage.tsdb.path=", dir.Sub("tsdb")),
-       absl::StrCat("--web.listen-address=127.0.0.1:", port), "--log.level=warn"},
-      dir.Sub("prometheus"));
-
-  auto query = [&](const std::string& promql) {
-    Answer a;
-    auto r = HttpGet("127.0.0.1", port, "/api/v1/query?query=" + UrlEncode(promql));
-    if (!r.ok()) {
-      a.error = std::string(r.status().message());
-      return a;
-    }
-    a.body = *r;
-    auto js = nlohmann::json::parse(*r, nullptr, /*allow_exceptions=*/false);
-    if (js.is_discarded() || js.value("status", "") != "success") {
-      a.error = "not a success: " + *r;
-      return a;
-    }
-    a.ok = true;
-    const auto& data = js["data"];
-    if (data.value("resultType", "") != "vector") return a;
-    for (const auto& s : data["result"]) {
-      ++a.series;
-      const double v = std::strtod(s["value"][1].get<std::string>().c_str(), nullptr);
-      if (std::isfinite(v)) ++a.finite;
-    }
-    return a;
-  };
-  auto wait_until = [&](const std::function<bool()>& done) {
-    for (int i = 0; i < 1200 && !done(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return done();
-  };
+  TestPrometheus prometheus(dir, "dash", targets,
+                            {absl::StrCat(SIFT_SOURCE_DIR, "/deploy/prometheus/rules.yml")});
+  auto query = [&](const std::string& promql) { return prometheus.Query(promql); };
   // Every target is scraped before the job starts.
-  ASSERT_TRUE(wait_until([&] { return query("sum(up) == 5").series == 1; })) << prometheus.Err();
+  ASSERT_TRUE(WaitUntil([&] { return query("sum(up) == 5").series == 1; })) << prometheus.Err();
 
   // Short epochs, so that a test AUC (evaluated after each epoch) appears early; far more
   // epochs than the test needs: cancelled once every query has data.
@@ -231,7 +145,7 @@ TEST(DashboardQueriesTest, MainQueriesReturnDataFromARealPrometheus) {
   EXPECT_EQ(excluded_seen, kNeedFailure);
   ASSERT_GE(main_queries.size(), 25u);
 
-  std::vector<Answer> answers(main_queries.size());
+  std::vector<TestPrometheus::Answer> answers(main_queries.size());
   auto all_have_data = [&] {
     bool all = true;
     for (size_t i = 0; i < main_queries.size(); ++i) {
@@ -242,11 +156,11 @@ TEST(DashboardQueriesTest, MainQueriesReturnDataFromARealPrometheus) {
     }
     return all;
   };
-  const bool data = wait_until(all_have_data);
+  const bool data = WaitUntil(all_have_data);
   std::vector<std::string> with_data;
   for (size_t i = 0; i < main_queries.size(); ++i) {
     const Query& q = main_queries[i];
-    const Answer& a = answers[i];
+    const TestPrometheus::Answer& a = answers[i];
     EXPECT_TRUE(a.ok) << q.panel << " " << q.ref_id << ": " << a.error;
     EXPECT_GE(a.finite, ExpectedSeries(q.panel, q.ref_id))
         << q.panel << " " << q.ref_id << ": too few series with a finite value from " << q.expr
@@ -260,11 +174,8 @@ TEST(DashboardQueriesTest, MainQueriesReturnDataFromARealPrometheus) {
 
   // Every metric name the dashboard uses is among the names this Prometheus scraped (or a
   // recording rule of rules.yml, which the checker accepts).
-  auto names = HttpGet("127.0.0.1", port, "/api/v1/label/__name__/values");
-  ASSERT_TRUE(names.ok()) << names.status();
-  const auto js = nlohmann::json::parse(*names);
-  std::string list;
-  for (const auto& n : js["data"]) absl::StrAppend(&list, n.get<std::string>(), "\n");
+  const std::string list = prometheus.MetricNames();
+  ASSERT_FALSE(list.empty());
   sift::testing::WriteAll(dir.Sub("scraped_names.txt"), list);
   EXPECT_EQ(RunChecker({"--exported-names", dir.Sub("scraped_names.txt")}, dir.Sub("check2.log")),
             0)

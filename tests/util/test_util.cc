@@ -127,15 +127,15 @@ int BackgroundProcess::Stop(int sig) {
 
 int BackgroundProcess::WaitExit(double timeout_s) {
   if (pid_ <= 0) return -1;
-  for (double waited = 0; waited < timeout_s; waited += 0.05) {
+  for (double waited = 0;; waited += 0.05) {  // checks at least once (timeout 0: a poll)
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
       return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
+    if (waited >= timeout_s) return -1;
     ::usleep(50000);
   }
-  return -1;
 }
 
 std::string BackgroundProcess::Out() const { return ReadAll(prefix_ + ".out"); }
