@@ -1,18 +1,58 @@
 #include "cli/stop_signals.h"
 
+#include <atomic>
+
 namespace sift::cli {
+namespace {
+
+// Threads that exist before StopSignals (OpenBLAS starts its pool when the library loads) do not
+// block the stop signals, so the kernel may hand one to them. What it then means depends on where
+// the role is (the phase is an atomic: async-signal-safe):
+//   before Wait()  the role is starting (e.g. a worker still registering): the default action,
+//                  as without StopSignals — the process ends at once;
+//   in Wait()      forwarded to the waiting thread, which takes it;
+//   after Wait()   the role is already stopping: a repeated SIGTERM (Kubernetes, systemd and Slurm
+//                  send several) is dropped rather than killing the drain half-way.
+enum Phase { kStarting = 0, kWaiting = 1, kStopping = 2 };
+std::atomic<int> g_stop_phase{kStarting};
+pthread_t g_stop_waiter;
+
+void OnRoleStopSignal(int sig) {
+  switch (g_stop_phase.load()) {
+    case kWaiting:
+      pthread_kill(g_stop_waiter, sig);
+      return;
+    case kStopping:
+      return;
+    default:
+      signal(sig, SIG_DFL);
+      raise(sig);
+  }
+}
+
+}  // namespace
 
 StopSignals::StopSignals() : waiter_(pthread_self()) {
+  g_stop_waiter = waiter_;
+  g_stop_phase.store(kStarting);
   sigemptyset(&set_);
   sigaddset(&set_, SIGINT);
   sigaddset(&set_, SIGTERM);
   sigaddset(&set_, SIGUSR2);  // Finish()
   pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+  struct sigaction handler = {};
+  handler.sa_handler = OnRoleStopSignal;
+  handler.sa_flags = SA_RESTART;
+  sigemptyset(&handler.sa_mask);
+  for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &handler, nullptr);
 }
 
 const char* StopSignals::Wait() {
+  // A signal that reached this thread before Wait() is pending here and returns at once.
+  g_stop_phase.store(kWaiting);
   int sig = 0;
   sigwait(&set_, &sig);
+  g_stop_phase.store(kStopping);
   return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "finished";
 }
 

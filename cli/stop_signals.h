@@ -1,8 +1,9 @@
 // StopSignals: how a long-running role (coordinator, embedding server, worker) waits for SIGINT
 // or SIGTERM. Construct it before any thread starts: it blocks both signals in the calling
 // thread, so every thread started later inherits the mask and only Wait() receives them.
-// SIGUSR2 is taken too (Finish() wakes Wait() with it): a `kill -USR2` from outside also stops
-// the role gracefully, like SIGTERM.
+// A stop signal before Wait() ends the process at once (the role is still starting); once the role
+// stops, repeated SIGINT/SIGTERM are ignored (stop_signals.cc says why). SIGUSR2 is Finish()'s:
+// directed at the waiting thread only.
 #pragma once
 
 #include <pthread.h>

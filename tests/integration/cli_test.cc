@@ -1,4 +1,7 @@
 // The `sift` binary as a user meets it: help, version, usage errors and their exit codes.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "gmock/gmock.h"
@@ -65,6 +68,42 @@ TEST(Cli, RoleFlagsComeFromTheEnvironment) {
   }
   EXPECT_THAT(RunSift({"worker", "--help"}).out, HasSubstr("SIFT_ADVERTISE_HOST"));
   EXPECT_THAT(RunSift({"coordinator", "--help"}).out, HasSubstr("SIFT_STATE_DIR"));
+}
+
+// A second (and third) SIGTERM while a role drains must not kill it: Kubernetes, systemd and Slurm
+// send more than one. Threads that existed before the role blocked the signals (OpenBLAS's pool)
+// would otherwise take one with the default action (exit 143).
+TEST(Cli, RepeatedStopSignalsStillExitCleanly) {
+  testing::TempDir dir;
+  for (const std::vector<std::string>& role : std::vector<std::vector<std::string>>{
+           {"embedding-server", "--port", "0", "--shard", "0", "--num-shards", "1",
+            "--snapshot-dir", dir.Sub("snap"), "--metrics-port", "-1", "--threads", "2"},
+           {"coordinator", "--port", "0", "--state-dir", dir.Sub("state"), "--metrics-port",
+            "-1"}}) {
+    std::vector<std::string> args = role;
+    const std::string port_file = dir.Sub(role[0] + ".port");
+    args.push_back("--port-file");
+    args.push_back(port_file);
+    testing::SiftProcess p(args, dir.Sub(role[0]));
+    ASSERT_FALSE(testing::WaitForFile(port_file).empty()) << p.Err();
+    for (int i = 0; i < 3; ++i) {  // spaced: the later ones land while the role shuts down
+      ::kill(p.pid(), SIGTERM);
+      ::usleep(20000);
+    }
+    EXPECT_EQ(p.WaitExit(60), 0) << role[0] << ": " << p.Err();
+  }
+}
+
+// A stop signal while a role is still starting (a worker registering with a coordinator that
+// is not there) ends it at once rather than after the registration timeout.
+TEST(Cli, StopSignalWhileStartingEndsTheRole) {
+  testing::TempDir dir;
+  testing::SiftProcess p({"worker", "--coordinator", "127.0.0.1:1", "--register-timeout", "600"},
+                         dir.Sub("worker"));
+  ::usleep(300000);  // inside the registration loop (either way the signal must end it)
+  ::kill(p.pid(), SIGTERM);
+  const int code = p.WaitExit(60);
+  EXPECT_NE(code, -1) << "still running 60 s after SIGTERM";
 }
 
 TEST(Cli, VersionAndDevice) {
