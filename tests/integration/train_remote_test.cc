@@ -198,8 +198,8 @@ TEST_F(TrainRemoteTest, RemoteTablesGiveTheInProcessLossCurveAndResumeOnMoreShar
 TEST_F(TrainRemoteTest, ServerFlagErrors) {
   auto bad_shard = RunSift({"embedding-server", "--port", "0", "--shard", "2", "--num-shards", "2",
                             "--snapshot-dir", dir_->Sub("s")});
-  EXPECT_EQ(bad_shard.exit_code, 1);
-  EXPECT_THAT(bad_shard.err, HasSubstr("--shard 2 must be in [0, --num-shards 2)"));
+  EXPECT_EQ(bad_shard.exit_code, 2);
+  EXPECT_THAT(bad_shard.err, HasSubstr("--shard 2 is out of range: --num-shards is 2"));
   auto no_dir = RunSift({"embedding-server", "--shard", "0", "--num-shards", "1"});
   EXPECT_EQ(no_dir.exit_code, 2);
   EXPECT_THAT(no_dir.err, HasSubstr("--snapshot-dir"));
