@@ -28,11 +28,17 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("sift ") + SIFT_VERSION);
   Action action;
 
+#ifndef SIFT_MINIMAL
   CLI::App* data = app.add_subcommand("data", "Datasets: generate, import, convert, inspect");
+#else
+  CLI::App* data = app.add_subcommand("data", "Datasets: generate, import, inspect");
+#endif
   data->require_subcommand(1);
   AddDataGen(data, &action);
   AddDataAmazon(data, &action);
+#ifndef SIFT_MINIMAL  // SIFT_MINIMAL builds only the local subcommands (cli/CMakeLists.txt)
   AddDataConvert(data, &action);
+#endif
   AddDataInspect(data, &action);
 
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
@@ -40,11 +46,14 @@ int main(int argc, char** argv) {
   AddBenchLoader(bench, &action);
   AddBenchTrain(bench, &action);
   AddBenchInference(bench, &action);
+#ifndef SIFT_MINIMAL
   AddBenchPs(bench, &action);
   AddBenchCluster(bench, &action);
+#endif
 
   AddDevice(&app, &action);
   AddTrain(&app, &action);
+#ifndef SIFT_MINIMAL
   AddEmbeddingServer(&app, &action);
   AddHealth(&app, &action);
   AddSubmit(&app, &action);
@@ -55,6 +64,7 @@ int main(int argc, char** argv) {
   AddLocal(&app, &action);
   AddWorker(&app, &action);
   AddCoordinator(&app, &action);
+#endif
 
   try {
     app.parse(argc, argv);

@@ -16,8 +16,10 @@
 #include "common/sysinfo.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
-#include "worker/embedding_client.h"
 #include "worker/trainer.h"
+#ifndef SIFT_MINIMAL  // SIFT_MINIMAL: in-process tables only, no --embedding-servers
+#include "worker/embedding_client.h"
+#endif
 
 namespace sift::cli {
 namespace {
@@ -74,6 +76,7 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("--load-checkpoint", o.load_checkpoint, "Resume from this checkpoint directory");
+#ifndef SIFT_MINIMAL
   cmd->add_option("--embedding-servers", f->embedding_servers,
                   "Embedding tables on these servers (host:port,... in shard order; "
                   "sift embedding-server) instead of in-process; their tables are replaced");
@@ -81,6 +84,7 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
                   "Rows and gradients on the wire to the embedding servers")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
       ->capture_default_str();
+#endif
   if (!bench) {
     cmd->add_option("--save-checkpoint", o.save_checkpoint,
                     "Save a checkpoint into this directory after every epoch");
@@ -123,9 +127,11 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
 Status ResolveFlags(TrainFlags* f) {
   SIFT_ASSIGN_OR_RETURN(f->opt.model.type, worker::ParseModelType(f->model));
   SIFT_ASSIGN_OR_RETURN(f->opt.order, data::ParseSampleOrder(f->order));
+#ifndef SIFT_MINIMAL
   if (!f->embedding_servers.empty()) {
     SIFT_ASSIGN_OR_RETURN(f->opt.embedding_servers, worker::ParseServerList(f->embedding_servers));
   }
+#endif
   if (f->progress == "auto") {
     f->opt.progress = ::isatty(STDERR_FILENO) != 0;
   } else if (f->progress == "on" || f->progress == "off") {
@@ -234,7 +240,12 @@ void AddTrain(CLI::App* app, Action* action) {
   auto f = std::make_shared<TrainFlags>();
   CLI::App* cmd = app->add_subcommand("train",
                                       "Train SIM, DIEN or DIN on a dataset in this process "
-                                      "(in-process tables or --embedding-servers)");
+#ifndef SIFT_MINIMAL
+                                      "(in-process tables or --embedding-servers)"
+#else
+                                      "(in-process tables)"
+#endif
+  );
   AddTrainerFlags(cmd, f.get(), /*bench=*/false);
   cmd->callback([f, action] { *action = [f] { return RunTrain(f.get()); }; });
 }

@@ -23,8 +23,12 @@
 #include "server/embedding/table.h"
 #include "worker/batch_keys.h"
 #include "worker/checkpoint.h"
-#include "worker/embedding_client.h"
 #include "worker/step_pipeline.h"
+// SIFT_MINIMAL (top-level CMakeLists.txt) builds no embedding client: the remote-table paths below
+// are compiled only without it, and a run with embedding_servers is an error.
+#ifndef SIFT_MINIMAL
+#include "worker/embedding_client.h"
+#endif
 
 namespace sift::worker {
 namespace {
@@ -218,8 +222,10 @@ class Trainer {
   Status PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mode, PreparedStep* slot);
   // One training step on a prepared step; returns the losses (the mean over ranks).
   StatusOr<Losses> TrainStep(PreparedStep* ps, int64_t epoch, int64_t step, PhaseTimes* ph);
+#ifndef SIFT_MINIMAL
   // Pushes this rank's sparse gradients (see the definition for the order at k = 0).
   Status PushInRankOrder(const std::vector<EmbeddingClient::PushItem>& items);
+#endif
   // Dedups `batch`'s ids for `mode` into `keys` and fetches their rows: training pulls (creating
   // unseen rows), evaluation and inference look them up without creating any. Adds the wall time
   // to *dedup_s and *pull_s.
@@ -231,9 +237,11 @@ class Trainer {
   // The checkpoint protocol of TrainerEnv (REQUIRES: the step pipeline is drained).
   Status Checkpoint(int64_t epochs_done);
   Status SaveCheckpointNow(int64_t epochs_done);
+#ifndef SIFT_MINIMAL
   // The client that pushes: its own when pulls run on the prefetch thread (EmbeddingClient
   // takes one caller at a time).
   EmbeddingClient* push_client() { return remote_push_ ? remote_push_.get() : remote_.get(); }
+#endif
 
   const TrainerOptions& o_;
   TrainerEnv* const env_;
@@ -245,10 +253,12 @@ class Trainer {
   ModelConfig config_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<embedding::EmbeddingStore> store_;   // in-process tables, or
+  std::unique_ptr<embedding::EmbeddingStore> store_;  // in-process tables, or
+#ifndef SIFT_MINIMAL
   std::unique_ptr<EmbeddingClient> remote_;            // the embedding servers' (pulls)
   std::unique_ptr<EmbeddingClient> remote_push_;       // pushes, when prefetching
   std::vector<embedding::TableConfig> remote_tables_;  // the servers' tables
+#endif
   DenseAdam adam_;
   RunResult result_;
   int64_t epochs_done_ = 0;
@@ -276,6 +286,13 @@ Status Trainer::Setup(RunMode mode) {
   if (o_.checkpoint_every_steps < 0) {
     return absl::InvalidArgumentError("checkpoint.every_steps must be >= 0");
   }
+#ifdef SIFT_MINIMAL
+  if (!o_.embedding_servers.empty()) {
+    return absl::InvalidArgumentError(
+        "this sift is a SIFT_MINIMAL build: it has no embedding-server client (in-process tables "
+        "only)");
+  }
+#endif
   if (world_ > 1 && o_.embedding_servers.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a world of ", world_, " workers needs the embedding tables on embedding servers"));
@@ -334,12 +351,13 @@ Status Trainer::Setup(RunMode mode) {
     c.optimizer.learning_rate = o_.lr;
     tables.push_back(std::move(c));
   }
-  const bool prefetch = mode == RunMode::kTrain && o_.staleness > 0;
   if (o_.embedding_servers.empty()) {
     SIFT_ASSIGN_OR_RETURN(
         store_, embedding::EmbeddingStore::Create(
                     std::move(tables), embedding::StoreOptions{o_.seed, 64, backend_->threads()}));
   } else {
+#ifndef SIFT_MINIMAL  // (a SIFT_MINIMAL build rejected embedding_servers above)
+    const bool prefetch = mode == RunMode::kTrain && o_.staleness > 0;
     EmbeddingClientOptions co;
     co.servers = o_.embedding_servers;
     SIFT_ASSIGN_OR_RETURN(co.encoding, ParseWireFloat(o_.wire_encoding));
@@ -354,6 +372,7 @@ Status Trainer::Setup(RunMode mode) {
       SIFT_RETURN_IF_ERROR(remote_->Configure(o_.seed, tables, /*replace=*/true));
     }
     remote_tables_ = std::move(tables);
+#endif
   }
 
   adam_.hyper.lr = o_.lr;
@@ -375,6 +394,7 @@ Status Trainer::Setup(RunMode mode) {
     CheckpointState st;
     SIFT_RETURN_IF_ERROR(LoadCheckpoint(o_.load_checkpoint, ModelSummary(config_),
                                         static_cast<int64_t>(np), &st, store_.get()));
+#ifndef SIFT_MINIMAL
     if (remote_ != nullptr && rank_ == 0) {
       const std::string what =
           absl::StrCat(o_.load_checkpoint, ": restoring snapshot '", st.remote.name, "'");
@@ -399,6 +419,7 @@ Status Trainer::Setup(RunMode mode) {
       SIFT_RETURN_IF_ERROR(Annotate(remote_->Configure(o_.seed, remote_tables_, /*replace=*/false),
                                     absl::StrCat(o_.load_checkpoint, ": the restored tables")));
     }
+#endif
     if (st.seed != o_.seed) {
       return absl::InvalidArgumentError(absl::StrCat(
           o_.load_checkpoint, ": field 'seed': the checkpoint was trained with seed ", st.seed,
@@ -419,6 +440,7 @@ Status Trainer::Setup(RunMode mode) {
     SIFT_RETURN_IF_ERROR(Annotate(coll_->Broadcast(absl::MakeSpan(adam_.m), 0), "broadcast"));
     SIFT_RETURN_IF_ERROR(Annotate(coll_->Broadcast(absl::MakeSpan(adam_.v), 0), "broadcast"));
   }
+#ifndef SIFT_MINIMAL
   // The clients rank 0 did not set up learn the tables (Configure without replace is idempotent
   // on the servers: it checks they are these tables).
   if (remote_ != nullptr && rank_ != 0) {
@@ -427,6 +449,7 @@ Status Trainer::Setup(RunMode mode) {
   if (remote_push_ != nullptr) {
     SIFT_RETURN_IF_ERROR(remote_push_->Configure(o_.seed, remote_tables_, /*replace=*/false));
   }
+#endif
   return env_->OnSetup(result_.oracle_test_auc);
 }
 
@@ -439,20 +462,26 @@ Status Trainer::FetchRows(const data::Batch& batch, ForwardMode mode, BatchKeys*
   }
   ScopedTimer t(pull_s);
   const size_t dim = static_cast<size_t>(config_.embedding_dim);
+#ifndef SIFT_MINIMAL
   std::vector<EmbeddingClient::PullItem> items;
+#endif
   for (size_t tb = 0; tb < keys->tables.size(); ++tb) {
     TableKeys& tk = keys->tables[tb];
     const absl::Span<float> out = absl::MakeSpan(tk.rows.data(), tk.keys.size() * dim);
     const uint32_t table = static_cast<uint32_t>(tb);
+#ifndef SIFT_MINIMAL
     if (remote_ != nullptr) {
       items.push_back({table, tk.keys, out});
-    } else {
-      SIFT_RETURN_IF_ERROR(mode == ForwardMode::kTrain ? store_->Pull(table, tk.keys, out)
-                                                       : store_->Lookup(table, tk.keys, out));
+      continue;
     }
+#endif
+    SIFT_RETURN_IF_ERROR(mode == ForwardMode::kTrain ? store_->Pull(table, tk.keys, out)
+                                                     : store_->Lookup(table, tk.keys, out));
   }
+#ifndef SIFT_MINIMAL
   // One request per shard for all tables; training creates rows, evaluation only reads.
   if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(remote_->Pull(items, mode == ForwardMode::kTrain));
+#endif
   return absl::OkStatus();
 }
 
@@ -476,6 +505,7 @@ Status Trainer::PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mo
   return FetchRows(*slot->batch, mode, &slot->keys, &slot->dedup_s, &slot->pull_s);
 }
 
+#ifndef SIFT_MINIMAL
 Status Trainer::PushInRankOrder(const std::vector<EmbeddingClient::PushItem>& items) {
   if (world_ == 1 || o_.staleness > 0) return push_client()->Push(items, global_step_);
   // k = 0 with several ranks: the servers apply each rank's push as its own optimizer step, and
@@ -488,6 +518,7 @@ Status Trainer::PushInRankOrder(const std::vector<EmbeddingClient::PushItem>& it
   }
   return absl::OkStatus();
 }
+#endif
 
 StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t step, PhaseTimes* ph) {
   Losses losses;
@@ -525,20 +556,26 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
   {
     ScopedTimer t(&ph->push);
     const size_t dim = static_cast<size_t>(config_.embedding_dim);
+#ifndef SIFT_MINIMAL
     std::vector<EmbeddingClient::PushItem> items;
+#endif
     for (size_t tb = 0; tb < ps->keys.tables.size(); ++tb) {
       TableKeys& tk = ps->keys.tables[tb];
       const absl::Span<float> grads = absl::MakeSpan(tk.grads.data(), tk.keys.size() * dim);
       // Each rank's gradient is of its own mean loss: 1/W of each makes their sum on the servers
       // the gradient of the global mean loss.
       ScaleSparseGradients(world_, grads);
+#ifndef SIFT_MINIMAL
       if (remote_ != nullptr) {
         items.push_back({static_cast<uint32_t>(tb), tk.keys, grads});
-      } else {
-        SIFT_RETURN_IF_ERROR(store_->Push(static_cast<uint32_t>(tb), tk.keys, grads, global_step_));
+        continue;
       }
+#endif
+      SIFT_RETURN_IF_ERROR(store_->Push(static_cast<uint32_t>(tb), tk.keys, grads, global_step_));
     }
+#ifndef SIFT_MINIMAL
     if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(PushInRankOrder(items));
+#endif
   }
   ++global_step_;
   return losses;
@@ -607,6 +644,7 @@ Status Trainer::SaveCheckpointNow(int64_t epochs_done) {
   st.params.assign(model_->parameters().begin(), model_->parameters().end());
   st.adam_m = adam_.m;
   st.adam_v = adam_.v;
+#ifndef SIFT_MINIMAL
   if (remote_ != nullptr) {
     // The servers write the tables (a consistent cut: every rank's pushes have returned and no
     // pull is in flight); the manifest then names the snapshot.
@@ -618,6 +656,7 @@ Status Trainer::SaveCheckpointNow(int64_t epochs_done) {
       st.remote.files.push_back({r.path(), r.bytes(), r.crc32c(), r.rows()});
     }
   }
+#endif
   return SaveCheckpoint(o_.save_checkpoint, st, store_.get());
 }
 
