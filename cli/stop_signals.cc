@@ -2,14 +2,17 @@
 
 #include <atomic>
 
+#include "common/stop_request.h"
+
 namespace sift::cli {
 namespace {
 
 // Threads that exist before StopSignals (OpenBLAS starts its pool when the library loads) do not
-// block the stop signals, so the kernel may hand one to them. What it then means depends on where
-// the role is (the phase is an atomic: async-signal-safe):
-//   before Wait()  the role is starting (e.g. a worker still registering): the default action,
-//                  as without StopSignals — the process ends at once;
+// block the stop signals, so the kernel may hand one to them; with the default action it would
+// kill the process (exit 143). Instead (the phase is an atomic: async-signal-safe):
+//   before Wait()  the role is starting: the signal is forwarded to the waiting thread (pending
+//                  there, Wait() returns at once) and RequestStop() makes start-up loops that may
+//                  block for long (a worker registering with a coordinator) give up at once;
 //   in Wait()      forwarded to the waiting thread, which takes it;
 //   after Wait()   the role is already stopping: a repeated SIGTERM (Kubernetes, systemd and Slurm
 //                  send several) is dropped rather than killing the drain half-way.
@@ -18,16 +21,10 @@ std::atomic<int> g_stop_phase{kStarting};
 pthread_t g_stop_waiter;
 
 void OnRoleStopSignal(int sig) {
-  switch (g_stop_phase.load()) {
-    case kWaiting:
-      pthread_kill(g_stop_waiter, sig);
-      return;
-    case kStopping:
-      return;
-    default:
-      signal(sig, SIG_DFL);
-      raise(sig);
-  }
+  const int phase = g_stop_phase.load();
+  if (phase == kStopping) return;
+  if (phase == kStarting) RequestStop();
+  pthread_kill(g_stop_waiter, sig);
 }
 
 }  // namespace

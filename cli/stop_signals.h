@@ -1,8 +1,9 @@
 // StopSignals: how a long-running role (coordinator, embedding server, worker) waits for SIGINT
 // or SIGTERM. Construct it before any thread starts: it blocks both signals in the calling
 // thread, so every thread started later inherits the mask and only Wait() receives them.
-// A stop signal before Wait() ends the process at once (the role is still starting); once the role
-// stops, repeated SIGINT/SIGTERM are ignored (stop_signals.cc says why). SIGUSR2 is Finish()'s:
+// A stop signal before Wait() is kept for it (and sets common/stop_request.h's flag, which makes
+// start-up loops give up); once the role stops, repeated SIGINT/SIGTERM are ignored
+// (stop_signals.cc says why). SIGUSR2 is Finish()'s:
 // directed at the waiting thread only.
 #pragma once
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/stop_request.h"
 
 namespace sift::coordinator {
 
@@ -23,6 +24,10 @@ StatusOr<std::unique_ptr<MemberSession>> MemberSession::Start(CoordinatorClient*
     if (absl::Now() >= deadline) {
       return Annotate(st, absl::StrCat("registering with the coordinator for ",
                                        absl::FormatDuration(register_timeout)));
+    }
+    if (StopRequested()) {
+      return absl::CancelledError(absl::StrCat(
+          "stopped by a signal while registering with the coordinator (last: ", st.message(), ")"));
     }
     absl::SleepFor(absl::Milliseconds(200));
   }

@@ -22,7 +22,8 @@ namespace sift::coordinator {
 
 class MemberSession {
  public:
-  // Registers `request` (retrying UNAVAILABLE until `register_timeout`) and starts heartbeating.
+  // Registers `request` (retrying UNAVAILABLE until `register_timeout`, or until
+  // StopRequested(): CANCELLED) and starts heartbeating.
   // `client` must outlive the session.
   static StatusOr<std::unique_ptr<MemberSession>> Start(CoordinatorClient* client,
                                                         const pb::RegisterRequest& request,
