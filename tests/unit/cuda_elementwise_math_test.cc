@@ -21,6 +21,7 @@
 #include "common/rng.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/elementwise_math_probe.h"
 #include "kernels/reference/dense_ops.h"
 #include "kernels/reference/sequence_ops.h"
 #include "tests/unit/kernels/op_test_util.h"
@@ -660,6 +661,22 @@ TEST(CudaElementwiseMath, AdamMatchesReferenceOverSteps) {
       EXPECT_TRUE(SameBits(my_v, v)) << "step " << t;
     }
   }
+}
+
+// The device probe's host half (tests/gpu runs it in a kernel): it writes exactly kProbeOutputs
+// finite values, and its exact outputs (PReLU, Adam) are those of the functions themselves.
+TEST(CudaElementwiseMath, ProbeWritesEveryOutput) {
+  std::vector<float> args = RandomFloats(kProbeInputs, 121);
+  std::vector<double> out(kProbeOutputs + 1, std::numeric_limits<double>::quiet_NaN());
+  ProbeElementwiseMath(args.data(), out.data());
+  for (int k = 0; k < kProbeOutputs; ++k) EXPECT_TRUE(std::isfinite(out[k])) << k;
+  EXPECT_TRUE(std::isnan(out[kProbeOutputs]));
+  EXPECT_EQ(out[3], Prelu(args[0], args[1]));
+  EXPECT_EQ(out[4], PreluBackward(args[0], args[1], args[2]));
+  EXPECT_EQ(out[7], Sigmoid(4.0f * args[0]));
+  int exact = 0;
+  for (int k = 0; k < kProbeOutputs; ++k) exact += ProbeOutputIsExact(k) ? 1 : 0;
+  EXPECT_EQ(exact, 6);
 }
 
 }  // namespace
