@@ -45,7 +45,7 @@ absl::StatusCode CudaErrorCode(cudaError_t err) {
     case cudaErrorUnsupportedPtxVersion:
     case cudaErrorSystemDriverMismatch:
     case cudaErrorCompatNotSupportedOnDevice:
-    case cudaErrorStubLibrary:
+    case cudaErrorStubLibrary:  // CUDA's name: the driver found is the toolkit's stub libcuda
     case cudaErrorDeviceNotLicensed:
     case cudaErrorInitializationError:
     case cudaErrorDeviceUninitialized:

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "tests/util/test_cluster.h"
 #include "tests/util/test_util.h"
+#include "tests/util/tiny_dataset_suite.h"
 
 namespace sift {
 namespace {
@@ -34,16 +35,8 @@ using sift::testing::TestClusterOptions;
 using sift::testing::TestJob;
 using ::testing::HasSubstr;
 
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public sift::testing::TinyDatasetSuite<3> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    auto r = RunSift({"data", "gen", "--preset", "tiny", "--seed", "3", "--out", Tiny()});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string Tiny() { return dir_->Sub("tiny"); }
-
   // The short job every test runs: batch 512, `steps` steps per epoch, 2 epochs.
   static TestJob Job(const std::string& name, int workers, int staleness, int steps) {
     TestJob j;
@@ -145,10 +138,7 @@ class ClusterTest : public ::testing::Test {
     // Sane: clearly better than chance (single-process reaches about the same on this job).
     EXPECT_GT(FinalTestAuc(done), 0.6) << logs;
   }
-
-  static TempDir* dir_;
 };
-TempDir* ClusterTest::dir_ = nullptr;
 
 TEST_F(ClusterTest, WorkersMatchSingleProcessTraining) {
   TestCluster cluster(*dir_, "parity", TestClusterOptions{});

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/test_util.h"
+#include "tests/util/tiny_dataset_suite.h"
 
 namespace sift {
 namespace {
@@ -17,18 +18,9 @@ using sift::testing::TempDir;
 using sift::testing::WriteAll;
 using ::testing::HasSubstr;
 
-class DataInspectTest : public ::testing::Test {
+class DataInspectTest : public sift::testing::TinyDatasetSuite<3> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    auto r = RunSift({"data", "gen", "--preset", "tiny", "--seed", "3", "--out", Tiny()});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string Tiny() { return dir_->Sub("tiny"); }
-  static TempDir* dir_;
 };
-TempDir* DataInspectTest::dir_ = nullptr;
 
 TEST_F(DataInspectTest, JsonHasTheDocumentedKeys) {
   auto r = RunSift({"data", "inspect", Tiny(), "--json", "--verify"});

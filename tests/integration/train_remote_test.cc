@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
+#include "tests/util/tiny_dataset_suite.h"
 
 namespace sift {
 namespace {
@@ -65,16 +66,8 @@ class Cluster {
   std::vector<int> metrics_ports_;
 };
 
-class TrainRemoteTest : public ::testing::Test {
+class TrainRemoteTest : public sift::testing::TinyDatasetSuite<3> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    auto r = RunSift({"data", "gen", "--preset", "tiny", "--seed", "3", "--out", Tiny()});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string Tiny() { return dir_->Sub("tiny"); }
-
   // A short run: batch 512, 6 steps per epoch, 2 threads.
   static std::vector<std::string> Args(int epochs, const std::string& results) {
     return {"train",
@@ -124,9 +117,7 @@ class TrainRemoteTest : public ::testing::Test {
     }
     return out;
   }
-  static TempDir* dir_;
 };
-TempDir* TrainRemoteTest::dir_ = nullptr;
 
 TEST_F(TrainRemoteTest, RemoteTablesGiveTheInProcessLossCurveAndResumeOnMoreShards) {
   const std::string snapshots = dir_->Sub("snapshots");

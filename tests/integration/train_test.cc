@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/test_util.h"
+#include "tests/util/tiny_dataset_suite.h"
 
 namespace sift {
 namespace {
@@ -36,15 +37,8 @@ double Get(const DllRecord& r, const std::string& key) {
   return 0;
 }
 
-class TrainTest : public ::testing::Test {
+class TrainTest : public sift::testing::TinyDatasetSuite<5> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    auto r = RunSift({"data", "gen", "--preset", "tiny", "--seed", "5", "--out", Tiny()});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string Tiny() { return dir_->Sub("tiny"); }
   static std::string Dir(const std::string& name) { return dir_->Sub(name); }
 
   // A short run: batch 512, 8 steps per epoch, small train-AUC sample, 2 threads.
@@ -94,10 +88,7 @@ class TrainTest : public ::testing::Test {
     }
     return nullptr;
   }
-
-  static TempDir* dir_;
 };
-TempDir* TrainTest::dir_ = nullptr;
 
 TEST_F(TrainTest, SimLogsReferenceMetricsAndIsDeterministic) {
   auto a = RunSift(TrainArgs("sim", 2, Dir("sim_a")));

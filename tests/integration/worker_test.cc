@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "tests/util/test_cluster.h"
 #include "tests/util/test_util.h"
+#include "tests/util/tiny_dataset_suite.h"
 
 namespace sift {
 namespace {
@@ -34,16 +35,8 @@ using sift::testing::TestClusterOptions;
 using sift::testing::TestJob;
 using ::testing::HasSubstr;
 
-class WorkerTest : public ::testing::Test {
+class WorkerTest : public sift::testing::TinyDatasetSuite<1> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    auto r = RunSift({"data", "gen", "--preset", "tiny", "--seed", "1", "--out", Tiny()});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string Tiny() { return dir_->Sub("tiny"); }
-
   // The DLLL records of a log: "(epoch, step): total_loss=..." per step record (losses only) and
   // "(epoch,): train_auc=... test_auc=..." per epoch record, with every value in full precision.
   static std::vector<std::string> Curve(const std::string& log) {
@@ -64,9 +57,7 @@ class WorkerTest : public ::testing::Test {
     }
     return out;
   }
-  static TempDir* dir_;
 };
-TempDir* WorkerTest::dir_ = nullptr;
 
 TEST_F(WorkerTest, OneWorkerGivesTheLossCurveOfSiftTrain) {
   TestClusterOptions co;
