@@ -42,7 +42,10 @@ fail() {
   exit 1
 }
 
-# Processes whose command line names this test's directory or coordinator port.
+# This test's own `sift` processes: those whose environment holds this test's SIFT_WORK_DIR
+# (exported below; sbatch and srun pass it to every task), or whose command line names $tmp.
+# Never a port: another test running at the same time may reuse a port number this job freed,
+# and its processes must not be touched (a ClusterTest worker was once killed that way).
 our_processes() {
   local proc pid cmd
   for proc in /proc/[0-9]*; do
@@ -50,7 +53,7 @@ our_processes() {
     [[ $pid != "$$" && $pid != "$BASHPID" ]] || continue
     cmd=$(tr '\0' ' ' 2>/dev/null <"$proc/cmdline") || continue
     [[ $cmd == *"$sift "* ]] || continue
-    if [[ $cmd == *"$tmp"* || (-n $coordinator_port && $cmd == *":$coordinator_port "*) ]]; then
+    if [[ $cmd == *"$tmp"* ]] || tr '\0' '\n' 2>/dev/null <"$proc/environ" | grep -qxF "SIFT_WORK_DIR=$tmp/work"; then
       echo "$pid $cmd"
     fi
   done

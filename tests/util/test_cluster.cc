@@ -197,6 +197,11 @@ std::string TestCluster::AllErrors() const {
     if (m.process == nullptr) return;
     const std::string err = m.process->Err();
     if (!err.empty()) absl::StrAppend(&out, "--- ", label, " stderr:\n", err, "\n");
+    // A worker's stdout is its lifecycle log (assignments started, abandoned, failed).
+    if (label.rfind("worker", 0) == 0) {
+      const std::string log = m.process->Out();
+      if (!log.empty()) absl::StrAppend(&out, "--- ", label, " stdout:\n", log, "\n");
+    }
   };
   add(coordinator_, "coordinator");
   for (size_t i = 0; i < servers_.size(); ++i) add(servers_[i], absl::StrCat("server ", i));

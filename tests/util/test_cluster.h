@@ -61,7 +61,7 @@ class TestCluster {
   coordinator::pb::JobInfo WaitForFinish(const std::string& job_id, double timeout_s);
   // The job's log lines, joined with '\n'.
   std::string Logs(const std::string& job_id);
-  // Every process's stderr, for failure messages.
+  // Every process's stderr (and each worker's stdout, its lifecycle log), for failure messages.
   std::string AllErrors() const;
 
  private:
