@@ -195,6 +195,8 @@ std::string TestCluster::AllErrors() const {
   std::string out;
   auto add = [&](const Member& m, const std::string& label) {
     if (m.process == nullptr) return;
+    const int exit_code = m.process->PeekExit();
+    if (exit_code >= 0) absl::StrAppend(&out, "--- ", label, " exited with code ", exit_code, "\n");
     const std::string err = m.process->Err();
     if (!err.empty()) absl::StrAppend(&out, "--- ", label, " stderr:\n", err, "\n");
     // A worker's stdout is its lifecycle log (assignments started, abandoned, failed).

@@ -138,6 +138,15 @@ int BackgroundProcess::WaitExit(double timeout_s) {
   }
 }
 
+int BackgroundProcess::PeekExit() const {
+  if (pid_ <= 0) return -1;
+  siginfo_t info{};
+  if (::waitid(P_PID, pid_, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != pid_) {
+    return -1;
+  }
+  return info.si_code == CLD_EXITED ? info.si_status : 128 + info.si_status;
+}
+
 std::string BackgroundProcess::Out() const { return ReadAll(prefix_ + ".out"); }
 std::string BackgroundProcess::Err() const { return ReadAll(prefix_ + ".err"); }
 

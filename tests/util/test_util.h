@@ -48,6 +48,8 @@ class BackgroundProcess {
   int WaitExit(double timeout_s);
   std::string Out() const;
   std::string Err() const;
+  // The exit code (128 + signal when killed) if it has exited, without reaping it; -1 if it runs.
+  int PeekExit() const;
 
  private:
   int pid_ = -1;
