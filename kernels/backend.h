@@ -1,9 +1,11 @@
 // The op API of sift's dense model: every computation SIM, DIEN and DIN need (model-spec 3, 4,
 // 5.1, 8), forward and backward, as pure functions over raw float views with the workspace passed
 // in. One abstract Backend, several implementations: reference/ (naive loops, the test oracle,
-// never optimised), cpu/ (OpenBLAS + a thread pool), cuda/ (its own target, later).
+// never optimised), cpu/ (OpenBLAS + a thread pool), cuda/ (its own target: cuBLAS + kernels).
 //
 // Conventions, for every op:
+// - Pointers are in the backend's memory (memory_space(): host for reference and cpu, device memory
+//   from Allocate for cuda); the losses' double results and TopKMask's k are host values.
 // - Tensors are row-major float32; shapes are given in the argument names ([B,T,H] = B*T*H floats,
 //   contiguous unless a leading-dimension `ld*` argument says otherwise: `ld` = floats between
 //   consecutive rows).
@@ -16,11 +18,17 @@
 // Thread-safety: one Backend is used by one thread at a time (it owns its thread pool).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status.h"
 
@@ -69,11 +77,130 @@ inline int64_t AugruWorkspaceFloats(const RnnDims& d) {
 }
 inline int64_t DenseWorkspaceFloats(const DenseDims& d) { return d.rows * d.out; }
 
+// Where an op's pointers must point: any host memory (reference, cpu) or device memory from
+// Backend::Allocate (cuda).
+enum class MemorySpace { kHost = 0, kDevice = 1 };
+
+// The arithmetic of the GEMMs (Gemm, the dense layers, the recurrences' projections); storage,
+// element-wise maths, reductions and losses stay fp32 everywhere (model-spec 5.3). kFp32 is the
+// only mode of the host backends; cuda maps the others to cuBLAS compute types (tensor cores):
+// kTf32 = CUBLAS_COMPUTE_32F_FAST_TF32, kBf16 = _FAST_16BF, kFp16 = _FAST_16F (the one that needs
+// loss scaling: fp16's range is 6e-5 .. 65504).
+enum class MathMode { kFp32 = 0, kTf32 = 1, kBf16 = 2, kFp16 = 3 };
+inline const char* MathModeName(MathMode mode) {
+  switch (mode) {
+    case MathMode::kFp32:
+      return "fp32";
+    case MathMode::kTf32:
+      return "tf32";
+    case MathMode::kBf16:
+      return "bf16";
+    case MathMode::kFp16:
+      return "fp16";
+  }
+  return "unknown";
+}
+// The inverse of MathModeName; INVALID_ARGUMENT naming the choices otherwise.
+inline StatusOr<MathMode> ParseMathMode(absl::string_view name) {
+  for (MathMode m : {MathMode::kFp32, MathMode::kTf32, MathMode::kBf16, MathMode::kFp16}) {
+    if (name == MathModeName(m)) return m;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown precision '", name, "' (expected fp32, tf32, bf16 or fp16)"));
+}
+
+// An owned block of backend memory: move-only, freed by its deleter on destruction. REQUIRES: it
+// is destroyed before the backend that allocated it. Header-only (the CUDA target uses it).
+class BackendBuffer {
+ public:
+  using Deleter = std::function<void(void*)>;
+  BackendBuffer() = default;
+  BackendBuffer(void* data, int64_t bytes, Deleter deleter)
+      : data_(data), bytes_(bytes), deleter_(std::move(deleter)) {}
+  ~BackendBuffer() { Reset(); }
+  BackendBuffer(BackendBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)),
+        deleter_(std::move(o.deleter_)) {}
+  BackendBuffer& operator=(BackendBuffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      data_ = std::exchange(o.data_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+      deleter_ = std::move(o.deleter_);
+    }
+    return *this;
+  }
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  float* floats() const { return static_cast<float*>(data_); }
+  int32_t* ints() const { return static_cast<int32_t*>(data_); }
+  int64_t num_floats() const { return bytes_ / static_cast<int64_t>(sizeof(float)); }
+  bool empty() const { return bytes_ == 0; }
+  void Reset() {
+    if (data_ != nullptr && deleter_) deleter_(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+    deleter_ = nullptr;
+  }
+
+ private:
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  Deleter deleter_;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual absl::string_view name() const = 0;
   virtual int threads() const = 0;
+
+  // ---- Backend memory (the defaults are the host backends') -----------------------------------
+  // Ops read and write memory of this space; for kDevice, host data goes through CopyToBackend /
+  // CopyToHost and every pointer an op gets comes from Allocate.
+  virtual MemorySpace memory_space() const { return MemorySpace::kHost; }
+  // `bytes` (>= 0) of zero-filled memory of this backend, 64-byte aligned (cuda: 256).
+  // RESOURCE_EXHAUSTED when there is none left.
+  virtual StatusOr<BackendBuffer> Allocate(int64_t bytes) {
+    if (bytes < 0) return absl::InvalidArgumentError("Backend::Allocate: negative size");
+    if (bytes == 0) return BackendBuffer();
+    const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("Backend::Allocate: ", bytes, " bytes of host memory"));
+    }
+    std::memset(p, 0, rounded);
+    return BackendBuffer(p, bytes, [](void* q) { std::free(q); });
+  }
+  // Host memory -> this backend's memory (`bytes` >= 0), in order with the ops issued before and
+  // after it; `src` may be reused once the call returns.
+  virtual Status CopyToBackend(const void* src, void* dst, int64_t bytes) {
+    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  // This backend's memory -> host memory, after every op issued before it: the data is in `dst`
+  // when the call returns.
+  virtual Status CopyToHost(const void* src, void* dst, int64_t bytes) {
+    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  // Waits for every op issued so far and returns the first error an op met since the last call
+  // (ops return void; a device backend records failures such as a failed launch or a cuBLAS
+  // error and reports them here, naming the call, file and line). Host backends: always OK.
+  virtual Status Synchronize() { return absl::OkStatus(); }
+  // The GEMM arithmetic (MathMode). Host backends take kFp32 only (INVALID_ARGUMENT otherwise).
+  virtual Status SetMathMode(MathMode mode) {
+    if (mode == MathMode::kFp32) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("precision '", MathModeName(mode),
+                                                   "' needs the cuda backend (backend '", name(),
+                                                   "' computes in fp32 only)"));
+  }
+  virtual MathMode math_mode() const { return MathMode::kFp32; }
 
   // ---- Memory -------------------------------------------------------------------------------
   // p[0..n) = value.
@@ -202,6 +329,18 @@ class Backend {
   // rounded to float once).
   virtual void AdamUpdate(int64_t n, const AdamHyper& h, int64_t t, const float* grad, float* param,
                           float* m, float* v) = 0;
+
+  // ---- Dynamic loss scaling (fp16, worker/loss_scaler.h); host defaults ---------------------
+  // p[0..n) *= alpha.
+  virtual void Scale(int64_t n, float alpha, float* p) {
+    for (int64_t i = 0; i < n; ++i) p[i] *= alpha;
+  }
+  // Whether every p[0..n) is finite: a host answer (a device backend waits for the ops before).
+  virtual bool AllFinite(int64_t n, const float* p) {
+    bool finite = true;
+    for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(p[i]);
+    return finite;
+  }
 };
 
 // The naive reference backend (kernels/reference): the test oracle.
@@ -210,8 +349,9 @@ std::unique_ptr<Backend> CreateReferenceBackend();
 // available CPU); GEMMs run as single-threaded OpenBLAS calls split over that pool.
 std::unique_ptr<Backend> CreateCpuBackend(int threads);
 
-// "reference", "cpu" (and "cuda" once that backend exists): the backends this build offers, in
-// that order; `threads` is passed to the CPU backend.
+// "reference", "cpu" and, in builds with the CUDA target, "cuda": the backends this build offers,
+// in that order; `threads` is passed to the CPU backend. "cuda" uses device 0 of those visible
+// (CUDA_VISIBLE_DEVICES) and fails with FAILED_PRECONDITION where there is none.
 std::vector<std::string> AvailableBackendNames();
 StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view name, int threads);
 

@@ -1,5 +1,5 @@
 // Collectives between the workers of one job: dense-gradient allreduce, parameter broadcast and
-// barriers, behind one interface (Gloo over TCP now: worker/gloo_collectives.h; NCCL later).
+// barriers, behind one interface (Gloo over TCP: worker/gloo_collectives.h; NCCL on GPUs: worker/nccl_collectives.h).
 // Every rank must issue the same collectives, in the same order, with the same sizes. An instance
 // is not thread-safe (serialize calls). After an error the instance is dead: every later call
 // returns that error; recover by creating a new one under a new rendezvous prefix.
@@ -28,6 +28,9 @@ class Collectives {
   virtual Status Broadcast(absl::Span<float> data, int root) = 0;
   // Returns once every rank has entered the barrier.
   virtual Status Barrier() = 0;
+  // Whether the spans are device memory (NCCL: the CUDA backend's buffers) rather than host
+  // memory (Gloo, local). The trainer stages device buffers through the host for host collectives.
+  virtual bool device_memory() const { return false; }
 };
 
 // world_size 1 (single-worker runs): rank 0, every collective leaves the data as it is.
