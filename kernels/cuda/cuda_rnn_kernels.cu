@@ -1,5 +1,5 @@
 // The fused element-wise steps of the CUDA GRU / AUGRU and the fixed-order column sum
-// (cuda_rnn_kernels.h). Grid-stride loops with int64 indices; the maths is elementwise_math.h.
+// (cuda_rnn_kernels.h): rnn_steps.h's element functions in grid-stride loops with int64 indices.
 #include "kernels/cuda/cuda_rnn_kernels.h"
 
 #include <cuda_runtime.h>
@@ -8,12 +8,12 @@
 
 #include "kernels/cuda/elementwise_math.h"
 #include "kernels/cuda/rnn_plan.h"
+#include "kernels/cuda/rnn_steps.h"
 
 namespace sift::cuda {
 namespace {
 
 using math::Add;
-using math::Mul;
 
 // The first element of this thread and the stride of a grid-stride loop over a 1-D grid.
 __device__ __forceinline__ int64_t GridStart() {
@@ -29,123 +29,66 @@ unsigned Blocks(int64_t n, int threads) {
 __global__ void GruForwardStepKernel(int64_t batch, int64_t time, int64_t hidden, int64_t t,
                                      const float* xw, const float* hu, const float* b_in,
                                      const float* b_rec, float* h, float* cache) {
-  const int64_t H = hidden, G = 3 * hidden, n = batch * hidden;
+  const int64_t n = batch * hidden;
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    const int64_t b = i / H, j = i - b * H;
-    const int64_t row = b * time + t;
-    const float* x3 = xw + row * G;
-    float hz = b_rec[j], hr = b_rec[H + j], hn = b_rec[2 * H + j];  // h_{-1} = 0: biases only
-    if (hu != nullptr) {
-      const float* h3 = hu + b * G;
-      hz = Add(h3[j], hz);
-      hr = Add(h3[H + j], hr);
-      hn = Add(h3[2 * H + j], hn);
-    }
-    const float prev = t > 0 ? h[(row - 1) * H + j] : 0.0f;
-    const math::GruUnitState<float> s =
-        math::GruUnitForward(Add(x3[j], b_in[j]), Add(x3[H + j], b_in[H + j]),
-                             Add(x3[2 * H + j], b_in[2 * H + j]), hz, hr, hn, prev);
-    float* c4 = cache + row * 4 * H;
-    c4[math::kGruCacheZ * H + j] = s.z;
-    c4[math::kGruCacheR * H + j] = s.r;
-    c4[math::kGruCacheN * H + j] = s.n;
-    c4[math::kGruCacheHn * H + j] = s.hn;
-    h[row * H + j] = s.h;
+    rnn::GruForwardElement(i, time, hidden, t, xw, hu, b_in, b_rec, h, cache);
   }
 }
 
 __global__ void GruBackwardStepKernel(int64_t batch, int64_t time, int64_t hidden, int64_t t,
                                       const float* h, const float* cache, const float* dh,
                                       float* carry, float* gx, float* gh) {
-  const int64_t H = hidden, G = 3 * hidden, n = batch * hidden;
+  const int64_t n = batch * hidden;
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    const int64_t b = i / H, j = i - b * H;
-    const int64_t row = b * time + t;
-    const float* c4 = cache + row * 4 * H;
-    const float prev = t > 0 ? h[(row - 1) * H + j] : 0.0f;
-    const float dht = Add(dh[row * H + j], carry[i]);
-    const math::GruUnitGrad<float> g = math::GruUnitBackward(
-        c4[math::kGruCacheZ * H + j], c4[math::kGruCacheR * H + j], c4[math::kGruCacheN * H + j],
-        c4[math::kGruCacheHn * H + j], prev, dht);
-    float* x3 = gx + row * G;
-    float* h3 = gh + row * G;
-    x3[j] = g.daz;
-    x3[H + j] = g.dar;
-    x3[2 * H + j] = g.dan;
-    h3[j] = g.daz;
-    h3[H + j] = g.dar;
-    h3[2 * H + j] = g.dhn;
-    carry[i] = g.dprev;
+    rnn::GruBackwardElement(i, time, hidden, t, h, cache, dh, carry, gx, gh);
   }
 }
 
 __global__ void AugruGatesStepKernel(int64_t batch, int64_t time, int64_t hidden, int64_t t,
                                      const float* xg, const float* g_b, const float* hs,
                                      float* cache) {
-  const int64_t H = hidden, n = batch * hidden;
+  const int64_t n = batch * hidden;
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    const int64_t b = i / H, k = i - b * H;
-    const int64_t row = b * time + t;
-    const float* pre = xg + row * 2 * H;
-    const float prev = t > 0 ? hs[(row - 1) * H + k] : 0.0f;
-    const math::AugruGates<float> g =
-        math::AugruUnitGates(Add(pre[k], g_b[k]), Add(pre[H + k], g_b[H + k]), prev);
-    float* c4 = cache + row * 4 * H;
-    c4[math::kAugruCacheGamma * H + k] = g.gamma;
-    c4[math::kAugruCacheU * H + k] = g.u;
-    c4[math::kAugruCacheGh * H + k] = g.gh;
+    rnn::AugruGatesElement(i, time, hidden, t, xg, g_b, hs, cache);
   }
 }
 
 __global__ void AugruUpdateStepKernel(int64_t batch, int64_t time, int64_t hidden, int64_t t,
                                       const float* xc, const float* c_b, const float* att,
                                       float* hs, float* cache) {
-  const int64_t H = hidden, n = batch * hidden;
+  const int64_t n = batch * hidden;
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    const int64_t b = i / H, j = i - b * H;
-    const int64_t row = b * time + t;
-    float* c4 = cache + row * 4 * H;
-    const float prev = t > 0 ? hs[(row - 1) * H + j] : 0.0f;
-    const math::AugruUpdate<float> s = math::AugruUnitUpdate(
-        Add(xc[row * H + j], c_b[j]), c4[math::kAugruCacheU * H + j], att[row], prev);
-    c4[math::kAugruCacheC * H + j] = s.c;
-    hs[row * H + j] = s.h;
+    rnn::AugruUpdateElement(i, time, hidden, t, xc, c_b, att, hs, cache);
   }
 }
 
 // One block (kRowThreads threads, a power of two) per batch row b; the block's threads take units
-// j = threadIdx.x, + blockDim.x, ... and the datt terms are added in a fixed tree order.
+// j = threadIdx.x, + blockDim.x, ... (each summing its duk * u terms in increasing j) and the
+// threads' sums are added in a fixed tree order.
 __global__ void AugruUpdateBackwardStepKernel(int64_t batch, int64_t time, int64_t hidden,
                                               int64_t t, const float* att, const float* hs,
                                               const float* cache, float* carry, float* dcp,
                                               float* dg, float* datt) {
   __shared__ double terms[rnn::kRowThreads];
-  const int64_t H = hidden;
   for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
-    const int64_t row = b * time + t;
-    const float a = att[row];
-    const float* c4 = cache + row * 4 * H;
-    double part = 0.0;  // sum of duk * u over this thread's units, in increasing j
-    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
-      const float u = c4[math::kAugruCacheU * H + j];
-      const float prev = t > 0 ? hs[(row - 1) * H + j] : 0.0f;
-      const math::AugruUpdateGrad<float> g = math::AugruUnitUpdateBackward(
-          u, c4[math::kAugruCacheC * H + j], a, prev, carry[b * H + j]);
-      dcp[row * H + j] = g.dpre_c;
-      dg[row * 2 * H + H + j] = g.dpre_u;
-      if (t == 0) dg[row * 2 * H + j] = 0.0f;  // gamma multiplies h'_{-1} = 0
-      carry[b * H + j] = g.dprev;
-      part = Add(part, Mul(static_cast<double>(g.duk), static_cast<double>(u)));
+    double part = 0.0;
+    for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+      part = Add(part, rnn::AugruUpdateBackwardElement(b, j, time, hidden, t, att, hs, cache, carry,
+                                                       dcp, dg));
     }
-    if (datt != nullptr) {  // the same for the whole block: __syncthreads is reached by all
+    if (datt != nullptr) {  // the same for the whole block: every thread reaches __syncthreads
       terms[threadIdx.x] = part;
       __syncthreads();
       for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half)
+        if (threadIdx.x < half) {
           terms[threadIdx.x] = Add(terms[threadIdx.x], terms[threadIdx.x + half]);
+        }
         __syncthreads();
       }
-      if (threadIdx.x == 0) datt[row] = Add(datt[row], static_cast<float>(-terms[0]));
+      if (threadIdx.x == 0) {
+        const int64_t row = b * time + t;
+        datt[row] = Add(datt[row], static_cast<float>(-terms[0]));
+      }
       __syncthreads();  // terms is rewritten for the next b
     }
   }
@@ -154,15 +97,9 @@ __global__ void AugruUpdateBackwardStepKernel(int64_t batch, int64_t time, int64
 __global__ void AugruGatesBackwardStepKernel(int64_t batch, int64_t time, int64_t hidden, int64_t t,
                                              const float* hs, const float* cache, const float* dgh,
                                              float* carry, float* dg) {
-  const int64_t H = hidden, n = batch * hidden;
+  const int64_t n = batch * hidden;
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    const int64_t b = i / H, k = i - b * H;
-    const int64_t row = b * time + t;
-    const math::AugruGatesGrad<float> g =
-        math::AugruUnitGatesBackward(cache[row * 4 * H + math::kAugruCacheGamma * H + k],
-                                     hs[(row - 1) * H + k], dgh[i], carry[i]);
-    dg[row * 2 * H + k] = g.dpre_gamma;
-    carry[i] = g.dprev;
+    rnn::AugruGatesBackwardElement(i, time, hidden, t, hs, cache, dgh, carry, dg);
   }
 }
 
@@ -170,8 +107,7 @@ __global__ void ZeroStepRowsKernel(int64_t batch, int64_t time, int64_t width, i
                                    float* m) {
   const int64_t n = batch * width;
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    const int64_t b = i / width, c = i - b * width;
-    m[(b * time + t) * width + c] = 0.0f;
+    rnn::ZeroStepRowElement(i, time, width, t, m);
   }
 }
 
@@ -208,8 +144,8 @@ __global__ void ColumnSumFinishKernel(int64_t cols, int64_t chunks, const double
 
 }  // namespace
 
-cudaError_t LaunchGruForwardStep(cudaStream_t stream, int64_t batch, int time, int hidden, int t,
-                                 const float* xw, const float* hu, const float* b_in,
+cudaError_t LaunchGruForwardStep(cudaStream_t stream, int64_t batch, int64_t time, int64_t hidden,
+                                 int64_t t, const float* xw, const float* hu, const float* b_in,
                                  const float* b_rec, float* h, float* cache) {
   const int64_t n = batch * hidden;
   if (n <= 0 || time <= 0) return cudaSuccess;
@@ -218,9 +154,9 @@ cudaError_t LaunchGruForwardStep(cudaStream_t stream, int64_t batch, int time, i
   return cudaGetLastError();
 }
 
-cudaError_t LaunchGruBackwardStep(cudaStream_t stream, int64_t batch, int time, int hidden, int t,
-                                  const float* h, const float* cache, const float* dh, float* carry,
-                                  float* gx, float* gh) {
+cudaError_t LaunchGruBackwardStep(cudaStream_t stream, int64_t batch, int64_t time, int64_t hidden,
+                                  int64_t t, const float* h, const float* cache, const float* dh,
+                                  float* carry, float* gx, float* gh) {
   const int64_t n = batch * hidden;
   if (n <= 0 || time <= 0) return cudaSuccess;
   GruBackwardStepKernel<<<Blocks(n, rnn::kThreads), rnn::kThreads, 0, stream>>>(
@@ -228,8 +164,9 @@ cudaError_t LaunchGruBackwardStep(cudaStream_t stream, int64_t batch, int time, 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchAugruGatesStep(cudaStream_t stream, int64_t batch, int time, int hidden, int t,
-                                 const float* xg, const float* g_b, const float* hs, float* cache) {
+cudaError_t LaunchAugruGatesStep(cudaStream_t stream, int64_t batch, int64_t time, int64_t hidden,
+                                 int64_t t, const float* xg, const float* g_b, const float* hs,
+                                 float* cache) {
   const int64_t n = batch * hidden;
   if (n <= 0 || time <= 0) return cudaSuccess;
   AugruGatesStepKernel<<<Blocks(n, rnn::kThreads), rnn::kThreads, 0, stream>>>(
@@ -237,9 +174,9 @@ cudaError_t LaunchAugruGatesStep(cudaStream_t stream, int64_t batch, int time, i
   return cudaGetLastError();
 }
 
-cudaError_t LaunchAugruUpdateStep(cudaStream_t stream, int64_t batch, int time, int hidden, int t,
-                                  const float* xc, const float* c_b, const float* att, float* hs,
-                                  float* cache) {
+cudaError_t LaunchAugruUpdateStep(cudaStream_t stream, int64_t batch, int64_t time, int64_t hidden,
+                                  int64_t t, const float* xc, const float* c_b, const float* att,
+                                  float* hs, float* cache) {
   const int64_t n = batch * hidden;
   if (n <= 0 || time <= 0) return cudaSuccess;
   AugruUpdateStepKernel<<<Blocks(n, rnn::kThreads), rnn::kThreads, 0, stream>>>(
@@ -247,10 +184,10 @@ cudaError_t LaunchAugruUpdateStep(cudaStream_t stream, int64_t batch, int time, 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchAugruUpdateBackwardStep(cudaStream_t stream, int64_t batch, int time, int hidden,
-                                          int t, const float* att, const float* hs,
-                                          const float* cache, float* carry, float* dcp, float* dg,
-                                          float* datt) {
+cudaError_t LaunchAugruUpdateBackwardStep(cudaStream_t stream, int64_t batch, int64_t time,
+                                          int64_t hidden, int64_t t, const float* att,
+                                          const float* hs, const float* cache, float* carry,
+                                          float* dcp, float* dg, float* datt) {
   if (batch <= 0 || hidden <= 0 || time <= 0) return cudaSuccess;
   const auto blocks = static_cast<unsigned>(batch < rnn::kMaxBlocks ? batch : rnn::kMaxBlocks);
   AugruUpdateBackwardStepKernel<<<blocks, rnn::kRowThreads, 0, stream>>>(
@@ -258,9 +195,10 @@ cudaError_t LaunchAugruUpdateBackwardStep(cudaStream_t stream, int64_t batch, in
   return cudaGetLastError();
 }
 
-cudaError_t LaunchAugruGatesBackwardStep(cudaStream_t stream, int64_t batch, int time, int hidden,
-                                         int t, const float* hs, const float* cache,
-                                         const float* dgh, float* carry, float* dg) {
+cudaError_t LaunchAugruGatesBackwardStep(cudaStream_t stream, int64_t batch, int64_t time,
+                                         int64_t hidden, int64_t t, const float* hs,
+                                         const float* cache, const float* dgh, float* carry,
+                                         float* dg) {
   const int64_t n = batch * hidden;
   if (n <= 0 || time <= 0 || t <= 0) return cudaSuccess;
   AugruGatesBackwardStepKernel<<<Blocks(n, rnn::kThreads), rnn::kThreads, 0, stream>>>(
@@ -268,8 +206,8 @@ cudaError_t LaunchAugruGatesBackwardStep(cudaStream_t stream, int64_t batch, int
   return cudaGetLastError();
 }
 
-cudaError_t LaunchZeroStepRows(cudaStream_t stream, int64_t batch, int time, int64_t width, int t,
-                               float* m) {
+cudaError_t LaunchZeroStepRows(cudaStream_t stream, int64_t batch, int64_t time, int64_t width,
+                               int64_t t, float* m) {
   const int64_t n = batch * width;
   if (n <= 0 || time <= 0) return cudaSuccess;
   ZeroStepRowsKernel<<<Blocks(n, rnn::kThreads), rnn::kThreads, 0, stream>>>(batch, time, width, t,
