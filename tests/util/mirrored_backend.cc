@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -543,11 +545,30 @@ bool MirroredBackend::AllFinite(int64_t n, const float* p) {
   return finite;
 }
 
+namespace {
+
+std::map<std::string, TestBackendCreator>& Registry() {
+  static auto* registry = new std::map<std::string, TestBackendCreator>();
+  return *registry;
+}
+
+StatusOr<std::unique_ptr<Backend>> CreateNamed(absl::string_view name, int threads) {
+  auto it = Registry().find(std::string(name));
+  if (it != Registry().end()) return it->second(threads);
+  return kernels::CreateBackend(name, threads);
+}
+
+}  // namespace
+
+void RegisterTestBackend(const std::string& name, TestBackendCreator create) {
+  Registry()[name] = std::move(create);
+}
+
 StatusOr<std::unique_ptr<Backend>> CreateTestBackend(absl::string_view spec, int threads) {
   constexpr absl::string_view kSuffix = "-mirrored";
-  if (!absl::EndsWith(spec, kSuffix)) return kernels::CreateBackend(spec, threads);
+  if (!absl::EndsWith(spec, kSuffix)) return CreateNamed(spec, threads);
   spec.remove_suffix(kSuffix.size());
-  SIFT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> inner, kernels::CreateBackend(spec, threads));
+  SIFT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> inner, CreateNamed(spec, threads));
   return std::unique_ptr<Backend>(std::make_unique<MirroredBackend>(std::move(inner)));
 }
 

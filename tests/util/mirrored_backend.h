@@ -11,6 +11,7 @@
 // Thread-compatible, like every Backend. Owns the inner backend.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -111,9 +112,15 @@ int64_t StridedExtent(int64_t rows, int64_t ld, int64_t cols);
 // is <= 0.
 int64_t StridedExtent3(int64_t outer, int64_t outer_stride, int64_t rows, int64_t ld, int64_t cols);
 
-// A backend of the op tests by name: a name of kernels::CreateBackend, or "<name>-mirrored" for
-// that backend inside a MirroredBackend (e.g. "cpu-mirrored", "cuda-mirrored"). The errors of
-// CreateBackend otherwise.
+// A backend of the op tests by name: a name registered with RegisterTestBackend or else of
+// kernels::CreateBackend, or "<name>-mirrored" for that backend inside a MirroredBackend (e.g.
+// "cpu-mirrored", "cuda-mirrored"). The creator's errors otherwise.
 StatusOr<std::unique_ptr<kernels::Backend>> CreateTestBackend(absl::string_view spec, int threads);
+
+// Makes CreateTestBackend create `name` with `create` (a test binary that links a backend
+// kernels::CreateBackend does not offer in every build: tests/gpu names cuda this way). Call it
+// before the tests run (e.g. from a namespace-scope initializer); not thread-safe.
+using TestBackendCreator = std::function<StatusOr<std::unique_ptr<kernels::Backend>>(int threads)>;
+void RegisterTestBackend(const std::string& name, TestBackendCreator create);
 
 }  // namespace sift::testing
