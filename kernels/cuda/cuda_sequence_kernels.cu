@@ -204,10 +204,9 @@ __global__ void DotAttentionBackwardKernel(int64_t batch, int n, int d, const fl
       dot = math::Add(dot, math::Mul(static_cast<double>(ab[j]), dsb[j]));
     }
     dot = BlockAllReduce(dot, SumOp(), reduce);
-    // ds_j = alpha_j (dalpha_j - dot), 0 at masked slots (each thread rewrites its own slots).
+    // ds_j (0 at masked slots); each thread rewrites only the slots it read above.
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
-      dsb[j] = seq::SlotValid(mb, j) ? math::Mul(static_cast<double>(ab[j]), math::Sub(dsb[j], dot))
-                                     : 0.0;
+      dsb[j] = seq::AttentionScoreGrad(ab[j], dsb[j], dot, seq::SlotValid(mb, j));
     }
     __syncthreads();
     if (dq != nullptr) {
@@ -225,9 +224,7 @@ __global__ void DotAttentionBackwardKernel(int64_t batch, int n, int d, const fl
       for (int64_t e = threadIdx.x; e < elements; e += blockDim.x) {
         const int64_t j = e / d;
         const int64_t c = e - j * d;
-        const double term =
-            math::Add(math::Mul(static_cast<double>(ab[j]), static_cast<double>(g[c])),
-                      math::Mul(dsb[j], static_cast<double>(qb[c])));
+        const double term = seq::AttentionKeyGradTerm(ab[j], g[c], dsb[j], qb[c]);
         float* dst = dk + b * n * d + e;
         *dst = math::Add(*dst, static_cast<float>(term));
       }
@@ -326,8 +323,7 @@ __global__ void MaskedSoftmaxBackwardKernel(int64_t rows, int n, const float* p,
     dot = WarpAllReduce(dot, SumOp());
     for (int j = lane; j < n; j += kWarpSize) {
       if (!seq::SlotValid(m, j)) continue;
-      const double v =
-          math::Mul(static_cast<double>(pr[j]), math::Sub(static_cast<double>(g[j]), dot));
+      const double v = seq::SoftmaxGradTerm(pr[j], g[j], dot);
       float* dst = dscores + r * n + j;
       *dst = math::Add(*dst, static_cast<float>(v));
     }

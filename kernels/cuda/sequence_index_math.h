@@ -31,6 +31,23 @@ SIFT_HD double SoftmaxInput(float score, const float* mask, int64_t idx) {
 // The running maximum of the reference (std::max(mx, v): mx unless v is larger).
 SIFT_HD double MaxOf(double mx, double v) { return mx < v ? v : mx; }
 
+// The softmax backward's value at a valid slot: p * (dp - dot), dot = sum_j p_j dp_j (double).
+SIFT_HD double SoftmaxGradTerm(float p, float dp, double dot) {
+  return math::Mul(static_cast<double>(p), math::Sub(static_cast<double>(dp), dot));
+}
+
+// ---- Dot attention (backend.h DotAttentionForward / Backward) ---------------------------------
+// The score gradient of slot j: alpha_j (dalpha_j - dot) where valid, 0 at a masked slot (its
+// score is a constant); dalpha_j = <dout, k_j>, dot = sum_l alpha_l dalpha_l.
+SIFT_HD double AttentionScoreGrad(float alpha, double dalpha, double dot, bool valid) {
+  return valid ? math::Mul(static_cast<double>(alpha), math::Sub(dalpha, dot)) : 0.0;
+}
+// What dk[j, c] gets (rounded to float by the caller): alpha_j dout_c + ds_j q_c.
+SIFT_HD double AttentionKeyGradTerm(float alpha, float dout, double ds, float q) {
+  return math::Add(math::Mul(static_cast<double>(alpha), static_cast<double>(dout)),
+                   math::Mul(ds, static_cast<double>(q)));
+}
+
 // ---- Top-k mask (backend.h TopKMask) ---------------------------------------------------------
 // Whether slot j of the row a[0..n) is kept: fewer than k slots rank ahead of it (larger alpha,
 // or equal alpha and a lower index) and a[j] > 0. k >= n keeps every positive slot; k <= 0 none.
