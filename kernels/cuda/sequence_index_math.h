@@ -89,13 +89,26 @@ SIFT_HD int64_t LowerBound(const uint32_t* keys, int64_t n, uint32_t key) {
 }
 // Column c of unique key u after the stable sort: rows order[begin..end) (increasing i, the rows
 // whose key is u + 1) are added to `acc` (drows[u, c]) one at a time as the reference adds them:
-// acc += dout[i, c] * (mask ? mask[i] : 1), each product rounded before the sum.
+// acc += dout[i, c] * (mask ? mask[i] : 1), each product rounded before the sum. The terms are
+// loaded kSegmentBatch at a time before they are added (in the same order: the same bits), so a
+// device thread has that many independent loads in flight along a long segment.
+inline constexpr int kSegmentBatch = 8;
+SIFT_HD float SegmentSumTerm(const int64_t* order, int64_t p, const float* dout, int64_t ld_dout,
+                             int c, const float* mask) {
+  const int64_t i = order[p];
+  return math::Mul(dout[i * ld_dout + c], mask != nullptr ? mask[i] : 1.0f);
+}
 SIFT_HD float SegmentSumColumn(float acc, const int64_t* order, int64_t begin, int64_t end,
                                const float* dout, int64_t ld_dout, int c, const float* mask) {
-  for (int64_t p = begin; p < end; ++p) {
-    const int64_t i = order[p];
-    acc = math::Add(acc, math::Mul(dout[i * ld_dout + c], mask != nullptr ? mask[i] : 1.0f));
+  int64_t p = begin;
+  for (; p + kSegmentBatch <= end; p += kSegmentBatch) {
+    float terms[kSegmentBatch];
+    for (int t = 0; t < kSegmentBatch; ++t) {
+      terms[t] = SegmentSumTerm(order, p + t, dout, ld_dout, c, mask);
+    }
+    for (int t = 0; t < kSegmentBatch; ++t) acc = math::Add(acc, terms[t]);
   }
+  for (; p < end; ++p) acc = math::Add(acc, SegmentSumTerm(order, p, dout, ld_dout, c, mask));
   return acc;
 }
 
