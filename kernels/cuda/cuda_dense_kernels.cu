@@ -40,10 +40,9 @@ __global__ void CopyKernel(int64_t outer, int64_t rows, int64_t cols, const floa
                            int64_t dst_row, bool accumulate) {
   const int64_t total = outer * rows * cols;
   for (int64_t i = GlobalThread(); i < total; i += GridThreads()) {
-    const int64_t c = i % cols;
-    const int64_t t = i / cols;
-    const int64_t r = t % rows;
-    const int64_t o = t / rows;
+    int64_t t, c, o, r;
+    DivMod(i, cols, &t, &c);
+    DivMod(t, rows, &o, &r);
     const float v = src[o * src_outer + r * src_row + c];
     float* d = dst + o * dst_outer + r * dst_row + c;
     *d = accumulate ? math::Add(*d, v) : v;
@@ -54,10 +53,9 @@ __global__ void ScaleMatricesKernel(int64_t batch, int64_t rows, int64_t cols, f
                                     int64_t ld, int64_t stride) {
   const int64_t total = batch * rows * cols;
   for (int64_t i = GlobalThread(); i < total; i += GridThreads()) {
-    const int64_t col = i % cols;
-    const int64_t t = i / cols;
-    const int64_t r = t % rows;
-    const int64_t b = t / rows;
+    int64_t t, col, b, r;
+    DivMod(i, cols, &t, &col);
+    DivMod(t, rows, &b, &r);
     float* x = c + b * stride + r * ld + col;
     *x = beta == 0.0f ? 0.0f : math::Mul(beta, *x);
   }
@@ -67,7 +65,8 @@ __global__ void DenseEpilogueKernel(int64_t rows, int out, DenseActivation act, 
                                     const float* slope, float* pre, float* y) {
   const int64_t total = rows * out;
   for (int64_t i = GlobalThread(); i < total; i += GridThreads()) {
-    const int64_t o = i % out;
+    int64_t row, o;
+    DivMod(i, out, &row, &o);
     float p = pre[i];
     if (b != nullptr) p = math::Add(p, b[o]);
     pre[i] = p;
@@ -91,7 +90,9 @@ __global__ void DenseActivationBackwardKernel(int64_t rows, int out, DenseActiva
     if (act == DenseActivation::kSigmoid) {
       d = math::DenseSigmoidBackward(y[i], g);
     } else if (act == DenseActivation::kPrelu) {
-      d = math::PreluBackward(pre[i], slope[i % out], g);
+      int64_t row, o;
+      DivMod(i, out, &row, &o);
+      d = math::PreluBackward(pre[i], slope[o], g);
     }
     dpre[i] = d;
   }

@@ -82,6 +82,21 @@ SIFT_HD int64_t ElementwiseBlocks(int64_t n) {
   return blocks < 1 ? 1 : (blocks > kMaxElementwiseBlocks ? kMaxElementwiseBlocks : blocks);
 }
 
+// q = i / d, r = i % d for i >= 0, d > 0: in 32-bit arithmetic when both fit (a 64-bit division
+// is a long instruction sequence on the GPU; the element kernels split a flat index into (outer,
+// row, column) with one or two of these per element).
+SIFT_HD void DivMod(int64_t i, int64_t d, int64_t* q, int64_t* r) {
+  if (((i | d) >> 31) == 0) {
+    const auto ui = static_cast<uint32_t>(i), ud = static_cast<uint32_t>(d);
+    const uint32_t uq = ui / ud;
+    *q = uq;
+    *r = ui - uq * ud;
+  } else {
+    *q = i / d;
+    *r = i - *q * d;
+  }
+}
+
 // ---- Deterministic sums over n elements (losses, AllFinite) ---------------------------------
 // ReduceBlocks(n) blocks of kReduceThreads threads; thread t (of T = blocks * kReduceThreads)
 // adds elements t, t + T, t + 2T, ... in double in that order; each block combines its threads'

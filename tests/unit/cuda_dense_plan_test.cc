@@ -156,6 +156,21 @@ TEST(ElementwisePlanTest, BlocksStayWithinTheGridLimit) {
   EXPECT_LE(kMaxElementwiseBlocks, 65535);
 }
 
+TEST(ElementwisePlanTest, DivModMatchesIntegerDivisionOnBothPaths) {
+  const int64_t limit32 = int64_t{1} << 31;
+  for (const int64_t i :
+       {int64_t{0}, int64_t{1}, int64_t{77}, int64_t{4095}, int64_t{4096}, limit32 - 1, limit32,
+        limit32 + 5, int64_t{3000000000}, (int64_t{1} << 40) + 12345}) {
+    for (const int64_t d : {int64_t{1}, int64_t{3}, int64_t{32}, int64_t{4096}, int64_t{999983},
+                            limit32 - 1, limit32, int64_t{1} << 35}) {
+      int64_t q = -1, r = -1;
+      DivMod(i, d, &q, &r);
+      EXPECT_EQ(q, i / d) << i << " / " << d;
+      EXPECT_EQ(r, i % d) << i << " % " << d;
+    }
+  }
+}
+
 // The grid-stride loop of the reduction kernels visits every element exactly once, each thread's
 // elements in increasing order.
 TEST(ReducePlanTest, ThreadsCoverEveryElementOnce) {
