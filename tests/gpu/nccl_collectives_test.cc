@@ -5,6 +5,8 @@
 // Argument and id-format errors need no device: tests/unit/nccl_rendezvous_test.cc.
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 
 #if SIFT_HAVE_NCCL_COLLECTIVES
 #include "worker/nccl_collectives.h"
+#include "worker/nccl_divide.h"
 #endif
 
 namespace sift::worker {
@@ -35,6 +38,9 @@ class DeviceFloats {
     EXPECT_TRUE(SIFT_CUDA_STATUS(cudaMalloc(&ptr_, bytes())).ok());
     EXPECT_TRUE(
         SIFT_CUDA_STATUS(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice)).ok());
+    // A pageable cudaMemcpy may return before its DMA ends, and the test's stream does not
+    // synchronize with the legacy default stream.
+    EXPECT_TRUE(SIFT_CUDA_STATUS(cudaDeviceSynchronize()).ok());
   }
   ~DeviceFloats() { (void)cudaFree(ptr_); }
   DeviceFloats(const DeviceFloats&) = delete;
@@ -128,6 +134,29 @@ TEST_F(NcclCollectivesTest, OneRankCollectivesOnDeviceBuffers) {
                   .ok());
   ASSERT_TRUE(coll.AllreduceSum(buf.span()).ok());
   EXPECT_EQ(buf.ToHost(), twice);
+}
+
+TEST_F(NcclCollectivesTest, DivideKernelMatchesHostDivision) {
+  // AllreduceAverage's scale step (skipped for one rank): bit-identical to the host's x / world.
+  std::vector<float> host = Values(1'000'003);
+  host[0] = 1e-40f;  // subnormal
+  host[1] = -0.0f;
+  host[2] = 3.4e38f;
+  for (float divisor : {3.0f, 7.0f, 1024.0f}) {
+    DeviceFloats buf(host);
+    ASSERT_TRUE(SIFT_CUDA_STATUS(LaunchDivideInPlace(stream_, buf.span().data(),
+                                                     static_cast<int64_t>(host.size()), divisor))
+                    .ok());
+    ASSERT_TRUE(SIFT_CUDA_STATUS(cudaStreamSynchronize(stream_)).ok());
+    const std::vector<float> got = buf.ToHost();
+    for (size_t i = 0; i < host.size(); ++i) {
+      const float want = host[i] / divisor;
+      ASSERT_EQ(std::memcmp(&got[i], &want, sizeof(float)), 0)
+          << "element " << i << ": " << host[i] << " / " << divisor << " = " << got[i] << ", want "
+          << want;
+    }
+  }
+  EXPECT_EQ(LaunchDivideInPlace(stream_, nullptr, 0, 3.0f), cudaSuccess);  // nothing to do
 }
 
 TEST_F(NcclCollectivesTest, SecondCommunicatorUnderAFreshPrefix) {
