@@ -102,8 +102,8 @@ class NcclCollectives : public Collectives {
     if (scratch_ != nullptr) (void)cudaFree(scratch_);
   }
 
-  // The instance's device resources: the completion event and 16 bytes of scratch (the size
-  // check's two int64 counts; the barrier's float, zeroed, in the first four bytes).
+  // The instance's device resources: the completion event and a small zeroed scratch buffer
+  // (the size check's two int64 counts at offset 0; the barrier's float after them).
   Status AllocateResources() {
     const std::string op = Describe("setup");
     Status st = SIFT_CUDA_STATUS(cudaSetDevice(options_.device));
@@ -159,7 +159,7 @@ class NcclCollectives : public Collectives {
   Status Barrier() override {
     const std::string op = Describe("barrier");
     SIFT_RETURN_IF_ERROR(CheckAlive(op));
-    float* flag = static_cast<float*>(scratch_);
+    float* flag = reinterpret_cast<float*>(static_cast<char*>(scratch_) + kBarrierOffset);
     return Run(op, [&] {
       return SIFT_NCCL_ENQUEUE(comm_,
                                ncclAllReduce(flag, flag, 1, ncclFloat32, ncclSum, comm_, stream_));
@@ -167,7 +167,8 @@ class NcclCollectives : public Collectives {
   }
 
  private:
-  static constexpr size_t kScratchBytes = 2 * sizeof(int64_t);
+  static constexpr size_t kBarrierOffset = 2 * sizeof(int64_t);
+  static constexpr size_t kScratchBytes = kBarrierOffset + sizeof(float);
 
   std::string Describe(absl::string_view what) const {
     return absl::StrCat("nccl ", what, " (rank ", rank_, " of ", world_, ", prefix '", prefix_,
