@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
@@ -41,8 +42,16 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
   cmd->add_option("--model", f->model, "Model: sim, dien or din")
       ->check(CLI::IsMember({"sim", "dien", "din"}))
       ->capture_default_str();
-  cmd->add_option("--backend", o.backend, "Kernel backend: cpu or reference")
+  cmd->add_option(
+         "--backend", o.backend,
+         absl::StrCat("Kernel backend: ", absl::StrJoin(kernels::AvailableBackendNames(), ", "),
+                      " (cuda: device 0 of CUDA_VISIBLE_DEVICES)"))
       ->check(CLI::IsMember(kernels::AvailableBackendNames()))
+      ->capture_default_str();
+  cmd->add_option("--precision", o.precision,
+                  "GEMM arithmetic: auto (bf16 on cuda, fp32 on cpu), fp32, tf32, bf16, or fp16 "
+                  "(dynamic loss scaling); tf32/bf16/fp16 need --backend cuda")
+      ->check(CLI::IsMember({"auto", "fp32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "Backend and loader threads (0 = every CPU)")
       ->capture_default_str();
@@ -156,9 +165,14 @@ void PrintPhases(const worker::PhaseTimes& p) {
 Status RunTrain(TrainFlags* f) {
   SIFT_RETURN_IF_ERROR(ResolveFlags(f));
   SIFT_ASSIGN_OR_RETURN(worker::RunResult r, worker::RunTrainer(f->opt, worker::RunMode::kTrain));
-  std::printf("\nsift train: %s on %s, %lld steps of %lld, backend %s (%d threads)\n",
+  std::printf("\nsift train: %s on %s, %lld steps of %lld, backend %s (%d threads, precision %s)\n",
               f->model.c_str(), f->opt.dataset.c_str(), static_cast<long long>(r.steps),
-              static_cast<long long>(r.samples_per_step), r.backend.c_str(), r.threads);
+              static_cast<long long>(r.samples_per_step), r.backend.c_str(), r.threads,
+              r.precision.c_str());
+  if (r.skipped_steps > 0) {
+    std::printf("  fp16 loss scaling skipped %lld step(s) whose gradients overflowed\n",
+                static_cast<long long>(r.skipped_steps));
+  }
   std::printf("  %-6s %-10s %-10s %-10s %-10s %-12s %-10s\n", "epoch", "train_auc", "train_loss",
               "test_auc", "test_loss", "samples/s", "to_oracle");
   for (const worker::EpochMetrics& e : r.epochs) {
@@ -189,20 +203,30 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
   SIFT_ASSIGN_OR_RETURN(worker::RunResult r, worker::RunTrainer(f->opt, mode));
   const double mflop = train ? kTrainMflopPerSample : kInferenceMflopPerSample;
   const double gflops = GflopsPerSecond(r.perf.throughput, mflop);
-  std::printf("  model:      %s, batch %lld, backend %s (%d threads), %lld dense parameters\n",
-              f->model.c_str(), static_cast<long long>(r.samples_per_step), r.backend.c_str(),
-              r.threads, static_cast<long long>(r.dense_params));
+  std::printf(
+      "  model:      %s, batch %lld, backend %s (%d threads, precision %s), %lld dense "
+      "parameters\n",
+      f->model.c_str(), static_cast<long long>(r.samples_per_step), r.backend.c_str(), r.threads,
+      r.precision.c_str(), static_cast<long long>(r.dense_params));
   std::printf("  steps:      %lld run (warm-up %lld excluded when steps remain)\n",
               static_cast<long long>(r.steps), static_cast<long long>(f->opt.warmup_steps));
   std::printf("  throughput: %.0f samples/s\n", r.perf.throughput);
   std::printf("  latency:    mean %.1f ms, p90 %.1f ms, p95 %.1f ms, p99 %.1f ms\n",
               r.perf.latency_mean_ms, r.perf.latency_p90_ms, r.perf.latency_p95_ms,
               r.perf.latency_p99_ms);
-  std::printf(
-      "  compute:    %.1f GFLOP/s at %.1f MFLOP/sample (SIM at the default dims, model-spec 10) "
-      "= %.1f%% of the FP32 FMA peak\n",
-      gflops, mflop, peak.gflops > 0 ? 100.0 * gflops / peak.gflops : 0.0);
-  std::printf("  peak:       %s\n", peak.Describe().c_str());
+  if (r.backend == "cuda") {
+    // The peak below is the host CPU's: no ratio against it for a GPU run.
+    std::printf(
+        "  compute:    %.1f GFLOP/s at %.1f MFLOP/sample (SIM at the default dims, model-spec "
+        "10) on the GPU\n",
+        gflops, mflop);
+  } else {
+    std::printf(
+        "  compute:    %.1f GFLOP/s at %.1f MFLOP/sample (SIM at the default dims, model-spec "
+        "10) = %.1f%% of the FP32 FMA peak\n",
+        gflops, mflop, peak.gflops > 0 ? 100.0 * gflops / peak.gflops : 0.0);
+    std::printf("  peak:       %s\n", peak.Describe().c_str());
+  }
   PrintPhases(r.phases);
   if (!f->json.empty()) {
     nlohmann::json j;
@@ -213,6 +237,8 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
     j["build_type"] = SIFT_BUILD_TYPE;
     j["model"] = f->model;
     j["backend"] = r.backend;
+    j["precision"] = r.precision;
+    j["skipped_steps"] = r.skipped_steps;
     j["threads"] = r.threads;
     j["batch_size"] = r.samples_per_step;
     j["steps"] = r.steps;

@@ -26,6 +26,8 @@ const std::vector<std::string> kOptimizers = {"adam"};
 const std::vector<std::string> kSparseOptimizers = {"adam", "adagrad", "sgd"};
 const std::vector<std::string> kOrders = {"shuffled", "reference"};
 const std::vector<std::string> kBackends = {"cpu", "cuda"};
+const std::vector<std::string> kPrecisions = {"auto", "fp32", "tf32", "bf16", "fp16"};
+const std::vector<std::string> kCollectives = {"auto", "gloo", "nccl"};
 
 // One key/value pair of a mapping, with the dotted path of the field it sets.
 struct Entry {
@@ -316,6 +318,8 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                       {"servers", p.Int(&c.servers, 1)},
                       {"workers", p.Int(&c.workers, 1)},
                       {"backend", p.Enum(&c.backend, kBackends)},
+                      {"precision", p.Enum(&c.precision, kPrecisions)},
+                      {"collectives", p.Enum(&c.collectives, kCollectives)},
                       {"threads_per_worker", p.Int(&c.threads_per_worker, 0)},
                   })},
       {"checkpoint", p.Section({
@@ -335,6 +339,16 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
   if (!has_dataset) {
     return p.Error(std::max(0, root.Mark().line), "dataset",
                    "required key missing (the path of a sift dataset)");
+  }
+  if (c.backend == "cpu" && c.precision != "auto" && c.precision != "fp32") {
+    return p.Error(
+        p.LineOf("cluster.precision"), "cluster.precision",
+        absl::StrCat("'", c.precision,
+                     "' needs cluster.backend: cuda (the cpu backend computes in fp32)"));
+  }
+  if (c.backend == "cpu" && c.collectives == "nccl") {
+    return p.Error(p.LineOf("cluster.collectives"), "cluster.collectives",
+                   "nccl needs cluster.backend: cuda (NCCL reduces GPU buffers)");
   }
   if (k.every_steps > 0 && k.dir.empty()) {
     return p.Error(p.LineOf("checkpoint.every_steps"), "checkpoint.every_steps",
@@ -443,6 +457,8 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "servers" << YAML::Value << c.servers;
   out << YAML::Key << "workers" << YAML::Value << c.workers;
   out << YAML::Key << "backend" << YAML::Value << c.backend;
+  out << YAML::Key << "precision" << YAML::Value << c.precision;
+  out << YAML::Key << "collectives" << YAML::Value << c.collectives;
   out << YAML::Key << "threads_per_worker" << YAML::Value << c.threads_per_worker;
   out << YAML::EndMap;
 

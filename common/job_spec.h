@@ -50,7 +50,13 @@ struct JobSpec {
     int servers = 2;              // embedding servers, >= 1
     int workers = 2;              // >= 1
     std::string backend = "cpu";  // cpu | cuda
-    int threads_per_worker = 0;   // >= 0; 0 = every available CPU
+    // The GEMM arithmetic: auto (bf16 on cuda, fp32 on cpu) | fp32 | tf32 | bf16 | fp16 (with
+    // dynamic loss scaling); anything but auto/fp32 needs backend cuda.
+    std::string precision = "auto";
+    // Dense collectives between workers: auto (nccl for backend cuda in builds with NCCL, gloo
+    // otherwise) | gloo | nccl (backend cuda only).
+    std::string collectives = "auto";
+    int threads_per_worker = 0;  // >= 0; 0 = every available CPU
     bool operator==(const Cluster&) const = default;
   };
   struct Checkpoint {

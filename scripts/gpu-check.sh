@@ -180,7 +180,7 @@ def junit_counts(path):
     return c
 
 tests = {}
-for label in ("gpu", "cuda_host"):
+for label in ("gpu", "cuda_host", "gpu_training"):
     stage = by_name.get("tests_" + label)
     c = junit_counts(os.path.join(state, "junit_%s.xml" % label))
     tests[label] = {"stage_status": stage["status"] if stage else "not run",
@@ -200,7 +200,8 @@ for name in bench_order:
         try:
             j = json.load(open(path))
             b.update({"model": j.get("model"), "mode": j.get("benchmark"),
-                      "backend": j.get("backend"), "batch_size": j.get("batch_size"),
+                      "backend": j.get("backend"), "precision": j.get("precision"),
+                      "batch_size": j.get("batch_size"),
                       "threads": j.get("threads"), "steps": j.get("steps"),
                       "samples_per_s": j.get("throughput"),
                       "latency_mean_ms": j.get("latency_mean_ms"),
@@ -437,8 +438,9 @@ fi
 # ---- 3. Tests ------------------------------------------------------------------------------------
 # gpu: every test of the label (GTEST_SKIP without a device); cuda_host: the host-side CUDA checks
 # and the caching allocator (labelled unit). --no-tests=error: a check that ran nothing fails.
-run_stage tests_gpu 150 "$log_tests" -- ctest --test-dir "$build_dir" -L gpu --no-tests=error \
-  --timeout 120 --output-on-failure --output-junit "$state/junit_gpu.xml"
+# The tiny-preset training comparison (a CPU run too) waits until after the benchmarks.
+run_stage tests_gpu 180 "$log_tests" -- ctest --test-dir "$build_dir" -L gpu -E CudaTrainingTest \
+  --no-tests=error -j 4 --timeout 120 --output-on-failure --output-junit "$state/junit_gpu.xml"
 run_stage tests_cuda_host 90 "$log_tests" -- ctest --test-dir "$build_dir" -LE gpu \
   -R '^(Cuda|CachingAllocator|DeviceBuffer)' --no-tests=error -j "$jobs" --timeout 60 \
   --output-on-failure --output-junit "$state/junit_cuda_host.xml"
@@ -486,6 +488,9 @@ gen_cmd=("$sift" data gen --preset "$preset" --seed 1 --out "$data_dir")
 [ -n "$users" ] && gen_cmd+=(--users "$users")
 order=()
 for m in $models; do order+=("train_$m" "inference_$m"); done
+# On cuda the benchmarks run at the default precision (auto = bf16 GEMMs); one more SIM training
+# run in fp32 shows what the tensor-core GEMMs buy.
+[ "$backend" = cuda ] && order+=(train_sim_fp32)
 kv bench_order "${order[*]}"
 if run_stage data_gen 90 "$log_data" -- "${gen_cmd[@]}"; then
   kv data_summary "$(grep -E '^(users|samples|test AUC|took)' "$log_data" | one_line)"
@@ -503,5 +508,14 @@ if run_stage data_gen 90 "$log_data" -- "${gen_cmd[@]}"; then
       fi
     done
   done
+  if [ "$backend" = cuda ]; then
+    run_stage tests_gpu_training 120 "$log_tests" optional -- ctest --test-dir "$build_dir" -L gpu \
+      -R CudaTrainingTest --no-tests=error --timeout 110 --output-on-failure \
+      --output-junit "$state/junit_gpu_training.xml"
+    run_stage bench_train_sim_fp32 "$bench_optional_limit" "$log_bench" optional -- "$sift" bench \
+      train --dataset "$data_dir" --model sim --backend cuda --precision fp32 \
+      --batch-size "$train_batch" --warmup-steps "$warmup" --benchmark-steps "$train_steps" \
+      --progress off --json "$state/bench_train_sim_fp32.json"
+  fi
 fi
 exit 0

@@ -17,6 +17,9 @@
 #include "kernels/backend.h"
 #include "server/coordinator/coordinator_kv_store.h"
 #include "worker/gloo_collectives.h"
+#if SIFT_HAVE_NCCL_COLLECTIVES
+#include "worker/nccl_collectives.h"
+#endif
 
 namespace sift::worker {
 
@@ -28,6 +31,16 @@ namespace {
 constexpr int64_t kEvalChunkScores = int64_t{1} << 18;
 // Step records go to the coordinator at most this often (and at epoch ends, checkpoints, the end).
 constexpr double kProgressFlushSeconds = 0.25;
+
+// cluster.collectives: nccl, or auto for a cuda job in a build with NCCL.
+bool UsesNccl(const JobSpec::Cluster& c) {
+  if (c.collectives == "nccl") return true;
+#if SIFT_HAVE_NCCL_COLLECTIVES
+  return c.collectives == "auto" && c.backend == "cuda";
+#else
+  return false;
+#endif
+}
 
 void Log(const cpb::Assignment& a, const std::string& what) {
   std::printf("sift worker: %s generation %lld rank %d/%d: %s\n", a.job_id().c_str(),
@@ -49,8 +62,21 @@ class ClusterEnv : public TrainerEnv {
         a_(std::move(a)),
         kv_(client) {}
 
-  // Joins the generation's collectives (blocks until every rank joined, or the timeout).
-  Status Connect(const std::string& host, double timeout_s) {
+  // Joins the generation's collectives (blocks until every rank joined, or the timeout): NCCL
+  // when `nccl` (a cuda job in a build with NCCL), Gloo otherwise.
+  Status Connect(const std::string& host, double timeout_s, bool nccl) {
+    if (nccl) {
+#if SIFT_HAVE_NCCL_COLLECTIVES
+      NcclOptions no;
+      no.timeout_s = timeout_s;
+      SIFT_ASSIGN_OR_RETURN(collectives_, CreateNcclCollectives(&kv_, a_.kv_prefix(), a_.rank(),
+                                                                a_.world_size(), no));
+      return absl::OkStatus();
+#else
+      return absl::FailedPreconditionError(
+          "cluster.collectives: nccl, but this sift was built without NCCL");
+#endif
+    }
     GlooOptions go;
     go.hostname = host;
     go.timeout_s = timeout_s;
@@ -239,6 +265,7 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
         "' is not available in this sift build (available: ", absl::StrJoin(backends, ", "), ")"));
   }
   o.backend = spec.cluster.backend;
+  o.precision = spec.cluster.precision;
   o.threads = threads >= 0 ? threads : spec.cluster.threads_per_worker;
 
   const int world = a.world_size();
@@ -377,7 +404,8 @@ void DistributedWorker::RunAssignment(const cpb::Assignment& a) {
     SIFT_ASSIGN_OR_RETURN(JobSpec spec,
                           ParseJobSpec(a.spec_yaml(), absl::StrCat("job ", a.job_id())));
     SIFT_ASSIGN_OR_RETURN(TrainerOptions o, TrainerOptionsForAssignment(spec, a, options_.threads));
-    SIFT_RETURN_IF_ERROR(env->Connect(options_.advertise_host, options_.collective_timeout_s));
+    SIFT_RETURN_IF_ERROR(env->Connect(options_.advertise_host, options_.collective_timeout_s,
+                                      UsesNccl(spec.cluster)));
     return RunTrainerWithEnv(o, RunMode::kTrain, env.get()).status();
   }();
   if (s.ok()) {

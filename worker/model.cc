@@ -3,7 +3,9 @@
 #include "worker/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "worker/model_parts.h"
@@ -127,23 +129,57 @@ class Model::Impl {
     u.short_negatives = UsesDien(type_) && mode != ForwardMode::kInference;
     return u;
   }
+  // Allocates every buffer in the backend's memory (the constructor only sizes them).
+  Status Init();
   StatusOr<Losses> Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode);
-  Status Backward(BatchKeys* keys);
+  Status Backward(BatchKeys* keys, float loss_scale);
+
+  // One block of backend memory (floats, or int32 for the staged inverses).
+  struct Buf {
+    kernels::BackendBuffer mem;
+    float* data() const { return mem.floats(); }
+    int32_t* ints() const { return mem.ints(); }
+    bool empty() const { return mem.empty(); }
+  };
 
   ModelConfig config_;
   kernels::Backend* be_;
+  const bool device_;  // the backend's memory is device memory: inputs and outputs are staged
   ParamRegistry registry_;
-  std::vector<float> params_, grads_;
-  const float* logits_ = nullptr;  // ESU / final logits of the last Forward
+  Buf params_, grads_;
+  const float* logits_ = nullptr;   // ESU / final logits of the last Forward (backend memory)
+  std::vector<float> host_logits_;  // their host copy (device backends)
   int64_t last_batch_ = 0;
 
  private:
-  using Vec = std::vector<float>;
-  static Vec Alloc(int64_t n) { return Vec(static_cast<size_t>(std::max<int64_t>(n, 0))); }
+  // A buffer of n floats (or ints), allocated by Init(): the constructor records the sizes.
+  struct Pending {
+    Buf* buf;
+    int64_t bytes;
+  };
+  void Alloc(Buf* buf, int64_t floats) {
+    pending_.push_back({buf, std::max<int64_t>(floats, 0) * int64_t{sizeof(float)}});
+  }
 
+  // The batch's inputs in backend memory: the host arrays themselves on host backends, copies in
+  // the staging buffers on device backends.
+  struct Inputs {
+    std::vector<const float*> rows;  // per table: its pulled rows
+    const int32_t* user_inv = nullptr;
+    const int32_t* target_inv = nullptr;
+    const int32_t* long_inv = nullptr;
+    const int32_t* short_inv = nullptr;
+    const int32_t* short_neg_inv = nullptr;
+    const float* long_mask = nullptr;
+    const float* short_mask = nullptr;
+    const float* label = nullptr;
+  };
   Status CheckInputs(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode) const;
-  void GatherEmbeddings(const data::Batch& batch, const BatchKeys& keys, bool negatives);
-  void ScatterEmbeddingGrads(const data::Batch& batch, BatchKeys* keys);
+  Status StageInputs(const data::Batch& batch, const BatchKeys& keys, bool negatives);
+  template <typename T>
+  StatusOr<const T*> Stage(const std::vector<T>& host, int64_t n, const Buf& staging);
+  void GatherEmbeddings(bool negatives);
+  Status ScatterEmbeddingGrads(BatchKeys* keys);
   // DIEN block (3.6): GRU, query projection, attention unit, AUGRU; the final state -> dst
   // (row stride lddst).
   void DienForward(const float* short_mask, float* dst, int64_t lddst);
@@ -159,7 +195,6 @@ class Model::Impl {
   int64_t B_ = 0;  // rows of the current batch
   ForwardMode mode_ = ForwardMode::kInference;
   bool can_backward_ = false;
-  const data::Batch* batch_ = nullptr;
   std::vector<size_t> key_counts_;  // per table, of the last Forward's keys (a Backward check)
 
   // Parameter offsets.
@@ -172,20 +207,30 @@ class Model::Impl {
   int z1w_ = 0;  // SIM GSU [q; g; p]
   int zw_ = 0;   // classifier input: SIM [a; v; q; d; p], DIEN [q; d; p], DIN [q; g; p]
 
+  std::vector<Pending> pending_;  // sized by the constructor, allocated by Init
+  Inputs in_;
+  // Device backends: staging for the inputs (per table: rows; the inverses; masks and labels)
+  // and the per-table embedding gradients, sized for the largest batch.
+  std::vector<Buf> rows_in_, row_grads_;
+  std::vector<int64_t> table_capacity_;  // unique keys per table the staging holds
+  Buf user_inv_in_, target_inv_in_, long_inv_in_, short_inv_in_, short_neg_inv_in_;
+  Buf long_mask_in_, short_mask_in_, label_in_;
+
   // Activations [max_batch, ...].
-  Vec q_, p_, x_long_, e_short_, e_neg_, hist_, hist_mask_, alpha_, rho_, alpha2_, z1_, z_;
-  Vec h_, gru_cache_, qp_pre_, qp_, c_, beta_, hs_, augru_cache_, aux_in_, aux_mask_;
+  Buf q_, p_, x_long_, e_short_, e_neg_, hist_, hist_mask_, alpha_, rho_, alpha2_, z1_, z_;
+  Buf h_, gru_cache_, qp_pre_, qp_, c_, beta_, hs_, augru_cache_, aux_in_, aux_mask_;
   const float* logit1_ = nullptr;
   const float* aux_logits_ = nullptr;  // [2N]: positives then negatives
   // Gradients.
-  Vec dq_, dp_, dx_long_, de_short_, de_neg_, dhist_, dz1_, dz_, dh_, dd_, dbeta_, dscores_, dc_;
-  Vec dqp_, daux_in_, dlogit1_, dlogit2_, daux_logits_;
-  Vec workspace_;
+  Buf dq_, dp_, dx_long_, de_short_, de_neg_, dhist_, dz1_, dz_, dh_, dd_, dbeta_, dscores_, dc_;
+  Buf dqp_, daux_in_, dlogit1_, dlogit2_, daux_logits_;
+  Buf workspace_;
 };
 
 Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t max_batch)
     : config_(config),
       be_(backend),
+      device_(backend->memory_space() == kernels::MemorySpace::kDevice),
       type_(config.type),
       max_batch_(max_batch),
       D_(config.embedding_dim),
@@ -234,61 +279,96 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
     const RnnDims gru{B, TS_, I_, H_}, augru{B, TS_, H_, H_};
     ws = std::max({ws, kernels::GruWorkspaceFloats(gru), kernels::AugruWorkspaceFloats(augru),
                    kernels::DenseWorkspaceFloats(DenseDims{B, I_, H_, Activation::kPrelu})});
-    h_ = Alloc(B * TS_ * H_);
-    gru_cache_ = Alloc(kernels::GruCacheFloats(gru));
-    qp_pre_ = Alloc(B * H_);
-    qp_ = Alloc(B * H_);
-    c_ = Alloc(B * TS_ * 4 * H_);
-    beta_ = Alloc(B * TS_);
-    hs_ = Alloc(B * TS_ * H_);
-    augru_cache_ = Alloc(kernels::AugruCacheFloats(augru));
-    aux_in_ = Alloc(2 * N * (H_ + I_));
-    aux_mask_ = Alloc(N);
-    e_neg_ = Alloc(B * TS_ * I_);
-    dh_ = Alloc(B * TS_ * H_);
-    dd_ = Alloc(B * H_);
-    dbeta_ = Alloc(B * TS_);
-    dscores_ = Alloc(B * TS_);
-    dc_ = Alloc(B * TS_ * 4 * H_);
-    dqp_ = Alloc(B * H_);
-    daux_in_ = Alloc(2 * N * (H_ + I_));
-    daux_logits_ = Alloc(2 * N);
-    de_neg_ = Alloc(B * TS_ * I_);
+    Alloc(&h_, B * TS_ * H_);
+    Alloc(&gru_cache_, kernels::GruCacheFloats(gru));
+    Alloc(&qp_pre_, B * H_);
+    Alloc(&qp_, B * H_);
+    Alloc(&c_, B * TS_ * 4 * H_);
+    Alloc(&beta_, B * TS_);
+    Alloc(&hs_, B * TS_ * H_);
+    Alloc(&augru_cache_, kernels::AugruCacheFloats(augru));
+    Alloc(&aux_in_, 2 * N * (H_ + I_));
+    Alloc(&aux_mask_, N);
+    Alloc(&e_neg_, B * TS_ * I_);
+    Alloc(&dh_, B * TS_ * H_);
+    Alloc(&dd_, B * H_);
+    Alloc(&dbeta_, B * TS_);
+    Alloc(&dscores_, B * TS_);
+    Alloc(&dc_, B * TS_ * 4 * H_);
+    Alloc(&dqp_, B * H_);
+    Alloc(&daux_in_, 2 * N * (H_ + I_));
+    Alloc(&daux_logits_, 2 * N);
+    Alloc(&de_neg_, B * TS_ * I_);
   }
   key_counts_.assign(static_cast<size_t>(UF_ + F_), 0);
-  params_.assign(static_cast<size_t>(registry_.total()), 0.0f);
-  grads_.assign(static_cast<size_t>(registry_.total()), 0.0f);
+  Alloc(&params_, registry_.total());
+  Alloc(&grads_, registry_.total());
 
   // ---- Shared activations. ----
-  q_ = Alloc(B * I_);
-  p_ = Alloc(B * P_);
-  dq_ = Alloc(B * I_);
-  dp_ = Alloc(B * P_);
-  e_short_ = Alloc(B * TS_ * I_);
-  de_short_ = Alloc(B * TS_ * I_);
+  Alloc(&q_, B * I_);
+  Alloc(&p_, B * P_);
+  Alloc(&dq_, B * I_);
+  Alloc(&dp_, B * P_);
+  Alloc(&e_short_, B * TS_ * I_);
+  Alloc(&de_short_, B * TS_ * I_);
   if (UsesLong(type_)) {
-    x_long_ = Alloc(B * TL_ * I_);
-    dx_long_ = Alloc(B * TL_ * I_);
+    Alloc(&x_long_, B * TL_ * I_);
+    Alloc(&dx_long_, B * TL_ * I_);
   }
   if (sim) {
-    alpha_ = Alloc(B * TL_);
-    rho_ = Alloc(B * TL_);
-    alpha2_ = Alloc(B * TL_);
-    z1_ = Alloc(B * z1w_);
-    dz1_ = Alloc(B * z1w_);
-    dlogit1_ = Alloc(B);
+    Alloc(&alpha_, B * TL_);
+    Alloc(&rho_, B * TL_);
+    Alloc(&alpha2_, B * TL_);
+    Alloc(&z1_, B * z1w_);
+    Alloc(&dz1_, B * z1w_);
+    Alloc(&dlogit1_, B);
   }
   if (din) {
     const int64_t T = TL_ + TS_;
-    hist_ = Alloc(B * T * I_);
-    dhist_ = Alloc(B * T * I_);
-    hist_mask_ = Alloc(B * T);
-    alpha_ = Alloc(B * T);
+    Alloc(&hist_, B * T * I_);
+    Alloc(&dhist_, B * T * I_);
+    Alloc(&hist_mask_, B * T);
+    Alloc(&alpha_, B * T);
   }
-  z_ = Alloc(B * zw_);
-  dz_ = Alloc(B * zw_);
-  dlogit2_ = Alloc(B);
-  workspace_ = Alloc(ws);
+  Alloc(&z_, B * zw_);
+  Alloc(&dz_, B * zw_);
+  Alloc(&dlogit2_, B);
+  Alloc(&workspace_, ws);
+
+  // Device backends: staging for the inputs and the embedding gradients (host backends read and
+  // write the host arrays in place).
+  rows_in_.resize(static_cast<size_t>(UF_ + F_));
+  row_grads_.resize(static_cast<size_t>(UF_ + F_));
+  if (device_) {
+    const int64_t item_slots = 1 + TL_ + 2 * int64_t{TS_};  // target, long, short, negatives
+    for (int t = 0; t < UF_ + F_; ++t) {
+      table_capacity_.push_back(t < UF_ ? B : B * item_slots);
+      Alloc(&rows_in_[t], table_capacity_.back() * D_);
+      Alloc(&row_grads_[t], table_capacity_.back() * D_);
+    }
+    // int32 and float are both 4 bytes: Alloc's float count is the element count.
+    static_assert(sizeof(int32_t) == sizeof(float));
+    Alloc(&user_inv_in_, UF_ * B);
+    Alloc(&target_inv_in_, F_ * B);
+    Alloc(&long_inv_in_, F_ * B * TL_);
+    Alloc(&short_inv_in_, F_ * B * TS_);
+    if (dien) Alloc(&short_neg_inv_in_, F_ * B * TS_);
+    Alloc(&long_mask_in_, B * TL_);
+    Alloc(&short_mask_in_, B * TS_);
+    Alloc(&label_in_, B);
+  }
+}
+
+Status Model::Impl::Init() {
+  for (const Pending& p : pending_) {
+    SIFT_ASSIGN_OR_RETURN(p.buf->mem, be_->Allocate(p.bytes));
+  }
+  pending_.clear();
+  for (Mlp* mlp : {&gsu_mlp_, &classifier_mlp_, &attention_mlp_, &aux_mlp_}) {
+    SIFT_RETURN_IF_ERROR(mlp->Allocate(be_));
+  }
+  host_logits_.resize(device_ ? static_cast<size_t>(max_batch_) : 0);
+  return be_->Synchronize();
 }
 
 Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys,
@@ -363,25 +443,61 @@ Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys,
   return absl::OkStatus();
 }
 
-void Model::Impl::GatherEmbeddings(const data::Batch& batch, const BatchKeys& keys,
-                                   bool negatives) {
+template <typename T>
+StatusOr<const T*> Model::Impl::Stage(const std::vector<T>& host, int64_t n, const Buf& staging) {
+  if (!device_) return host.data();
+  if (n > 0) {
+    SIFT_RETURN_IF_ERROR(
+        be_->CopyToBackend(host.data(), staging.mem.data(), n * static_cast<int64_t>(sizeof(T))));
+  }
+  return static_cast<const T*>(staging.mem.data());
+}
+
+Status Model::Impl::StageInputs(const data::Batch& batch, const BatchKeys& keys, bool negatives) {
+  const int64_t B = B_;
+  in_.rows.assign(keys.tables.size(), nullptr);
+  for (size_t t = 0; t < keys.tables.size(); ++t) {
+    const int64_t unique = static_cast<int64_t>(keys.tables[t].keys.size());
+    if (device_ && unique > table_capacity_[t]) {
+      return absl::InvalidArgumentError(absl::StrCat("batch keys: table ", t, " has ", unique,
+                                                     " unique keys, more than its ",
+                                                     table_capacity_[t], " slots can hold"));
+    }
+    SIFT_ASSIGN_OR_RETURN(in_.rows[t], Stage(keys.tables[t].rows, unique * D_, rows_in_[t]));
+  }
+  SIFT_ASSIGN_OR_RETURN(in_.user_inv, Stage(keys.user_inv, UF_ * B, user_inv_in_));
+  SIFT_ASSIGN_OR_RETURN(in_.target_inv, Stage(keys.target_inv, F_ * B, target_inv_in_));
+  if (TL_ > 0) {
+    SIFT_ASSIGN_OR_RETURN(in_.long_inv, Stage(keys.long_inv, F_ * B * TL_, long_inv_in_));
+    SIFT_ASSIGN_OR_RETURN(in_.long_mask, Stage(batch.long_mask, B * TL_, long_mask_in_));
+  }
+  SIFT_ASSIGN_OR_RETURN(in_.short_inv, Stage(keys.short_inv, F_ * B * TS_, short_inv_in_));
+  if (negatives) {
+    SIFT_ASSIGN_OR_RETURN(in_.short_neg_inv,
+                          Stage(keys.short_neg_inv, F_ * B * TS_, short_neg_inv_in_));
+  }
+  SIFT_ASSIGN_OR_RETURN(in_.short_mask, Stage(batch.short_mask, B * TS_, short_mask_in_));
+  SIFT_ASSIGN_OR_RETURN(in_.label, Stage(batch.label, B, label_in_));
+  return absl::OkStatus();
+}
+
+void Model::Impl::GatherEmbeddings(bool negatives) {
   const int64_t B = B_;
   for (int k = 0; k < UF_; ++k) {
-    be_->GatherRows(B, D_, keys.tables[k].rows.data(), keys.user_inv.data() + k * B, nullptr,
-                    p_.data() + k * D_, P_);
+    be_->GatherRows(B, D_, in_.rows[k], in_.user_inv + k * B, nullptr, p_.data() + k * D_, P_);
   }
   for (int f = 0; f < F_; ++f) {
-    const float* rows = keys.tables[UF_ + f].rows.data();
-    be_->GatherRows(B, D_, rows, keys.target_inv.data() + f * B, nullptr, q_.data() + f * D_, I_);
+    const float* rows = in_.rows[UF_ + f];
+    be_->GatherRows(B, D_, rows, in_.target_inv + f * B, nullptr, q_.data() + f * D_, I_);
     if (TL_ > 0) {
-      be_->GatherRows(B * TL_, D_, rows, keys.long_inv.data() + f * B * TL_, batch.long_mask.data(),
+      be_->GatherRows(B * TL_, D_, rows, in_.long_inv + f * B * TL_, in_.long_mask,
                       x_long_.data() + f * D_, I_);
     }
-    be_->GatherRows(B * TS_, D_, rows, keys.short_inv.data() + f * B * TS_, batch.short_mask.data(),
+    be_->GatherRows(B * TS_, D_, rows, in_.short_inv + f * B * TS_, in_.short_mask,
                     e_short_.data() + f * D_, I_);
     if (negatives) {
-      be_->GatherRows(B * TS_, D_, rows, keys.short_neg_inv.data() + f * B * TS_,
-                      batch.short_mask.data(), e_neg_.data() + f * D_, I_);
+      be_->GatherRows(B * TS_, D_, rows, in_.short_neg_inv + f * B * TS_, in_.short_mask,
+                      e_neg_.data() + f * D_, I_);
     }
   }
 }
@@ -429,13 +545,13 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
   SIFT_RETURN_IF_ERROR(CheckInputs(batch, keys, mode));
   B_ = batch.size;
   mode_ = mode;
-  batch_ = &batch;
   for (size_t t = 0; t < key_counts_.size(); ++t) key_counts_[t] = keys.tables[t].keys.size();
   const int64_t B = B_;
   const bool aux = UsesDien(type_) && mode != ForwardMode::kInference;
   const float* params = params_.data();
-  const float* labels = batch.label.data();
-  GatherEmbeddings(batch, keys, aux);
+  SIFT_RETURN_IF_ERROR(StageInputs(batch, keys, aux));
+  const float* labels = in_.label;
+  GatherEmbeddings(aux);
 
   Losses losses;
   float* z = z_.data();
@@ -444,7 +560,7 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
       // GSU (3.2): g = Attn(q, long, m_L); z1 = [q; g; p] -> logit1.
       float* z1 = z1_.data();
       be_->Copy(1, B, I_, q_.data(), 0, I_, z1, 0, z1w_, false);
-      be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), batch.long_mask.data(),
+      be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), in_.long_mask,
                                alpha_.data(), z1 + I_, z1w_);
       be_->Copy(1, B, P_, p_.data(), 0, P_, z1 + 2 * I_, 0, z1w_, false);
       logit1_ = gsu_mlp_.Forward(be_, B, z1, z1w_, params);
@@ -454,13 +570,13 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
                                alpha2_.data(), z, zw_);
       be_->DampedMeanForward(B, TL_, I_, x_long_.data(), rho_.data(), z + I_, zw_);
       be_->Copy(1, B, I_, q_.data(), 0, I_, z + 2 * I_, 0, zw_, false);
-      DienForward(batch.short_mask.data(), z + 3 * I_, zw_);
+      DienForward(in_.short_mask, z + 3 * I_, zw_);
       be_->Copy(1, B, P_, p_.data(), 0, P_, z + 3 * I_ + H_, 0, zw_, false);
       break;
     }
     case ModelType::kDien:
       be_->Copy(1, B, I_, q_.data(), 0, I_, z, 0, zw_, false);
-      DienForward(batch.short_mask.data(), z + I_, zw_);
+      DienForward(in_.short_mask, z + I_, zw_);
       be_->Copy(1, B, P_, p_.data(), 0, P_, z + I_ + H_, 0, zw_, false);
       break;
     case ModelType::kDin: {
@@ -469,8 +585,8 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
       be_->Copy(B, TL_, I_, x_long_.data(), TL_ * I_, I_, hist_.data(), T * I_, I_, false);
       be_->Copy(B, TS_, I_, e_short_.data(), TS_ * I_, I_, hist_.data() + TL_ * I_, T * I_, I_,
                 false);
-      be_->Copy(1, B, TL_, batch.long_mask.data(), 0, TL_, hist_mask_.data(), 0, T, false);
-      be_->Copy(1, B, TS_, batch.short_mask.data(), 0, TS_, hist_mask_.data() + TL_, 0, T, false);
+      be_->Copy(1, B, TL_, in_.long_mask, 0, TL_, hist_mask_.data(), 0, T, false);
+      be_->Copy(1, B, TS_, in_.short_mask, 0, TS_, hist_mask_.data() + TL_, 0, T, false);
       be_->Copy(1, B, I_, q_.data(), 0, I_, z, 0, zw_, false);
       be_->DotAttentionForward(B, T, I_, q_.data(), I_, hist_.data(), hist_mask_.data(),
                                alpha_.data(), z + I_, zw_);
@@ -487,8 +603,13 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
   } else {
     losses.classification = bce2;
   }
-  if (aux) losses.aux = AuxForward(batch.short_mask.data()) / static_cast<double>(B * (TS_ - 1));
+  if (aux) losses.aux = AuxForward(in_.short_mask) / static_cast<double>(B * (TS_ - 1));
   losses.total = losses.classification + losses.aux;
+  if (device_) {
+    SIFT_RETURN_IF_ERROR(
+        be_->CopyToHost(logits_, host_logits_.data(), B * static_cast<int64_t>(sizeof(float))));
+  }
+  SIFT_RETURN_IF_ERROR(be_->Synchronize());
   last_batch_ = B;
   can_backward_ = mode == ForwardMode::kTrain;
   return losses;
@@ -542,7 +663,7 @@ void Model::Impl::DienBackward(const float* short_mask, float aux_scale) {
                    grads + gru_w_rec_, grads + gru_b_in_, grads + gru_b_rec_, ws);
 }
 
-Status Model::Impl::Backward(BatchKeys* keys) {
+Status Model::Impl::Backward(BatchKeys* keys, float loss_scale) {
   if (!can_backward_) {
     return absl::FailedPreconditionError(
         "Model::Backward needs a successful kTrain Forward first (and only one Backward per "
@@ -557,16 +678,20 @@ Status Model::Impl::Backward(BatchKeys* keys) {
     return absl::FailedPreconditionError(
         "Model::Backward: keys differ from those of the last Forward");
   }
+  if (!(loss_scale > 0) || !std::isfinite(loss_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Model::Backward: loss_scale must be a positive finite number, got ", loss_scale));
+  }
   can_backward_ = false;
   const int64_t B = B_;
-  const data::Batch& batch = *batch_;
   const float* params = params_.data();
   float* grads = grads_.data();
   float* ws = workspace_.data();
-  const float* labels = batch.label.data();
+  const float* labels = in_.label;
   be_->Fill(registry_.total(), 0.0f, grads);
   const float cls_scale =
-      static_cast<float>((type_ == ModelType::kSim ? 0.5 : 1.0) / static_cast<double>(B));
+      static_cast<float>((type_ == ModelType::kSim ? 0.5 : 1.0) * static_cast<double>(loss_scale) /
+                         static_cast<double>(B));
 
   // Final classifier -> dz.
   be_->Fill(B, 0.0f, dlogit2_.data());
@@ -577,7 +702,10 @@ Status Model::Impl::Backward(BatchKeys* keys) {
   float* dz = dz_.data();
   if (!e_short_.empty()) be_->Fill(B * TS_ * I_, 0.0f, de_short_.data());
   if (!x_long_.empty()) be_->Fill(B * TL_ * I_, 0.0f, dx_long_.data());
-  const float aux_scale = UsesDien(type_) ? 1.0f / static_cast<float>(B * (TS_ - 1)) : 0.0f;
+  const float aux_scale =
+      UsesDien(type_)
+          ? static_cast<float>(static_cast<double>(loss_scale) / static_cast<double>(B * (TS_ - 1)))
+          : 0.0f;
 
   switch (type_) {
     case ModelType::kSim: {
@@ -588,7 +716,7 @@ Status Model::Impl::Backward(BatchKeys* keys) {
       be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho_.data(),
                                 alpha2_.data(), dz, zw_, dq_.data(), I_, dx_long_.data());
       be_->DampedMeanBackward(B, TL_, I_, rho_.data(), dz + I_, zw_, dx_long_.data());
-      DienBackward(batch.short_mask.data(), aux_scale);
+      DienBackward(in_.short_mask, aux_scale);
       // GSU head: dz1 = [dq; dg; dp].
       be_->Fill(B, 0.0f, dlogit1_.data());
       be_->BceWithLogits(B, logit1_, labels, cls_scale, dlogit1_.data());
@@ -598,7 +726,7 @@ Status Model::Impl::Backward(BatchKeys* keys) {
       const float* dz1 = dz1_.data();
       be_->Copy(1, B, I_, dz1, 0, z1w_, dq_.data(), 0, I_, true);
       be_->Copy(1, B, P_, dz1 + 2 * I_, 0, z1w_, dp_.data(), 0, P_, true);
-      be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), batch.long_mask.data(),
+      be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), in_.long_mask,
                                 alpha_.data(), dz1 + I_, z1w_, dq_.data(), I_, dx_long_.data());
       break;
     }
@@ -606,7 +734,7 @@ Status Model::Impl::Backward(BatchKeys* keys) {
       be_->Copy(1, B, I_, dz, 0, zw_, dq_.data(), 0, I_, false);
       be_->Copy(1, B, P_, dz + I_ + H_, 0, zw_, dp_.data(), 0, P_, false);
       be_->Copy(B, 1, H_, dz + I_, zw_, 0, dd_.data(), H_, 0, false);
-      DienBackward(batch.short_mask.data(), aux_scale);
+      DienBackward(in_.short_mask, aux_scale);
       break;
     case ModelType::kDin: {
       const int T = TL_ + TS_;
@@ -621,40 +749,42 @@ Status Model::Impl::Backward(BatchKeys* keys) {
       break;
     }
   }
-  ScatterEmbeddingGrads(batch, keys);
-  return absl::OkStatus();
+  SIFT_RETURN_IF_ERROR(ScatterEmbeddingGrads(keys));
+  return be_->Synchronize();
 }
 
-void Model::Impl::ScatterEmbeddingGrads(const data::Batch& batch, BatchKeys* keys) {
+Status Model::Impl::ScatterEmbeddingGrads(BatchKeys* keys) {
   const int64_t B = B_;
   const bool negatives = UsesDien(type_);
-  for (int k = 0; k < UF_; ++k) {
-    TableKeys& t = keys->tables[k];
-    const int64_t U = static_cast<int64_t>(t.keys.size());
-    t.grads.resize(static_cast<size_t>(U) * D_);
-    be_->Fill(U * D_, 0.0f, t.grads.data());
-    be_->SegmentSumRows(B, D_, dp_.data() + k * D_, P_, keys->user_inv.data() + k * B, nullptr, U,
-                        t.grads.data());
-  }
-  for (int f = 0; f < F_; ++f) {
-    TableKeys& t = keys->tables[UF_ + f];
-    const int64_t U = static_cast<int64_t>(t.keys.size());
-    t.grads.resize(static_cast<size_t>(U) * D_);
-    float* g = t.grads.data();
+  for (int t = 0; t < UF_ + F_; ++t) {
+    TableKeys& tk = keys->tables[t];
+    const int64_t U = static_cast<int64_t>(tk.keys.size());
+    tk.grads.resize(static_cast<size_t>(U) * D_);
+    // Summed in backend memory: the host array itself, or the device staging copied out below.
+    float* g = device_ ? row_grads_[t].data() : tk.grads.data();
     be_->Fill(U * D_, 0.0f, g);
-    be_->SegmentSumRows(B, D_, dq_.data() + f * D_, I_, keys->target_inv.data() + f * B, nullptr, U,
-                        g);
-    if (TL_ > 0) {
-      be_->SegmentSumRows(B * TL_, D_, dx_long_.data() + f * D_, I_,
-                          keys->long_inv.data() + f * B * TL_, batch.long_mask.data(), U, g);
+    if (t < UF_) {
+      be_->SegmentSumRows(B, D_, dp_.data() + t * D_, P_, in_.user_inv + t * B, nullptr, U, g);
+    } else {
+      const int f = t - UF_;
+      be_->SegmentSumRows(B, D_, dq_.data() + f * D_, I_, in_.target_inv + f * B, nullptr, U, g);
+      if (TL_ > 0) {
+        be_->SegmentSumRows(B * TL_, D_, dx_long_.data() + f * D_, I_, in_.long_inv + f * B * TL_,
+                            in_.long_mask, U, g);
+      }
+      be_->SegmentSumRows(B * TS_, D_, de_short_.data() + f * D_, I_, in_.short_inv + f * B * TS_,
+                          in_.short_mask, U, g);
+      if (negatives) {
+        be_->SegmentSumRows(B * TS_, D_, de_neg_.data() + f * D_, I_,
+                            in_.short_neg_inv + f * B * TS_, in_.short_mask, U, g);
+      }
     }
-    be_->SegmentSumRows(B * TS_, D_, de_short_.data() + f * D_, I_,
-                        keys->short_inv.data() + f * B * TS_, batch.short_mask.data(), U, g);
-    if (negatives) {
-      be_->SegmentSumRows(B * TS_, D_, de_neg_.data() + f * D_, I_,
-                          keys->short_neg_inv.data() + f * B * TS_, batch.short_mask.data(), U, g);
+    if (device_ && U > 0) {
+      SIFT_RETURN_IF_ERROR(
+          be_->CopyToHost(g, tk.grads.data(), U * D_ * static_cast<int64_t>(sizeof(float))));
     }
   }
+  return absl::OkStatus();
 }
 
 // ---- Model --------------------------------------------------------------------------------
@@ -670,24 +800,67 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, kernel
     return absl::InvalidArgumentError(
         absl::StrCat("Model::Create: max_batch must be in [1, 2^24], got ", max_batch));
   }
-  return std::unique_ptr<Model>(new Model(std::make_unique<Impl>(config, backend, max_batch)));
+  auto impl = std::make_unique<Impl>(config, backend, max_batch);
+  SIFT_RETURN_IF_ERROR(Annotate(
+      impl->Init(),
+      absl::StrCat("Model::Create (backend ", backend->name(), ", max_batch ", max_batch, ")")));
+  return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
 
 const ModelConfig& Model::config() const { return impl_->config_; }
 KeyUsage Model::key_usage(ForwardMode mode) const { return impl_->key_usage(mode); }
-void Model::InitParameters(uint64_t seed) {
-  impl_->registry_.Initialise(seed, impl_->params_.data());
+Status Model::InitParameters(uint64_t seed) {
+  if (!impl_->device_) {
+    impl_->registry_.Initialise(seed, impl_->params_.data());
+    return absl::OkStatus();
+  }
+  std::vector<float> host(static_cast<size_t>(impl_->registry_.total()));
+  impl_->registry_.Initialise(seed, host.data());
+  return CopyParametersFromHost(host);
 }
-absl::Span<float> Model::parameters() { return absl::MakeSpan(impl_->params_); }
-absl::Span<float> Model::gradients() { return absl::MakeSpan(impl_->grads_); }
+absl::Span<float> Model::parameters() {
+  return absl::MakeSpan(impl_->params_.data(), static_cast<size_t>(impl_->registry_.total()));
+}
+absl::Span<float> Model::gradients() {
+  return absl::MakeSpan(impl_->grads_.data(), static_cast<size_t>(impl_->registry_.total()));
+}
+Status Model::CopyParametersToHost(absl::Span<float> out) {
+  if (out.size() != parameters().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CopyParametersToHost: ", out.size(), " floats for ", parameters().size(), " parameters"));
+  }
+  return impl_->be_->CopyToHost(impl_->params_.data(), out.data(),
+                                static_cast<int64_t>(out.size() * sizeof(float)));
+}
+Status Model::CopyGradientsToHost(absl::Span<float> out) {
+  if (out.size() != gradients().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("CopyGradientsToHost: ", out.size(),
+                                                   " floats for ", gradients().size(),
+                                                   " gradients"));
+  }
+  return impl_->be_->CopyToHost(impl_->grads_.data(), out.data(),
+                                static_cast<int64_t>(out.size() * sizeof(float)));
+}
+Status Model::CopyParametersFromHost(absl::Span<const float> in) {
+  if (in.size() != parameters().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CopyParametersFromHost: ", in.size(), " floats for ", parameters().size(), " parameters"));
+  }
+  SIFT_RETURN_IF_ERROR(impl_->be_->CopyToBackend(in.data(), impl_->params_.data(),
+                                                 static_cast<int64_t>(in.size() * sizeof(float))));
+  return impl_->be_->Synchronize();
+}
 const std::vector<ParamTensor>& Model::param_layout() const { return impl_->registry_.layout(); }
 StatusOr<Losses> Model::Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode) {
   return impl_->Forward(batch, keys, mode);
 }
 absl::Span<const float> Model::logits() const {
-  if (impl_->logits_ == nullptr) return {};
-  return absl::MakeConstSpan(impl_->logits_, static_cast<size_t>(impl_->last_batch_));
+  if (impl_->logits_ == nullptr || impl_->last_batch_ == 0) return {};
+  const float* host = impl_->device_ ? impl_->host_logits_.data() : impl_->logits_;
+  return absl::MakeConstSpan(host, static_cast<size_t>(impl_->last_batch_));
 }
-Status Model::Backward(BatchKeys* keys) { return impl_->Backward(keys); }
+Status Model::Backward(BatchKeys* keys, float loss_scale) {
+  return impl_->Backward(keys, loss_scale);
+}
 
 }  // namespace sift::worker

@@ -6,7 +6,11 @@
 // Parameters: every dense tensor lives in one flat float buffer (parameters()), with gradients in a
 // second buffer of the same layout (gradients()), so the dense optimizer and an allreduce see one
 // contiguous array. param_layout() names each tensor (offset, shape), in a fixed order.
-// Activations are allocated once for `max_batch` rows at Create: Forward/Backward do not allocate.
+// Memory: parameters, gradients and activations are the backend's memory (kernels/backend.h: host
+// memory for cpu and reference, device memory for cuda), allocated once for `max_batch` rows at
+// Create: Forward/Backward do not allocate. The host-side inputs (the batch, the pulled rows) are
+// read in place by host backends and copied in by device backends (one copy per array); the
+// per-key embedding gradients and the logits come back to host memory either way.
 // Not thread-safe: one thread drives a Model (the backend parallelises inside ops).
 #pragma once
 
@@ -84,22 +88,31 @@ class Model {
   // Reference initialisers (model-spec 3.6, 3.9): Glorot-uniform kernels, orthogonal GRU
   // recurrent kernel, zero biases except the AUGRU gate bias (1.0), PReLU slopes 0.1. A pure
   // function of `seed` (common/rng.h), identical on every machine.
-  void InitParameters(uint64_t seed);
+  // Errors: a device backend's copy failing.
+  Status InitParameters(uint64_t seed);
 
+  // Backend memory (device memory for cuda: not readable on the host; use the copies below).
   absl::Span<float> parameters();
   absl::Span<float> gradients();
+  // Host copies of the parameters and gradients (checkpoints, tests). INVALID_ARGUMENT on a size
+  // mismatch.
+  Status CopyParametersToHost(absl::Span<float> out);
+  Status CopyParametersFromHost(absl::Span<const float> in);
+  Status CopyGradientsToHost(absl::Span<float> out);
   const std::vector<ParamTensor>& param_layout() const;
 
   // Forward pass and losses for rows [0, batch.size) of `batch` (batch.size <= max_batch), reading
   // each table's pulled rows from keys (built by BuildBatchKeys with key_usage(mode)).
   // INVALID_ARGUMENT when the batch's shape does not match the config or exceeds max_batch.
   StatusOr<Losses> Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode);
-  // The ESU (final) logits of the last Forward, [batch.size]; predicted CTR = sigmoid(logit).
+  // The ESU (final) logits of the last Forward, [batch.size], in host memory; predicted CTR =
+  // sigmoid(logit).
   absl::Span<const float> logits() const;
-  // Gradient of Losses::total of the last kTrain Forward: overwrites gradients() (dense) and each
-  // keys->tables[t].grads (summed per unique key). REQUIRES: the last Forward was kTrain with the
+  // Gradient of loss_scale * Losses::total of the last kTrain Forward: overwrites gradients()
+  // (dense) and each keys->tables[t].grads (host memory, summed per unique key). loss_scale > 1 is
+  // dynamic loss scaling (worker/loss_scaler.h). REQUIRES: the last Forward was kTrain with the
   // same keys.
-  Status Backward(BatchKeys* keys);
+  Status Backward(BatchKeys* keys, float loss_scale = 1.0f);
 
  private:
   class Impl;

@@ -107,15 +107,22 @@ void Mlp::Build(const std::string& name, int in, const std::vector<int>& hidden,
     if (l.dims.act == kernels::Activation::kPrelu) {
       l.slope = registry->Add(prefix + "prelu_slope", {l.dims.out}, InitKind::kConstant, 0.1f);
     }
-    const size_t floats = static_cast<size_t>(max_rows) * static_cast<size_t>(l.dims.out);
-    l.pre.resize(floats);
-    if (!last) {
-      l.y.resize(floats);
-      l.dy.resize(floats);
-    }
     width = l.dims.out;
     layers_.push_back(std::move(l));
   }
+}
+
+Status Mlp::Allocate(kernels::Backend* be) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    const int64_t bytes = max_rows_ * l.dims.out * static_cast<int64_t>(sizeof(float));
+    SIFT_ASSIGN_OR_RETURN(l.pre, be->Allocate(bytes));
+    if (i + 1 < layers_.size()) {
+      SIFT_ASSIGN_OR_RETURN(l.y, be->Allocate(bytes));
+      SIFT_ASSIGN_OR_RETURN(l.dy, be->Allocate(bytes));
+    }
+  }
+  return absl::OkStatus();
 }
 
 const float* Mlp::Forward(kernels::Backend* be, int64_t rows, const float* x, int64_t ldx,
@@ -124,9 +131,9 @@ const float* Mlp::Forward(kernels::Backend* be, int64_t rows, const float* x, in
   int64_t ld = ldx;
   for (Layer& l : layers_) {
     l.dims.rows = rows;
-    float* y = l.y.empty() ? l.pre.data() : l.y.data();  // the linear output layer: pre == y
+    float* y = l.y.empty() ? l.pre.floats() : l.y.floats();  // the linear output layer: pre == y
     be->DenseForward(l.dims, in, ld, params + l.w, params + l.b,
-                     l.slope >= 0 ? params + l.slope : nullptr, l.pre.data(), y);
+                     l.slope >= 0 ? params + l.slope : nullptr, l.pre.floats(), y);
     in = y;
     ld = l.dims.out;
   }
@@ -140,7 +147,7 @@ void Mlp::Backward(kernels::Backend* be, int64_t rows, const float* x, int64_t l
   for (size_t i = layers_.size(); i-- > 0;) {
     Layer& l = layers_[i];
     l.dims.rows = rows;
-    const float* in = i == 0 ? x : layers_[i - 1].y.data();
+    const float* in = i == 0 ? x : layers_[i - 1].y.floats();
     const int64_t ld = i == 0 ? ldx : layers_[i - 1].dims.out;
     float* din = nullptr;
     int64_t lddin = 0;
@@ -148,13 +155,13 @@ void Mlp::Backward(kernels::Backend* be, int64_t rows, const float* x, int64_t l
       din = dx;
       lddin = lddx;
     } else {
-      din = layers_[i - 1].dy.data();
+      din = layers_[i - 1].dy.floats();
       lddin = layers_[i - 1].dims.out;
       be->Fill(rows * layers_[i - 1].dims.out, 0.0f, din);
     }
-    const float* y = l.y.empty() ? l.pre.data() : l.y.data();
+    const float* y = l.y.empty() ? l.pre.floats() : l.y.floats();
     be->DenseBackward(l.dims, in, ld, params + l.w, l.slope >= 0 ? params + l.slope : nullptr,
-                      l.pre.data(), y, dy, din, lddin, grads + l.w, grads + l.b,
+                      l.pre.floats(), y, dy, din, lddin, grads + l.w, grads + l.b,
                       l.slope >= 0 ? grads + l.slope : nullptr, workspace);
     dy = din;
   }

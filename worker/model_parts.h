@@ -48,12 +48,16 @@ class ParamRegistry {
 void OrthogonalInit(uint64_t stream_seed, int64_t rows, int64_t cols, float* out);
 
 // An MLP: `hidden` Dense layers with activation `act`, then a linear Dense layer with 1 output.
-// Owns its activations for up to max_rows rows; parameters live in the model's flat buffer.
+// Owns its activations for up to max_rows rows, in backend memory; parameters live in the
+// model's flat buffer.
 class Mlp {
  public:
   // Registers layers "<name>/dense_<i>/{kernel,bias[,prelu_slope]}" (output layer last).
   void Build(const std::string& name, int in, const std::vector<int>& hidden,
              kernels::Activation act, int64_t max_rows, ParamRegistry* registry);
+  // Allocates the activations in `be`'s memory. REQUIRES: after Build, before Forward; `be`
+  // outlives the MLP.
+  Status Allocate(kernels::Backend* be);
   // Forward over `rows` rows of x (row stride ldx); returns the logits [rows] (owned by the MLP).
   const float* Forward(kernels::Backend* be, int64_t rows, const float* x, int64_t ldx,
                        const float* params);
@@ -69,7 +73,7 @@ class Mlp {
   struct Layer {
     kernels::DenseDims dims;  // rows set per call
     int64_t w = 0, b = 0, slope = -1;
-    std::vector<float> pre, y, dy;  // [max_rows, out]; dy unused for the output layer
+    kernels::BackendBuffer pre, y, dy;  // [max_rows, out]; y, dy empty for the output layer
   };
   std::vector<Layer> layers_;
   int in_ = 0;

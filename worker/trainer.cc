@@ -6,10 +6,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <new>
+#include <optional>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,6 +27,7 @@
 #include "server/embedding/table.h"
 #include "worker/batch_keys.h"
 #include "worker/checkpoint.h"
+#include "worker/loss_scaler.h"
 #include "worker/step_pipeline.h"
 // SIFT_MINIMAL (top-level CMakeLists.txt) builds no embedding client: the remote-table paths below
 // are compiled only without it, and a run with embedding_servers is an error.
@@ -90,17 +95,65 @@ class ProgressBar {
   double last_ = -1;
 };
 
-// Dense Adam in the Keras form (model-spec 5.1) over the model's flat parameter buffer.
+// Dense Adam in the Keras form (model-spec 5.1) over the model's flat parameter buffer; its
+// moments live in the backend's memory beside the parameters.
 struct DenseAdam {
   kernels::AdamHyper hyper;
   int64_t t = 0;
-  std::vector<float> m, v;
+  int64_t n = 0;
+  kernels::BackendBuffer m, v;  // zero-initialised
+
+  Status Allocate(kernels::Backend* backend, int64_t size) {
+    n = size;
+    const int64_t bytes = size * static_cast<int64_t>(sizeof(float));
+    SIFT_ASSIGN_OR_RETURN(m, backend->Allocate(bytes));
+    SIFT_ASSIGN_OR_RETURN(v, backend->Allocate(bytes));
+    return absl::OkStatus();
+  }
+  absl::Span<float> m_span() const { return absl::MakeSpan(m.floats(), static_cast<size_t>(n)); }
+  absl::Span<float> v_span() const { return absl::MakeSpan(v.floats(), static_cast<size_t>(n)); }
   void Step(kernels::Backend* backend, absl::Span<float> params, absl::Span<const float> grads) {
     ++t;
     backend->AdamUpdate(static_cast<int64_t>(params.size()), hyper, t, grads.data(), params.data(),
-                        m.data(), v.data());
+                        m.floats(), v.floats());
+  }
+  // The moments to / from host vectors (checkpoints).
+  Status ToHost(kernels::Backend* backend, std::vector<float>* hm, std::vector<float>* hv) const {
+    const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+    hm->resize(static_cast<size_t>(n));
+    hv->resize(static_cast<size_t>(n));
+    SIFT_RETURN_IF_ERROR(backend->CopyToHost(m.floats(), hm->data(), bytes));
+    return backend->CopyToHost(v.floats(), hv->data(), bytes);
+  }
+  Status FromHost(kernels::Backend* backend, const std::vector<float>& hm,
+                  const std::vector<float>& hv) {
+    if (hm.size() != static_cast<size_t>(n) || hv.size() != static_cast<size_t>(n)) {
+      return absl::DataLossError(absl::StrCat("the dense Adam moments have ", hm.size(), " and ",
+                                              hv.size(), " values, the model ", n, " parameters"));
+    }
+    const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+    SIFT_RETURN_IF_ERROR(backend->CopyToBackend(hm.data(), m.floats(), bytes));
+    SIFT_RETURN_IF_ERROR(backend->CopyToBackend(hv.data(), v.floats(), bytes));
+    return backend->Synchronize();
   }
 };
+
+// The GEMM arithmetic of a run: `precision` (auto | fp32 | tf32 | bf16 | fp16); auto is bf16 on a
+// device backend (model-spec 5.3: sm_80+ has bf16 tensor cores) and fp32 on the host backends.
+StatusOr<kernels::MathMode> ResolvePrecision(const std::string& precision,
+                                             const kernels::Backend& backend) {
+  if (precision == "auto") {
+    return backend.memory_space() == kernels::MemorySpace::kDevice ? kernels::MathMode::kBf16
+                                                                   : kernels::MathMode::kFp32;
+  }
+  return kernels::ParseMathMode(precision);
+}
+
+bool AllFiniteHost(absl::Span<const float> v) {
+  bool finite = true;
+  for (float x : v) finite &= std::isfinite(x);
+  return finite;
+}
 
 // `sift train`: world 1; step records and epoch records to the DLLL logs (<results_dir>/<file>
 // and stdout), AUC computed here, checkpoints written as they come.
@@ -222,6 +275,11 @@ class Trainer {
   Status PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mode, PreparedStep* slot);
   // One training step on a prepared step; returns the losses (the mean over ranks).
   StatusOr<Losses> TrainStep(PreparedStep* ps, int64_t epoch, int64_t step, PhaseTimes* ph);
+  // Runs the collective `op` over `data` — backend memory when on_backend, else host memory —
+  // in place when the collectives take that memory, through a staged copy otherwise (device
+  // buffers over Gloo; host values over NCCL).
+  Status Collective(absl::Span<float> data, bool on_backend,
+                    const std::function<Status(absl::Span<float>)>& op);
 #ifndef SIFT_MINIMAL
   // Pushes this rank's sparse gradients (see the definition for the order at k = 0).
   Status PushInRankOrder(const std::vector<EmbeddingClient::PushItem>& items);
@@ -260,6 +318,10 @@ class Trainer {
   std::vector<embedding::TableConfig> remote_tables_;  // the servers' tables
 #endif
   DenseAdam adam_;
+  kernels::MathMode math_ = kernels::MathMode::kFp32;
+  std::optional<DynamicLossScaler> loss_scaler_;  // fp16 only
+  std::vector<float> host_stage_;                 // host copies for host collectives
+  kernels::BackendBuffer backend_stage_;          // backend copies for device collectives
   RunResult result_;
   int64_t epochs_done_ = 0;
   int64_t global_step_ = 0;
@@ -313,6 +375,13 @@ Status Trainer::Setup(RunMode mode) {
                                                    " samples): no full batch"));
   }
   SIFT_ASSIGN_OR_RETURN(backend_, kernels::CreateBackend(o_.backend, o_.threads));
+  SIFT_ASSIGN_OR_RETURN(math_, ResolvePrecision(o_.precision, *backend_));
+  SIFT_RETURN_IF_ERROR(backend_->SetMathMode(math_));
+  if (math_ == kernels::MathMode::kFp16) loss_scaler_.emplace();
+  if (coll_->device_memory() && backend_->memory_space() != kernels::MemorySpace::kDevice) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device-memory collectives (NCCL) need a device backend, not '", backend_->name(), "'"));
+  }
   const int64_t eval_b = o_.eval_batch_size > 0 ? o_.eval_batch_size : o_.batch_size;
   try {
     SIFT_ASSIGN_OR_RETURN(model_,
@@ -322,7 +391,7 @@ Status Trainer::Setup(RunMode mode) {
         "out of memory allocating the model's activations for ", std::max(o_.batch_size, eval_b),
         " rows: lower --batch-size / --eval-batch-size"));
   }
-  model_->InitParameters(o_.seed);
+  SIFT_RETURN_IF_ERROR(model_->InitParameters(o_.seed));
 
   // The embedding tables: one per user feature, then one per item feature (the feature spec's
   // table order), each with the sparse optimizer.
@@ -377,11 +446,11 @@ Status Trainer::Setup(RunMode mode) {
 
   adam_.hyper.lr = o_.lr;
   const size_t np = model_->parameters().size();
-  adam_.m.assign(np, 0.0f);
-  adam_.v.assign(np, 0.0f);
+  SIFT_RETURN_IF_ERROR(adam_.Allocate(backend_.get(), static_cast<int64_t>(np)));
   result_.dense_params = static_cast<int64_t>(np);
   result_.threads = backend_->threads();
   result_.backend = std::string(backend_->name());
+  result_.precision = kernels::MathModeName(math_);
   if (ds_->spec().metadata["oracle_test_auc"]) {
     result_.oracle_test_auc = ds_->spec().metadata["oracle_test_auc"].as<double>(-1);
   }
@@ -425,9 +494,9 @@ Status Trainer::Setup(RunMode mode) {
           o_.load_checkpoint, ": field 'seed': the checkpoint was trained with seed ", st.seed,
           ", this run has --seed ", o_.seed, " (shuffling and new rows would differ)"));
     }
-    std::copy(st.params.begin(), st.params.end(), model_->parameters().begin());
-    adam_.m = std::move(st.adam_m);
-    adam_.v = std::move(st.adam_v);
+    SIFT_RETURN_IF_ERROR(Annotate(model_->CopyParametersFromHost(st.params), o_.load_checkpoint));
+    SIFT_RETURN_IF_ERROR(
+        Annotate(adam_.FromHost(backend_.get(), st.adam_m, st.adam_v), o_.load_checkpoint));
     adam_.t = st.adam_t;
     epochs_done_ = st.epochs_done;
     global_step_ = st.global_step;
@@ -436,9 +505,10 @@ Status Trainer::Setup(RunMode mode) {
     // The servers are set up; the dense replicas start identical: rank 0's state everywhere
     // (architecture.md: initialised on rank 0 and broadcast).
     SIFT_RETURN_IF_ERROR(Annotate(coll_->Barrier(), "setup barrier"));
-    SIFT_RETURN_IF_ERROR(Annotate(coll_->Broadcast(model_->parameters(), 0), "broadcast"));
-    SIFT_RETURN_IF_ERROR(Annotate(coll_->Broadcast(absl::MakeSpan(adam_.m), 0), "broadcast"));
-    SIFT_RETURN_IF_ERROR(Annotate(coll_->Broadcast(absl::MakeSpan(adam_.v), 0), "broadcast"));
+    const auto broadcast = [this](absl::Span<float> d) { return coll_->Broadcast(d, 0); };
+    for (absl::Span<float> d : {model_->parameters(), adam_.m_span(), adam_.v_span()}) {
+      SIFT_RETURN_IF_ERROR(Annotate(Collective(d, /*on_backend=*/true, broadcast), "broadcast"));
+    }
   }
 #ifndef SIFT_MINIMAL
   // The clients rank 0 did not set up learn the tables (Configure without replace is idempotent
@@ -520,7 +590,37 @@ Status Trainer::PushInRankOrder(const std::vector<EmbeddingClient::PushItem>& it
 }
 #endif
 
+Status Trainer::Collective(absl::Span<float> data, bool on_backend,
+                           const std::function<Status(absl::Span<float>)>& op) {
+  const bool data_on_device =
+      on_backend && backend_->memory_space() == kernels::MemorySpace::kDevice;
+  if (data_on_device && coll_->device_memory()) {
+    // NCCL runs on its own stream: the backend's work on `data` must be done first.
+    SIFT_RETURN_IF_ERROR(backend_->Synchronize());
+    return op(data);
+  }
+  if (data_on_device == coll_->device_memory()) return op(data);
+  const int64_t bytes = static_cast<int64_t>(data.size() * sizeof(float));
+  if (data_on_device) {  // device buffers, host collectives (Gloo): through a host copy
+    host_stage_.resize(data.size());
+    SIFT_RETURN_IF_ERROR(backend_->CopyToHost(data.data(), host_stage_.data(), bytes));
+    SIFT_RETURN_IF_ERROR(op(absl::MakeSpan(host_stage_)));
+    SIFT_RETURN_IF_ERROR(backend_->CopyToBackend(host_stage_.data(), data.data(), bytes));
+    return backend_->Synchronize();
+  }
+  // Host values, device collectives (NCCL): through a device copy.
+  if (backend_stage_.bytes() < bytes) {
+    SIFT_ASSIGN_OR_RETURN(backend_stage_, backend_->Allocate(bytes));
+  }
+  const absl::Span<float> staged(backend_stage_.floats(), data.size());
+  SIFT_RETURN_IF_ERROR(backend_->CopyToBackend(data.data(), staged.data(), bytes));
+  SIFT_RETURN_IF_ERROR(backend_->Synchronize());  // the copy is done before NCCL reads it
+  SIFT_RETURN_IF_ERROR(op(staged));
+  return backend_->CopyToHost(staged.data(), data.data(), bytes);
+}
+
 StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t step, PhaseTimes* ph) {
+  const auto average = [this](absl::Span<float> d) { return coll_->AllreduceAverage(d); };
   Losses losses;
   {
     ScopedTimer t(&ph->forward);
@@ -532,7 +632,8 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
     ScopedTimer t(&ph->allreduce);
     float l[3] = {static_cast<float>(losses.total), static_cast<float>(losses.classification),
                   static_cast<float>(losses.aux)};
-    SIFT_RETURN_IF_ERROR(Annotate(coll_->AllreduceAverage(absl::MakeSpan(l)), "loss allreduce"));
+    SIFT_RETURN_IF_ERROR(
+        Annotate(Collective(absl::MakeSpan(l), /*on_backend=*/false, average), "loss allreduce"));
     losses = {l[0], l[1], l[2]};
   }
   if (!std::isfinite(losses.total)) {
@@ -540,38 +641,68 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
         "non-finite training loss %g at epoch %d step %d (classification %g, aux %g)", losses.total,
         epoch, step, losses.classification, losses.aux));
   }
+  const size_t dim = static_cast<size_t>(config_.embedding_dim);
+  const float scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
   {
     ScopedTimer t(&ph->backward);
-    SIFT_RETURN_IF_ERROR(model_->Backward(&ps->keys));
+    SIFT_RETURN_IF_ERROR(model_->Backward(&ps->keys, scale));
+  }
+  const absl::Span<float> grads = model_->gradients();
+  if (loss_scaler_) {
+    // A non-finite embedding gradient (host memory) poisons the dense gradients, so that after
+    // the allreduce every rank sees the overflow and skips the step alike.
+    bool sparse_finite = true;
+    for (const TableKeys& tk : ps->keys.tables) {
+      sparse_finite &= AllFiniteHost(absl::MakeConstSpan(tk.grads.data(), tk.keys.size() * dim));
+    }
+    if (!sparse_finite) {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      SIFT_RETURN_IF_ERROR(backend_->CopyToBackend(&nan, grads.data(), sizeof(float)));
+    }
   }
   if (world_ > 1) {
     ScopedTimer t(&ph->allreduce);
     SIFT_RETURN_IF_ERROR(
-        Annotate(coll_->AllreduceAverage(model_->gradients()), "dense gradient allreduce"));
+        Annotate(Collective(grads, /*on_backend=*/true, average), "dense gradient allreduce"));
+  }
+  if (loss_scaler_) {
+    const bool apply =
+        loss_scaler_->Update(backend_->AllFinite(static_cast<int64_t>(grads.size()), grads.data()));
+    SIFT_RETURN_IF_ERROR(backend_->Synchronize());
+    if (!apply) {
+      // Overflow: no dense step, no push (every rank decided alike); the scale was lowered.
+      result_.skipped_steps = loss_scaler_->skipped_steps();
+      ++global_step_;
+      return losses;
+    }
+    const float unscale = 1.0f / scale;
+    backend_->Scale(static_cast<int64_t>(grads.size()), unscale, grads.data());
+    for (TableKeys& tk : ps->keys.tables) {
+      for (size_t i = 0; i < tk.keys.size() * dim; ++i) tk.grads[i] *= unscale;
+    }
   }
   {
     ScopedTimer t(&ph->dense_opt);
-    adam_.Step(backend_.get(), model_->parameters(), model_->gradients());
+    adam_.Step(backend_.get(), model_->parameters(), grads);
   }
   {
     ScopedTimer t(&ph->push);
-    const size_t dim = static_cast<size_t>(config_.embedding_dim);
 #ifndef SIFT_MINIMAL
     std::vector<EmbeddingClient::PushItem> items;
 #endif
     for (size_t tb = 0; tb < ps->keys.tables.size(); ++tb) {
       TableKeys& tk = ps->keys.tables[tb];
-      const absl::Span<float> grads = absl::MakeSpan(tk.grads.data(), tk.keys.size() * dim);
+      const absl::Span<float> sparse = absl::MakeSpan(tk.grads.data(), tk.keys.size() * dim);
       // Each rank's gradient is of its own mean loss: 1/W of each makes their sum on the servers
       // the gradient of the global mean loss.
-      ScaleSparseGradients(world_, grads);
+      ScaleSparseGradients(world_, sparse);
 #ifndef SIFT_MINIMAL
       if (remote_ != nullptr) {
-        items.push_back({static_cast<uint32_t>(tb), tk.keys, grads});
+        items.push_back({static_cast<uint32_t>(tb), tk.keys, sparse});
         continue;
       }
 #endif
-      SIFT_RETURN_IF_ERROR(store_->Push(static_cast<uint32_t>(tb), tk.keys, grads, global_step_));
+      SIFT_RETURN_IF_ERROR(store_->Push(static_cast<uint32_t>(tb), tk.keys, sparse, global_step_));
     }
 #ifndef SIFT_MINIMAL
     if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(PushInRankOrder(items));
@@ -641,9 +772,9 @@ Status Trainer::SaveCheckpointNow(int64_t epochs_done) {
   st.adam_t = adam_.t;
   st.seed = o_.seed;
   st.model = ModelSummary(config_);
-  st.params.assign(model_->parameters().begin(), model_->parameters().end());
-  st.adam_m = adam_.m;
-  st.adam_v = adam_.v;
+  st.params.resize(model_->parameters().size());
+  SIFT_RETURN_IF_ERROR(model_->CopyParametersToHost(absl::MakeSpan(st.params)));
+  SIFT_RETURN_IF_ERROR(adam_.ToHost(backend_.get(), &st.adam_m, &st.adam_v));
 #ifndef SIFT_MINIMAL
   if (remote_ != nullptr) {
     // The servers write the tables (a consistent cut: every rank's pushes have returned and no

@@ -39,6 +39,10 @@ struct TrainerOptions {
   std::string dataset;  // a sift dataset directory
   ModelConfig model;    // type and dims; feature counts and lengths must match the dataset
   std::string backend = "cpu";
+  // The GEMM arithmetic (kernels::MathMode): auto | fp32 | tf32 | bf16 | fp16. auto = bf16 on a
+  // device backend, fp32 on the host backends; fp16 trains with dynamic loss scaling
+  // (worker/loss_scaler.h). Storage and every other op stay fp32.
+  std::string precision = "auto";
   int threads = 0;  // backend and loader threads; <= 0: every available CPU
   int epochs = 3;
   int64_t batch_size = 4096;
@@ -120,6 +124,8 @@ struct RunResult {
   int64_t dense_params = 0;
   int threads = 0;
   std::string backend;
+  std::string precision;      // the resolved MathMode's name
+  int64_t skipped_steps = 0;  // fp16: steps skipped for a gradient overflow (loss scaling)
 };
 
 // One step as the TrainerEnv sees it (every rank reports its own; the losses are the mean over

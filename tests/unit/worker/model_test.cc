@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "tests/unit/worker/model_test_util.h"
@@ -20,9 +21,13 @@
 namespace sift::worker {
 namespace {
 
+using model_testing::ExpectOutcomesClose;
 using model_testing::FillRows;
+using model_testing::ForwardBackward;
 using model_testing::InitNoisy;
 using model_testing::MakeBatch;
+using model_testing::Outcome;
+using model_testing::ScaledError;
 using model_testing::SmallConfig;
 
 std::unique_ptr<Model> MustCreate(const ModelConfig& c, kernels::Backend* be, int64_t max_batch) {
@@ -102,7 +107,7 @@ TEST(ModelTest, LayoutIsPackedAndNamed) {
 TEST(ModelTest, InitialisersFollowTheReference) {
   auto be = kernels::CreateReferenceBackend();
   auto m = MustCreate(ModelConfig{}, be.get(), 1);
-  m->InitParameters(7);
+  ASSERT_TRUE(m->InitParameters(7).ok());
   const float* p = m->parameters().data();
   for (const ParamTensor& t : m->param_layout()) {
     const float* x = p + t.offset;
@@ -142,9 +147,9 @@ TEST(ModelTest, InitialisersFollowTheReference) {
   }
   // A pure function of the seed; another seed differs.
   std::vector<float> first(m->parameters().begin(), m->parameters().end());
-  m->InitParameters(7);
+  ASSERT_TRUE(m->InitParameters(7).ok());
   EXPECT_TRUE(std::equal(first.begin(), first.end(), m->parameters().begin()));
-  m->InitParameters(8);
+  ASSERT_TRUE(m->InitParameters(8).ok());
   EXPECT_FALSE(std::equal(first.begin(), first.end(), m->parameters().begin()));
 }
 
@@ -155,8 +160,8 @@ TEST(ModelTest, SharedTensorsInitialiseIdenticallyAcrossModels) {
   auto sim = MustCreate(c, be.get(), 1);
   c.type = ModelType::kDien;
   auto dien = MustCreate(c, be.get(), 1);
-  sim->InitParameters(3);
-  dien->InitParameters(3);
+  ASSERT_TRUE(sim->InitParameters(3).ok());
+  ASSERT_TRUE(dien->InitParameters(3).ok());
   int compared = 0;
   for (const ParamTensor& a : sim->param_layout()) {
     for (const ParamTensor& b : dien->param_layout()) {
@@ -181,7 +186,7 @@ TEST(ModelTest, InitialLossesAreSane) {
     c.type = type;
     auto m = MustCreate(c, be.get(), B);
     ASSERT_NE(m, nullptr);
-    m->InitParameters(1);
+    ASSERT_TRUE(m->InitParameters(1).ok());
     std::vector<int> lens(B);
     Rng rng(5);
     for (int& l : lens) l = 1 + static_cast<int>(rng.Below(100));
@@ -211,36 +216,6 @@ TEST(ModelTest, InitialLossesAreSane) {
 }
 
 // ---- Fixtures over small dims ----
-
-struct Outcome {
-  Losses losses;
-  std::vector<float> logits, dense;
-  std::vector<std::vector<float>> emb;
-};
-
-Outcome ForwardBackward(Model* m, const data::Batch& batch, BatchKeys* keys) {
-  Outcome r;
-  auto losses = m->Forward(batch, *keys, ForwardMode::kTrain);
-  EXPECT_TRUE(losses.ok()) << losses.status();
-  if (!losses.ok()) return r;
-  r.losses = *losses;
-  r.logits.assign(m->logits().begin(), m->logits().end());
-  EXPECT_TRUE(m->Backward(keys).ok());
-  r.dense.assign(m->gradients().begin(), m->gradients().end());
-  for (const TableKeys& t : keys->tables) r.emb.push_back(t.grads);
-  return r;
-}
-
-// max |a - b| / max(max |b|, floor): the error relative to the array's scale.
-double ScaledError(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double scale = 1e-6, err = 0;
-  for (size_t i = 0; i < b.size(); ++i) scale = std::max(scale, double{std::abs(b[i])});
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    err = std::max(err, std::abs(double{a[i]} - b[i]));
-  }
-  return err / scale;
-}
 
 class ModelTypeTest : public ::testing::TestWithParam<ModelType> {};
 
@@ -274,36 +249,8 @@ TEST_P(ModelTypeTest, CpuBackendMatchesReference) {
   std::copy(ref->parameters().begin(), ref->parameters().end(), cpu->parameters().begin());
   const Outcome want = ForwardBackward(ref.get(), batch, &keys);
   const Outcome got = ForwardBackward(cpu.get(), batch, &keys);
-  EXPECT_NEAR(got.losses.total, want.losses.total, 1e-5 * std::abs(want.losses.total));
-  EXPECT_NEAR(got.losses.classification, want.losses.classification,
-              1e-5 * want.losses.classification);
-  EXPECT_NEAR(got.losses.aux, want.losses.aux, 1e-5 * want.losses.aux);
-  const double logits_err = ScaledError(got.logits, want.logits);
-  EXPECT_LT(logits_err, 1e-5);
-  double worst = 0;
-  for (const ParamTensor& t : ref->param_layout()) {
-    std::vector<float> g(got.dense.begin() + t.offset, got.dense.begin() + t.offset + t.size());
-    std::vector<float> w(want.dense.begin() + t.offset, want.dense.begin() + t.offset + t.size());
-    if (t.name == "attention_mlp/dense_2/bias") {
-      // The softmax over the scores is shift-invariant, so this gradient is exactly 0 in real
-      // arithmetic: both backends hold rounding noise only.
-      EXPECT_LT(std::abs(g[0]), 1e-6);
-      EXPECT_LT(std::abs(w[0]), 1e-6);
-      continue;
-    }
-    const double e = ScaledError(g, w);
-    worst = std::max(worst, e);
-    EXPECT_LT(e, 1e-4) << t.name;
-  }
-  for (size_t t = 0; t < want.emb.size(); ++t) {
-    const double e = ScaledError(got.emb[t], want.emb[t]);
-    worst = std::max(worst, e);
-    EXPECT_LT(e, 1e-4) << "table " << t;
-  }
-  std::printf("%s cpu vs reference: loss %.3g rel, logits %.3g, gradients max %.3g (scaled)\n",
-              ModelTypeName(GetParam()),
-              std::abs(got.losses.total - want.losses.total) / want.losses.total, logits_err,
-              worst);
+  ExpectOutcomesClose(got, want, ref->param_layout(), {1e-5, 1e-5, 1e-4},
+                      absl::StrCat(ModelTypeName(GetParam()), " cpu vs reference"));
 }
 
 // Two Forward/Backward runs (and a fresh model with the same seed) are bit-identical, on both
@@ -318,8 +265,8 @@ TEST_P(ModelTypeTest, RunsAreBitIdentical) {
     auto b = MustCreate(c, be.get(), 6);
     ASSERT_TRUE(BuildBatchKeys(batch, a->key_usage(ForwardMode::kTrain), 4, &keys).ok());
     FillRows(&keys, 32, 0.5f);
-    a->InitParameters(33);
-    b->InitParameters(33);
+    ASSERT_TRUE(a->InitParameters(33).ok());
+    ASSERT_TRUE(b->InitParameters(33).ok());
     const Outcome r1 = ForwardBackward(a.get(), batch, &keys);
     const Outcome r2 = ForwardBackward(a.get(), batch, &keys);
     const Outcome r3 = ForwardBackward(b.get(), batch, &keys);
@@ -338,7 +285,7 @@ TEST_P(ModelTypeTest, InferenceRunsWithoutNegatives) {
   const ModelConfig c = SmallConfig(GetParam());
   auto be = kernels::CreateReferenceBackend();
   auto m = MustCreate(c, be.get(), 5);
-  m->InitParameters(41);
+  ASSERT_TRUE(m->InitParameters(41).ok());
   data::Batch batch = MakeBatch(c, {10, 3, 6, 1, 8}, 42);
   const KeyUsage usage = m->key_usage(ForwardMode::kInference);
   EXPECT_FALSE(usage.short_negatives);
@@ -395,7 +342,7 @@ TEST_P(ModelTypeTest, PaddingIdsDoNotMatter) {
   const ModelConfig c = SmallConfig(GetParam());
   auto be = kernels::CreateReferenceBackend();
   auto m = MustCreate(c, be.get(), 3);
-  m->InitParameters(51);
+  ASSERT_TRUE(m->InitParameters(51).ok());
   data::Batch batch = MakeBatch(c, {10, 5, 2}, 52);
   BatchKeys keys;
   ASSERT_TRUE(BuildBatchKeys(batch, m->key_usage(ForwardMode::kTrain), 4, &keys).ok());
@@ -485,7 +432,7 @@ TEST(ModelTest, DinWithoutShortHistory) {
   c.short_len = 0;
   auto be = kernels::CreateReferenceBackend();
   auto m = MustCreate(c, be.get(), 3);
-  m->InitParameters(71);
+  ASSERT_TRUE(m->InitParameters(71).ok());
   data::Batch batch = MakeBatch(c, {7, 2, 0}, 72);
   BatchKeys keys;
   ASSERT_TRUE(BuildBatchKeys(batch, m->key_usage(ForwardMode::kTrain), 4, &keys).ok());
@@ -512,7 +459,7 @@ TEST(ModelTest, MismatchedInputsAreRejected) {
   const ModelConfig c = SmallConfig(ModelType::kSim);
   auto be = kernels::CreateReferenceBackend();
   auto m = MustCreate(c, be.get(), 2);
-  m->InitParameters(61);
+  ASSERT_TRUE(m->InitParameters(61).ok());
   data::Batch batch = MakeBatch(c, {10, 4, 3}, 62);
   BatchKeys keys;
   ASSERT_TRUE(BuildBatchKeys(batch, m->key_usage(ForwardMode::kTrain), 4, &keys).ok());

@@ -2,12 +2,17 @@
 // embedding rows, all from fixed seeds.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/data/batch.h"
 #include "common/rng.h"
+#include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "worker/batch_keys.h"
 #include "worker/model.h"
@@ -89,12 +94,90 @@ inline void FillRows(BatchKeys* keys, uint64_t seed, float scale) {
 
 // Initialises the model, then adds U(-noise, noise) to every parameter (so biases are non-zero
 // and every PReLU/sigmoid sees a spread of inputs).
+// Works for every backend (the parameters go through host copies).
 inline void InitNoisy(Model* model, uint64_t seed, float noise) {
-  model->InitParameters(seed);
+  ASSERT_TRUE(model->InitParameters(seed).ok());
+  std::vector<float> params(model->parameters().size());
+  ASSERT_TRUE(model->CopyParametersToHost(absl::MakeSpan(params)).ok());
   Rng rng(seed ^ 0xabcdefULL);
-  for (float& p : model->parameters()) {
-    p += static_cast<float>((2.0 * rng.Uniform() - 1.0) * noise);
+  for (float& p : params) p += static_cast<float>((2.0 * rng.Uniform() - 1.0) * noise);
+  ASSERT_TRUE(model->CopyParametersFromHost(params).ok());
+}
+
+// One kTrain Forward + Backward: losses, logits, dense gradients (host copies) and the
+// per-table embedding gradients.
+struct Outcome {
+  Losses losses;
+  std::vector<float> logits, dense;
+  std::vector<std::vector<float>> emb;
+};
+
+inline Outcome ForwardBackward(Model* m, const data::Batch& batch, BatchKeys* keys) {
+  Outcome r;
+  auto losses = m->Forward(batch, *keys, ForwardMode::kTrain);
+  EXPECT_TRUE(losses.ok()) << losses.status();
+  if (!losses.ok()) return r;
+  r.losses = *losses;
+  r.logits.assign(m->logits().begin(), m->logits().end());
+  EXPECT_TRUE(m->Backward(keys).ok());
+  r.dense.resize(m->gradients().size());
+  EXPECT_TRUE(m->CopyGradientsToHost(absl::MakeSpan(r.dense)).ok());
+  for (const TableKeys& t : keys->tables) r.emb.push_back(t.grads);
+  return r;
+}
+
+// max |a - b| / max(max |b|, floor): the error relative to the array's scale.
+inline double ScaledError(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double scale = 1e-6, err = 0;
+  for (size_t i = 0; i < b.size(); ++i) scale = std::max(scale, double{std::abs(b[i])});
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    err = std::max(err, std::abs(double{a[i]} - b[i]));
   }
+  return err / scale;
+}
+
+// Tolerances of one backend against another (relative: losses; ScaledError: logits, gradients).
+struct OutcomeTolerances {
+  double loss = 1e-5;
+  double logits = 1e-5;
+  double gradients = 1e-4;
+};
+
+// Expects `got` close to `want`: each loss, the logits, every dense tensor of `layout` and every
+// table's embedding gradients; prints the errors under `what`.
+inline void ExpectOutcomesClose(const Outcome& got, const Outcome& want,
+                                const std::vector<ParamTensor>& layout,
+                                const OutcomeTolerances& tol, const std::string& what) {
+  EXPECT_NEAR(got.losses.total, want.losses.total, tol.loss * std::abs(want.losses.total));
+  EXPECT_NEAR(got.losses.classification, want.losses.classification,
+              tol.loss * want.losses.classification);
+  EXPECT_NEAR(got.losses.aux, want.losses.aux, tol.loss * want.losses.aux);
+  const double logits_err = ScaledError(got.logits, want.logits);
+  EXPECT_LT(logits_err, tol.logits);
+  double worst = 0;
+  for (const ParamTensor& t : layout) {
+    std::vector<float> g(got.dense.begin() + t.offset, got.dense.begin() + t.offset + t.size());
+    std::vector<float> w(want.dense.begin() + t.offset, want.dense.begin() + t.offset + t.size());
+    if (t.name == "attention_mlp/dense_2/bias") {
+      // The softmax over the scores is shift-invariant, so this gradient is exactly 0 in real
+      // arithmetic: both backends hold rounding noise only (1e-6 at the fp32 tolerance 1e-4).
+      EXPECT_LT(std::abs(g[0]), 1e-2 * tol.gradients);
+      EXPECT_LT(std::abs(w[0]), 1e-2 * tol.gradients);
+      continue;
+    }
+    const double e = ScaledError(g, w);
+    worst = std::max(worst, e);
+    EXPECT_LT(e, tol.gradients) << t.name;
+  }
+  for (size_t t = 0; t < want.emb.size(); ++t) {
+    const double e = ScaledError(got.emb[t], want.emb[t]);
+    worst = std::max(worst, e);
+    EXPECT_LT(e, tol.gradients) << "table " << t;
+  }
+  std::printf("%s: loss %.3g rel, logits %.3g, gradients max %.3g (scaled)\n", what.c_str(),
+              std::abs(got.losses.total - want.losses.total) / want.losses.total, logits_err,
+              worst);
 }
 
 }  // namespace sift::worker::model_testing
