@@ -374,7 +374,11 @@ Status Trainer::Setup(RunMode mode) {
                                                    " is larger than the training split (", n_train,
                                                    " samples): no full batch"));
   }
-  SIFT_ASSIGN_OR_RETURN(backend_, kernels::CreateBackend(o_.backend, o_.threads));
+  if (o_.backend_factory) {
+    SIFT_ASSIGN_OR_RETURN(backend_, o_.backend_factory());
+  } else {
+    SIFT_ASSIGN_OR_RETURN(backend_, kernels::CreateBackend(o_.backend, o_.threads));
+  }
   SIFT_ASSIGN_OR_RETURN(math_, ResolvePrecision(o_.precision, *backend_));
   SIFT_RETURN_IF_ERROR(backend_->SetMathMode(math_));
   if (math_ == kernels::MathMode::kFp16) loss_scaler_.emplace();

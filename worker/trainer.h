@@ -17,6 +17,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "common/dllogger.h"
 #include "common/perf_stats.h"
 #include "common/status.h"
+#include "kernels/backend.h"
 #include "worker/collectives.h"
 #include "worker/model.h"
 
@@ -43,6 +46,9 @@ struct TrainerOptions {
   // device backend, fp32 on the host backends; fp16 trains with dynamic loss scaling
   // (worker/loss_scaler.h). Storage and every other op stay fp32.
   std::string precision = "auto";
+  // Tests: when set, creates the backend instead of kernels::CreateBackend(backend, threads)
+  // (e.g. a CPU backend that poses as device memory, to test the staging paths without a GPU).
+  std::function<StatusOr<std::unique_ptr<kernels::Backend>>()> backend_factory;
   int threads = 0;  // backend and loader threads; <= 0: every available CPU
   int epochs = 3;
   int64_t batch_size = 4096;
