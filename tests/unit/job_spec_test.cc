@@ -129,6 +129,8 @@ cluster:
   servers: 3
   workers: 4
   backend: cuda
+  precision: fp16
+  collectives: nccl
   threads_per_worker: 8
 checkpoint:
   dir: /ckpt
@@ -148,6 +150,8 @@ results_dir: /res
   EXPECT_EQ(spec->training.order, "reference");
   EXPECT_EQ(spec->training.max_steps_per_epoch, 100);
   EXPECT_EQ(spec->cluster.backend, "cuda");
+  EXPECT_EQ(spec->cluster.precision, "fp16");
+  EXPECT_EQ(spec->cluster.collectives, "nccl");
   EXPECT_EQ(spec->cluster.threads_per_worker, 8);
   EXPECT_EQ(spec->checkpoint.every_steps, 500);
   EXPECT_FALSE(spec->checkpoint.every_epoch);
@@ -188,6 +192,8 @@ TEST(JobSpecTest, RoundTripThroughCanonicalYaml) {
   odd.training.sparse_optimizer = "sgd";
   odd.training.order = "reference";
   odd.cluster.backend = "cuda";
+  odd.cluster.precision = "tf32";
+  odd.cluster.collectives = "gloo";
   odd.cluster.workers = 16;
   ExpectRoundTrip(odd);
 
@@ -227,6 +233,8 @@ TEST(JobSpecTest, CanonicalYamlListsEveryField) {
                           "servers: 2",
                           "workers: 2",
                           "backend: cpu",
+                          "precision: auto",
+                          "collectives: auto",
                           "threads_per_worker: 0",
                           "dir: \"\"",
                           "every_steps: 0",
@@ -344,6 +352,11 @@ TEST(JobSpecTest, Enumerations) {
             "job.yaml:3: training.order: must be one of shuffled, reference; got 'random'");
   EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  backend: tpu\n"),
             "job.yaml:3: cluster.backend: must be one of cpu, cuda; got 'tpu'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  backend: cuda\n  precision: fp8\n"),
+            "job.yaml:4: cluster.precision: must be one of auto, fp32, tf32, bf16, fp16; got "
+            "'fp8'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  collectives: mpi\n"),
+            "job.yaml:3: cluster.collectives: must be one of auto, gloo, nccl; got 'mpi'");
 }
 
 TEST(JobSpecTest, MissingOrEmptyDataset) {
@@ -359,6 +372,15 @@ TEST(JobSpecTest, CrossFieldChecks) {
   EXPECT_TRUE(ParseJobSpec("dataset: d\nmodel: {type: din, short_seq_length: 1}\n", "j").ok());
   EXPECT_EQ(ErrorOf("dataset: d\ncheckpoint:\n  every_steps: 100\n"),
             "job.yaml:3: checkpoint.every_steps: checkpoints every N steps need checkpoint.dir");
+  // Reduced precision and NCCL need the cuda backend.
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  backend: cpu\n  precision: bf16\n"),
+            "job.yaml:4: cluster.precision: 'bf16' needs cluster.backend: cuda (the cpu backend "
+            "computes in fp32)");
+  EXPECT_TRUE(ParseJobSpec("dataset: d\ncluster: {backend: cpu, precision: fp32}\n", "j").ok());
+  EXPECT_TRUE(ParseJobSpec("dataset: d\ncluster: {backend: cuda, precision: bf16}\n", "j").ok());
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  collectives: nccl\n"),
+            "job.yaml:3: cluster.collectives: nccl needs cluster.backend: cuda (NCCL reduces GPU "
+            "buffers)");
 }
 
 TEST(JobSpecTest, MalformedYamlAndDocumentShape) {
