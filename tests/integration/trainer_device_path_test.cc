@@ -190,13 +190,21 @@ TEST_F(TrainerDevicePathTest, CheckpointsSaveAndLoadThroughTheDevicePath) {
   }
 
   // Resume for a second epoch: the CPU from its checkpoint, the simulator from its own and from
-  // the CPU's; all three continue identically.
+  // the CPU's; all three continue exactly as an uninterrupted two-epoch CPU run (so the
+  // checkpoint carried every bit of the state: parameters, Adam moments and step, tables).
   o.epochs = 2;
   o.save_checkpoint.clear();
+  auto straight = RunTrainer(o, RunMode::kTrain);
+  ASSERT_TRUE(straight.ok()) << straight.status();
+  ASSERT_EQ(straight->step_losses.size(), 16u);
   o.load_checkpoint = cpu_dir;
   auto cpu2 = RunTrainer(o, RunMode::kTrain);
   ASSERT_TRUE(cpu2.ok()) << cpu2.status();
   ASSERT_EQ(cpu2->step_losses.size(), 8u);
+  EXPECT_EQ(cpu2->step_losses,
+            std::vector<double>(straight->step_losses.begin() + 8, straight->step_losses.end()));
+  ASSERT_EQ(cpu2->epochs.size(), 1u);
+  EXPECT_EQ(cpu2->epochs[0].test_auc, straight->epochs[1].test_auc);
   for (const std::string& dir : {sim_dir, cpu_dir}) {
     o.load_checkpoint = dir;
     auto sim2 = RunOnSim(o, &stats);
