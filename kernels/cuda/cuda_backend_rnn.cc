@@ -1,15 +1,18 @@
 // CudaBackend's recurrences (cuda_backend_impl.h): GRU and AUGRU forward / backward run
 // rnn_schedule.h's schedules (the order of GEMMs and step kernels, tested on the host) with a
 // device executor: cuBLAS GEMMs through GemmBatched (the math mode's compute type), the fused step
-// kernels and fixed-order column sums of cuda_rnn_kernels.h, async memset/memcpy, all on the
+// kernels of cuda_rnn_kernels.h, the dense family's fixed-order column sums (LaunchColumnSums of
+// cuda_dense_kernels.h) for the bias gradients, async memset/memcpy, all on the
 // compute stream. No float atomics anywhere, so results are bit-reproducible on one GPU model.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <limits>
 
 #include "kernels/cuda/cuda_backend_impl.h"
+#include "kernels/cuda/cuda_dense_kernels.h"
+#include "kernels/cuda/cuda_dense_plan.h"
 #include "kernels/cuda/cuda_rnn_kernels.h"
-#include "kernels/cuda/rnn_plan.h"
 #include "kernels/cuda/rnn_schedule.h"
 
 namespace sift::cuda {
@@ -57,12 +60,17 @@ class DeviceExec {
     Ok(LaunchZeroStepRows(h_.stream, batch, time, width, t, m), "launch LaunchZeroStepRows",
        __LINE__);
   }
-  void ColumnSum(int64_t rows, int64_t cols, const float* src, int64_t ld, float* dst) {
+  void ColumnSum(int64_t rows, int64_t cols, const float* src, float* dst) {
+    if (cols > std::numeric_limits<int>::max()) {  // LaunchColumnSums takes int columns
+      Ok(cudaErrorInvalidValue, "LaunchColumnSums: more than INT_MAX columns", __LINE__);
+      return;
+    }
     auto* partials = static_cast<double*>((h_.backend->*h_.scratch)(
-        kSumScratchSlot, sizeof(double) * rnn::ColumnSumPartials(rows, cols)));
+        kSumScratchSlot, sizeof(double) * ColumnPartialDoubles(rows, cols)));
     if (partials == nullptr) return;  // the backend recorded the failure
-    Ok(LaunchColumnSum(h_.stream, rows, cols, src, ld, partials, dst), "launch LaunchColumnSum",
-       __LINE__);
+    Ok(LaunchColumnSums(h_.stream, ColumnSumTerm::kValue, rows, static_cast<int>(cols), src,
+                        nullptr, partials, dst),
+       "launch LaunchColumnSums", __LINE__);
   }
   void GruForwardStep(int64_t batch, int64_t time, int64_t hidden, int64_t t, const float* xw,
                       const float* hu, const float* b_in, const float* b_rec, float* h,

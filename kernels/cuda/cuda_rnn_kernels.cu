@@ -1,5 +1,5 @@
-// The fused element-wise steps of the CUDA GRU / AUGRU and the fixed-order column sum
-// (cuda_rnn_kernels.h): rnn_steps.h's element functions in grid-stride loops with int64 indices.
+// The fused element-wise steps of the CUDA GRU / AUGRU (cuda_rnn_kernels.h): rnn_steps.h's element
+// functions in grid-stride loops with int64 indices.
 #include "kernels/cuda/cuda_rnn_kernels.h"
 
 #include <cuda_runtime.h>
@@ -111,37 +111,6 @@ __global__ void ZeroStepRowsKernel(int64_t batch, int64_t time, int64_t width, i
   }
 }
 
-// Pass 1 of the column sum: block (kSumTileCols, kSumRowLanes) for column tile blockIdx.x and
-// chunk blockIdx.y.
-__global__ void ColumnSumPartialsKernel(int64_t rows, int64_t cols, const float* src, int64_t ld,
-                                        int64_t rows_per_chunk, double* partials) {
-  __shared__ double lanes[rnn::kSumRowLanes][rnn::kSumTileCols];
-  const int64_t col = int64_t{blockIdx.x} * rnn::kSumTileCols + threadIdx.x;
-  const int64_t chunk = blockIdx.y;
-  const int64_t begin = chunk * rows_per_chunk;
-  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
-  lanes[threadIdx.y][threadIdx.x] =
-      col < cols ? rnn::ColumnStripSum(src, ld, col, begin, end, static_cast<int>(threadIdx.y),
-                                       rnn::kSumRowLanes)
-                 : 0.0;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    double total = lanes[0][threadIdx.x];
-    for (int y = 1; y < rnn::kSumRowLanes; ++y) total = Add(total, lanes[y][threadIdx.x]);
-    partials[chunk * cols + col] = total;
-  }
-}
-
-// Pass 2: one thread per column adds the chunks in increasing order.
-__global__ void ColumnSumFinishKernel(int64_t cols, int64_t chunks, const double* partials,
-                                      float* dst) {
-  for (int64_t col = GridStart(); col < cols; col += GridStride()) {
-    double s = 0.0;
-    for (int64_t c = 0; c < chunks; ++c) s = Add(s, partials[c * cols + col]);
-    dst[col] = Add(dst[col], static_cast<float>(s));
-  }
-}
-
 }  // namespace
 
 cudaError_t LaunchGruForwardStep(cudaStream_t stream, int64_t batch, int64_t time, int64_t hidden,
@@ -212,22 +181,6 @@ cudaError_t LaunchZeroStepRows(cudaStream_t stream, int64_t batch, int64_t time,
   if (n <= 0 || time <= 0) return cudaSuccess;
   ZeroStepRowsKernel<<<Blocks(n, rnn::kThreads), rnn::kThreads, 0, stream>>>(batch, time, width, t,
                                                                              m);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchColumnSum(cudaStream_t stream, int64_t rows, int64_t cols, const float* src,
-                            int64_t ld, double* partials, float* dst) {
-  if (rows <= 0 || cols <= 0) return cudaSuccess;
-  const rnn::ColumnSumPlan plan = rnn::PlanColumnSum(rows);
-  const dim3 grid(static_cast<unsigned>((cols + rnn::kSumTileCols - 1) / rnn::kSumTileCols),
-                  static_cast<unsigned>(plan.chunks));
-  const dim3 block(rnn::kSumTileCols, rnn::kSumRowLanes);
-  ColumnSumPartialsKernel<<<grid, block, 0, stream>>>(rows, cols, src, ld, plan.rows_per_chunk,
-                                                      partials);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
-  ColumnSumFinishKernel<<<Blocks(cols, rnn::kThreads), rnn::kThreads, 0, stream>>>(
-      cols, plan.chunks, partials, dst);
   return cudaGetLastError();
 }
 

@@ -1,7 +1,8 @@
 // Kernel launchers of the CUDA recurrences (cuda_backend_rnn.cc): the fused element-wise steps of
-// the GRU and AUGRU between their cuBLAS GEMMs, and the fixed-order column sum of the bias
-// gradients. Each step kernel runs rnn_steps.h's element function (elementwise_math.h's unit
-// steps) in a grid-stride loop; planning (grids, column-sum chunks) is rnn_plan.h. Every launcher
+// the GRU and AUGRU between their cuBLAS GEMMs (the bias gradients' column sums are the dense
+// family's LaunchColumnSums, cuda_dense_kernels.h). Each step kernel runs rnn_steps.h's element
+// function (elementwise_math.h's unit steps) in a grid-stride loop; planning (grids) is
+// rnn_plan.h. Every launcher
 // enqueues on `stream` and returns cudaGetLastError() of its launch, or cudaSuccess when there is
 // nothing to do (a zero size). Row-major float views in device memory; `row` = b * T + t as in
 // kernels/backend.h. No Abseil here (nvcc compiles the .cu). Thread-safety: as CUDA's for the
@@ -64,10 +65,5 @@ cudaError_t LaunchAugruGatesBackwardStep(cudaStream_t stream, int64_t batch, int
 // weight GEMM that pairs row r with state r - 1, which at t = 0 belongs to another sequence).
 cudaError_t LaunchZeroStepRows(cudaStream_t stream, int64_t batch, int64_t time, int64_t width,
                                int64_t t, float* m);
-
-// dst[c] += float(sum_r src[r * ld + c]) for c < cols, r < rows (rnn_plan.h's two-pass order);
-// partials: device scratch of rnn::ColumnSumPartials(rows, cols) doubles.
-cudaError_t LaunchColumnSum(cudaStream_t stream, int64_t rows, int64_t cols, const float* src,
-                            int64_t ld, double* partials, float* dst);
 
 }  // namespace sift::cuda

@@ -1,9 +1,9 @@
 // Host-testable planning of the CUDA recurrences (cuda_backend_rnn.cc, cuda_rnn_kernels.cu): how
 // the op's workspace is carved up (every layout fits kernels/backend.h's *WorkspaceFloats), how
-// many blocks a grid-stride launch gets, and the fixed-order two-pass column sum that gives the
-// bias gradients without float atomics (its per-thread arithmetic is ColumnStripSum, shared by
-// the kernel and the host test). Header-only, no CUDA or Abseil include (g++ compiles it for CPU
-// tests, nvcc for kernels). Pure functions, thread-safe.
+// many blocks a grid-stride launch gets. (The bias gradients' fixed-order column sums are the dense
+// family's: cuda_dense_plan.h's PlanColumnSums, launched by LaunchColumnSums.) Header-only, no
+// CUDA or Abseil include (g++ compiles it for CPU tests, nvcc for kernels). Pure functions,
+// thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -25,46 +25,6 @@ SIFT_HD int64_t GridBlocks(int64_t n, int threads) {
   if (n <= 0) return 0;
   const int64_t blocks = (n + threads - 1) / threads;
   return blocks < kMaxBlocks ? blocks : kMaxBlocks;
-}
-
-// ---- Column sums (bias gradients) ---------------------------------------------------------------
-// dst[c] += float(sum over rows r of src[r * ld + c]) for c < cols, in two passes with a fixed
-// order: pass 1 gives each (chunk of rows, tile of kSumTileCols columns) one block of
-// kSumTileCols x kSumRowLanes threads; lane y of column c sums rows begin + y, begin + y + lanes,
-// ... of its chunk in double (ColumnStripSum), the block adds its lanes in increasing y into
-// partials[chunk * cols + c]; pass 2 adds the chunks' partials in increasing chunk order and adds
-// the float rounding of that double to dst[c].
-inline constexpr int kSumTileCols = 32;
-inline constexpr int kSumRowLanes = 8;
-inline constexpr int64_t kSumMinRowsPerChunk = 256;
-inline constexpr int64_t kSumMaxChunks = 1024;  // grid.y <= 65535
-
-struct ColumnSumPlan {
-  int64_t rows_per_chunk = 0;
-  int64_t chunks = 0;  // 0 when rows == 0
-};
-SIFT_HD ColumnSumPlan PlanColumnSum(int64_t rows) {
-  ColumnSumPlan p;
-  if (rows <= 0) return p;
-  const int64_t spread = (rows + kSumMaxChunks - 1) / kSumMaxChunks;
-  p.rows_per_chunk = spread > kSumMinRowsPerChunk ? spread : kSumMinRowsPerChunk;
-  p.chunks = (rows + p.rows_per_chunk - 1) / p.rows_per_chunk;
-  return p;
-}
-// Doubles of pass 1's partials.
-SIFT_HD int64_t ColumnSumPartials(int64_t rows, int64_t cols) {
-  return PlanColumnSum(rows).chunks * cols;
-}
-
-// One lane's strip: sum of src[r * ld + col] for r = begin + lane, begin + lane + lanes, ... <
-// end, in double, in increasing r.
-SIFT_HD double ColumnStripSum(const float* src, int64_t ld, int64_t col, int64_t begin, int64_t end,
-                              int lane, int lanes) {
-  double s = 0.0;
-  for (int64_t r = begin + lane; r < end; r += lanes) {
-    s = math::Add(s, static_cast<double>(src[r * ld + col]));
-  }
-  return s;
 }
 
 // ---- Workspace layouts (offsets in floats into the op's workspace) ------------------------------

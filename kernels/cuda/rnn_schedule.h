@@ -14,7 +14,8 @@
 // Executor (`E`), all sizes int64_t, row-major, every call in stream order:
 //   bool failed();  void Gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)  (alpha = 1; beta =
 //   0 ignores c); void Zero(p, n); void CopyFloats(dst, src, n); void ZeroStepRows(B, T, width,
-//   t, m); void ColumnSum(rows, cols, src, ld, dst) (dst += column sums); and the steps of
+//   t, m); void ColumnSum(rows, cols, src, dst) (dst[c] += the sum of column c of the contiguous
+//   [rows, cols] src, in cuda_dense_plan.h's PlanColumnSums order); and the steps of
 //   cuda_rnn_kernels.h without the stream: GruForwardStep, GruBackwardStep, AugruGatesStep,
 //   AugruUpdateStep, AugruUpdateBackwardStep, AugruGatesBackwardStep.
 // Workspaces: rnn_plan.h's layouts (each fits kernels/backend.h's *WorkspaceFloats). Host-only
@@ -74,8 +75,8 @@ void GruBackwardSchedule(E& e, const RnnShape& d, const float* x, const float* w
     if (dx != nullptr) e.Gemm(false, true, rows, I, G, gx, G, w_in, G, 1.0f, dx, I);
     e.Gemm(true, false, I, G, rows, x, I, gx, G, 1.0f, dw_in, G);
   }
-  e.ColumnSum(rows, G, gx, G, db_in);
-  e.ColumnSum(rows, G, gh, G, db_rec);
+  e.ColumnSum(rows, G, gx, db_in);
+  e.ColumnSum(rows, G, gh, db_rec);
   if (T > 1) {
     e.ZeroStepRows(B, T, G, 0, gh);
     e.Gemm(true, false, H, G, rows - 1, h, H, gh + G, G, 1.0f, dw_rec, G);
@@ -151,8 +152,8 @@ void AugruBackwardSchedule(E& e, const RnnShape& d, const float* x, const float*
   }
   // dc_w's h rows: the cache's gh = gamma h'_{t-1} is 0 at t = 0, so every row takes part.
   e.Gemm(true, false, H, H, rows, cache + 3 * H, 4 * H, dcp, H, 1.0f, dc_w + I * H, H);
-  e.ColumnSum(rows, 2 * H, dg, 2 * H, dg_b);
-  e.ColumnSum(rows, H, dcp, H, dc_b);
+  e.ColumnSum(rows, 2 * H, dg, dg_b);
+  e.ColumnSum(rows, H, dcp, dc_b);
   if (T > 1) {
     // dg_w's h rows += sum over t >= 1 of h'_{t-1}^T dg_t, as dw_rec in GruBackwardSchedule.
     e.ZeroStepRows(B, T, 2 * H, 0, dg);

@@ -1,6 +1,7 @@
 // The CUDA recurrences' schedules (kernels/cuda/rnn_schedule.h) run on the host: the same order
 // of GEMMs, step bodies (rnn_steps.h, the kernels' element functions) and fixed-order column sums
-// (rnn_plan.h) that CudaBackend runs on the device, with a naive host GEMM and the kernels' loop
+// (cuda_dense_plan.h's, through the dense family's LaunchColumnSums) that CudaBackend runs on the
+// device, with a naive host GEMM and the kernels' loop
 // and reduction orders emulated in plain loops. Checked against the double-precision reference
 // templates (kernels/reference/sequence_ops.h) at the op tests' tolerances
 // (tests/unit/kernels/sequence_ops_tests.h), with guard zones around every buffer (workspaces
@@ -15,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_dense_plan.h"
 #include "kernels/cuda/rnn_plan.h"
 #include "kernels/cuda/rnn_schedule.h"
 #include "kernels/cuda/rnn_steps.h"
@@ -67,8 +69,8 @@ class HostExec {
   void ZeroStepRows(int64_t batch, int64_t time, int64_t width, int64_t t, float* m) {
     for (int64_t i = 0; i < batch * width; ++i) ZeroStepRowElement(i, time, width, t, m);
   }
-  void ColumnSum(int64_t rows, int64_t cols, const float* src, int64_t ld, float* dst) {
-    HostColumnSum(rows, cols, src, ld, dst);
+  void ColumnSum(int64_t rows, int64_t cols, const float* src, float* dst) {
+    HostColumnSum(rows, cols, src, dst);
   }
   void GruForwardStep(int64_t batch, int64_t time, int64_t hidden, int64_t t, const float* xw,
                       const float* hu, const float* b_in, const float* b_rec, float* h,
@@ -123,24 +125,33 @@ class HostExec {
     }
   }
 
-  // The two passes of LaunchColumnSum in their orders.
-  static void HostColumnSum(int64_t rows, int64_t cols, const float* src, int64_t ld, float* dst) {
-    const ColumnSumPlan plan = PlanColumnSum(rows);
-    std::vector<double> partials(ColumnSumPartials(rows, cols));
+  // The two kernels of cuda_dense_kernels.h's LaunchColumnSums (kValue) in their orders: per chunk
+  // of PlanColumnSums and column, lane l sums rows begin + l, + kColumnLanes, ... in double; the
+  // lanes are added in lane order into the chunk's partial; the chunks' partials in chunk order;
+  // then dst[c] += float(sum).
+  static void HostColumnSum(int64_t rows, int64_t cols, const float* src, float* dst) {
+    const ColumnSumPlan plan = PlanColumnSums(rows);
+    std::vector<double> partials(static_cast<size_t>(ColumnPartialDoubles(rows, cols)));
     for (int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
-      const int64_t begin = chunk * plan.rows_per_chunk;
-      const int64_t end = std::min(rows, begin + plan.rows_per_chunk);
+      const int64_t begin = chunk * plan.chunk_rows;
+      const int64_t end = std::min(rows, begin + plan.chunk_rows);
       for (int64_t col = 0; col < cols; ++col) {
-        double total = ColumnStripSum(src, ld, col, begin, end, 0, kSumRowLanes);
-        for (int y = 1; y < kSumRowLanes; ++y) {
-          total += ColumnStripSum(src, ld, col, begin, end, y, kSumRowLanes);
+        double lanes[kColumnLanes];
+        for (int l = 0; l < kColumnLanes; ++l) {
+          double acc = 0.0;
+          for (int64_t r = begin + l; r < end; r += kColumnLanes) {
+            acc += static_cast<double>(src[r * cols + col]);
+          }
+          lanes[l] = acc;
         }
-        partials[chunk * cols + col] = total;
+        double total = lanes[0];
+        for (int l = 1; l < kColumnLanes; ++l) total += lanes[l];
+        partials[static_cast<size_t>(chunk * cols + col)] = total;
       }
     }
     for (int64_t col = 0; col < cols; ++col) {
       double s = 0.0;
-      for (int64_t c = 0; c < plan.chunks; ++c) s += partials[c * cols + col];
+      for (int64_t c = 0; c < plan.chunks; ++c) s += partials[static_cast<size_t>(c * cols + col)];
       dst[col] += static_cast<float>(s);
     }
   }
@@ -521,37 +532,19 @@ TEST(CudaRnnPlanTest, GridBlocks) {
   EXPECT_EQ(GridBlocks(int64_t{1} << 40, 256), kMaxBlocks);
 }
 
-TEST(CudaRnnPlanTest, ColumnSumPlanCoversEveryRowOnce) {
-  for (int64_t rows : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257},
-                       int64_t{40960}, int64_t{262144}, int64_t{262145}, int64_t{1} << 34}) {
-    const ColumnSumPlan p = PlanColumnSum(rows);
-    if (rows == 0) {
-      EXPECT_EQ(p.chunks, 0);
-      continue;
-    }
-    EXPECT_GE(p.rows_per_chunk, kSumMinRowsPerChunk) << rows;
-    EXPECT_GE(p.chunks, 1) << rows;
-    EXPECT_LE(p.chunks, kSumMaxChunks) << rows;  // grid.y
-    EXPECT_GE(p.chunks * p.rows_per_chunk, rows) << rows;
-    EXPECT_LT((p.chunks - 1) * p.rows_per_chunk, rows) << rows;  // no empty chunk
-    EXPECT_EQ(ColumnSumPartials(rows, 5), p.chunks * 5);
-  }
-}
-
 TEST(CudaRnnPlanTest, ColumnSumMatchesDoubleSumsAndAccumulates) {
+  // 3001 rows: 12 chunks of PlanColumnSums, the last one short; 37 columns: a partial tile.
   for (int64_t rows : {1, 7, 256, 1000, 3001}) {
-    const int64_t cols = 37, ld = 40;  // ld > cols: the gaps must not be read
-    std::vector<float> src = RandomFloats(rows * ld, 700 + rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = cols; c < ld; ++c) src[r * ld + c] = std::numeric_limits<float>::quiet_NaN();
-    }
-    std::vector<float> dst = RandomFloats(cols, 800 + rows);
-    const std::vector<float> before = dst;
-    HostExec::HostColumnSum(rows, cols, src.data(), ld, dst.data());
+    const int64_t cols = 37;
+    Guarded src(RandomFloats(rows * cols, 700 + rows));  // a read outside gives NaN sums
+    Guarded dst(RandomFloats(cols, 800 + rows));
+    const std::vector<float> before = dst.values();
+    HostExec::HostColumnSum(rows, cols, src.data(), dst.data());
+    EXPECT_TRUE(dst.GuardsIntact());
     for (int64_t c = 0; c < cols; ++c) {
       double s = 0.0;
-      for (int64_t r = 0; r < rows; ++r) s += src[r * ld + c];
-      EXPECT_NEAR(dst[c], static_cast<double>(before[c]) + s, 1e-5 * (1.0 + std::abs(s)))
+      for (int64_t r = 0; r < rows; ++r) s += src.data()[r * cols + c];
+      EXPECT_NEAR(dst.data()[c], static_cast<double>(before[c]) + s, 1e-5 * (1.0 + std::abs(s)))
           << rows << " " << c;
     }
   }
