@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -116,6 +117,10 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
                       {"dense_file", dense_name},
                       {"tables", tables},
                       {"files", files}};
+  if (state.loss_scale.present) {
+    m["loss_scaler"] = {{"scale", state.loss_scale.scale},
+                        {"good_steps", state.loss_scale.good_steps}};
+  }
   if (store == nullptr) {
     nlohmann::json shard_files = nlohmann::json::array();
     for (const CheckpointState::RemoteSnapshot::File& f : state.remote.files) {
@@ -191,6 +196,17 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
     }
     state->seed = m.at("seed").get<uint64_t>();
     state->model = model->get<std::string>();
+    if (const auto ls = m.find("loss_scaler"); ls != m.end()) {
+      state->loss_scale.present = true;
+      state->loss_scale.scale = ls->at("scale").get<float>();
+      state->loss_scale.good_steps = ls->at("good_steps").get<int64_t>();
+      if (!(state->loss_scale.scale > 0) || !std::isfinite(state->loss_scale.scale) ||
+          state->loss_scale.good_steps < 0) {
+        return absl::DataLossError(absl::StrCat(manifest_path, ": field 'loss_scaler' holds scale ",
+                                                state->loss_scale.scale, " and good_steps ",
+                                                state->loss_scale.good_steps));
+      }
+    }
 
     const std::string dense_path = JoinPath(dir, m.at("dense_file").get<std::string>());
     SIFT_ASSIGN_OR_RETURN(data::BinaryFile dense, data::BinaryFile::Open(dense_path, kDenseMagic,

@@ -3,7 +3,8 @@
 // epochs, global step). A checkpoint is a directory:
 //   dense-<step>.bin        SIFTDENS binary file (common/data/binary_file.h): params, adam m, v
 //   table_<id>-<step>.bin   SIFTTABL binary file per table: ids (uint64), rows [n, row_floats]
-//   manifest.json           written LAST: format, version, epoch, step, adam_t, seed, model
+//   manifest.json           written LAST: format, version, epoch, step, adam_t, seed, model,
+//                           the fp16 loss scaler's state when the run has one,
 //                           summary, every file with its size and CRC32C — the commit point: a
 //                           directory without a manifest is not a checkpoint.
 // When the tables live on embedding servers (`sift train --embedding-servers`), there are no
@@ -34,6 +35,12 @@ struct CheckpointState {
   uint64_t seed = 0;
   std::string model;  // a summary string of the model config; must match on load
   std::vector<float> params, adam_m, adam_v;
+  // fp16 runs: the dynamic loss scaler's state (worker/loss_scaler.h), manifest "loss_scaler".
+  struct LossScale {
+    bool present = false;
+    float scale = 0;
+    int64_t good_steps = 0;
+  } loss_scale;
   // Set when the tables are an embedding-server snapshot instead of table files.
   struct RemoteSnapshot {
     struct File {

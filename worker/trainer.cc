@@ -502,6 +502,10 @@ Status Trainer::Setup(RunMode mode) {
     SIFT_RETURN_IF_ERROR(
         Annotate(adam_.FromHost(backend_.get(), st.adam_m, st.adam_v), o_.load_checkpoint));
     adam_.t = st.adam_t;
+    // An fp16 run resumes its loss scale (a checkpoint of another precision starts it afresh).
+    if (loss_scaler_ && st.loss_scale.present) {
+      loss_scaler_->Restore(st.loss_scale.scale, st.loss_scale.good_steps);
+    }
     epochs_done_ = st.epochs_done;
     global_step_ = st.global_step;
   }
@@ -779,6 +783,9 @@ Status Trainer::SaveCheckpointNow(int64_t epochs_done) {
   st.params.resize(model_->parameters().size());
   SIFT_RETURN_IF_ERROR(model_->CopyParametersToHost(absl::MakeSpan(st.params)));
   SIFT_RETURN_IF_ERROR(adam_.ToHost(backend_.get(), &st.adam_m, &st.adam_v));
+  if (loss_scaler_) {
+    st.loss_scale = {true, loss_scaler_->scale(), loss_scaler_->good_steps()};
+  }
 #ifndef SIFT_MINIMAL
   if (remote_ != nullptr) {
     // The servers write the tables (a consistent cut: every rank's pushes have returned and no

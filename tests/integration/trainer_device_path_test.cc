@@ -214,5 +214,31 @@ TEST_F(TrainerDevicePathTest, CheckpointsSaveAndLoadThroughTheDevicePath) {
   }
 }
 
+// An fp16 run's checkpoint carries its loss scale: after two overflows (scale 2^15 -> 2^13) the
+// resumed run unscales by 2^-13 from its first step, not by the initial 2^-15.
+TEST_F(TrainerDevicePathTest, Fp16CheckpointsCarryTheLossScale) {
+  const std::string ckpt = dir_->Sub("ckpt_fp16");
+  TrainerOptions o = Options();
+  o.precision = "fp16";
+  o.max_steps_per_epoch = 8;
+  o.save_checkpoint = ckpt;
+  std::shared_ptr<const DeviceSimStats> stats;
+  auto first = RunOnSim(o, &stats, {2, 3});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->skipped_steps, 2);
+  auto manifest = ReadFileToString(ckpt + "/manifest.json");
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_NE(manifest->find("\"loss_scaler\""), std::string::npos) << *manifest;
+
+  o.epochs = 2;
+  o.save_checkpoint.clear();
+  o.load_checkpoint = ckpt;
+  auto resumed = RunOnSim(o, &stats);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ExpectCleanRun(*stats, kernels::MathMode::kFp16);
+  EXPECT_EQ(resumed->skipped_steps, 0);
+  EXPECT_EQ(stats->scale_alphas, std::vector<float>(8, 0x1p-13f));
+}
+
 }  // namespace
 }  // namespace sift::worker
