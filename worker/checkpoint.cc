@@ -200,7 +200,10 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
       state->loss_scale.present = true;
       state->loss_scale.scale = ls->at("scale").get<float>();
       state->loss_scale.good_steps = ls->at("good_steps").get<int64_t>();
+      int exponent = 0;
+      // Loss scales are powers of two (so that unscaling is exact).
       if (!(state->loss_scale.scale > 0) || !std::isfinite(state->loss_scale.scale) ||
+          std::frexp(state->loss_scale.scale, &exponent) != 0.5f ||
           state->loss_scale.good_steps < 0) {
         return absl::DataLossError(absl::StrCat(manifest_path, ": field 'loss_scaler' holds scale ",
                                                 state->loss_scale.scale, " and good_steps ",

@@ -1,5 +1,6 @@
 // Collectives between the workers of one job: dense-gradient allreduce, parameter broadcast and
-// barriers, behind one interface (Gloo over TCP: worker/gloo_collectives.h; NCCL on GPUs: worker/nccl_collectives.h).
+// barriers, behind one interface (Gloo over TCP: worker/gloo_collectives.h; NCCL on GPUs:
+// worker/nccl_collectives.h).
 // Every rank must issue the same collectives, in the same order, with the same sizes. An instance
 // is not thread-safe (serialize calls). After an error the instance is dead: every later call
 // returns that error; recover by creating a new one under a new rendezvous prefix.

@@ -1,5 +1,8 @@
 // Collectives over NCCL on the GPU (worker/collectives.h): spans are DEVICE pointers
-// (device_memory() is true) and every collective runs on the CUDA backend's compute stream.
+// (device_memory() is true) and every collective runs on NcclOptions::stream. The worker passes
+// nullptr (the legacy default stream), which does not order against the CUDA backend's
+// non-blocking compute stream: the caller synchronizes the backend before each collective
+// (Trainer::Collective does), and each call returns once its collective completed.
 // Rendezvous through a sift::KvStore: rank 0 calls ncclGetUniqueId and publishes the id, hex
 // encoded, under "<prefix>/nccl_id"; the other ranks Get it. The communicator is created
 // non-blocking and every step (init, each collective, shutdown) is waited for by a watchdog
@@ -30,11 +33,13 @@ namespace sift::worker {
 
 struct NcclOptions {
   // The CUDA device of this rank (one rank per GPU). Creation makes it the calling thread's
-  // current device (cudaSetDevice), and every call sets it again.
+  // current device (cudaSetDevice), and every call sets it again. The worker uses device 0 of its
+  // CUDA_VISIBLE_DEVICES, as the cuda backend does: several workers on one multi-GPU host need
+  // one visible GPU each (the Kubernetes and Slurm manifests give each worker its own).
   int device = 0;
-  // A cudaStream_t on `device`, owned by the caller (the CUDA backend's compute stream; nullptr
-  // is the legacy default stream). Collectives are enqueued on it after the work already there,
-  // and each call returns once its collective has completed on the device.
+  // A cudaStream_t on `device`, owned by the caller (nullptr: the legacy default stream, what the
+  // worker uses). Collectives are enqueued on it after the work already there, and each call
+  // returns once its collective has completed on the device.
   void* stream = nullptr;
   // Bound on the id rendezvous, on communicator init, and on each collective and the shutdown.
   double timeout_s = 60;

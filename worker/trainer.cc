@@ -23,6 +23,7 @@
 #include "common/dllogger.h"
 #include "common/file_util.h"
 #include "common/hash.h"
+#include "common/thread_pool.h"
 #include "kernels/backend.h"
 #include "server/embedding/table.h"
 #include "worker/batch_keys.h"
@@ -275,6 +276,12 @@ class Trainer {
   Status PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mode, PreparedStep* slot);
   // One training step on a prepared step; returns the losses (the mean over ranks).
   StatusOr<Losses> TrainStep(PreparedStep* ps, int64_t epoch, int64_t step, PhaseTimes* ph);
+  // The host threads of a run: the backend's pool on a host backend; --threads (0: every CPU) for
+  // the in-process tables and the loader beside a device backend (whose own count is 1).
+  int TableThreads() const {
+    if (backend_->memory_space() == kernels::MemorySpace::kHost) return backend_->threads();
+    return o_.threads > 0 ? o_.threads : AvailableCpus();
+  }
   // Runs the collective `op` over `data` — backend memory when on_backend, else host memory —
   // in place when the collectives take that memory, through a staged copy otherwise (device
   // buffers over Gloo; host values over NCCL).
@@ -388,8 +395,12 @@ Status Trainer::Setup(RunMode mode) {
   }
   const int64_t eval_b = o_.eval_batch_size > 0 ? o_.eval_batch_size : o_.batch_size;
   try {
-    SIFT_ASSIGN_OR_RETURN(model_,
-                          Model::Create(config_, backend_.get(), std::max(o_.batch_size, eval_b)));
+    StatusOr<std::unique_ptr<Model>> model =
+        Model::Create(config_, backend_.get(), std::max(o_.batch_size, eval_b));
+    if (absl::IsResourceExhausted(model.status())) {
+      return Annotate(model.status(), "lower --batch-size / --eval-batch-size");
+    }
+    SIFT_ASSIGN_OR_RETURN(model_, std::move(model));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "out of memory allocating the model's activations for ", std::max(o_.batch_size, eval_b),
@@ -427,7 +438,7 @@ Status Trainer::Setup(RunMode mode) {
   if (o_.embedding_servers.empty()) {
     SIFT_ASSIGN_OR_RETURN(
         store_, embedding::EmbeddingStore::Create(
-                    std::move(tables), embedding::StoreOptions{o_.seed, 64, backend_->threads()}));
+                    std::move(tables), embedding::StoreOptions{o_.seed, 64, TableThreads()}));
   } else {
 #ifndef SIFT_MINIMAL  // (a SIFT_MINIMAL build rejected embedding_servers above)
     const bool prefetch = mode == RunMode::kTrain && o_.staleness > 0;
@@ -452,7 +463,7 @@ Status Trainer::Setup(RunMode mode) {
   const size_t np = model_->parameters().size();
   SIFT_RETURN_IF_ERROR(adam_.Allocate(backend_.get(), static_cast<int64_t>(np)));
   result_.dense_params = static_cast<int64_t>(np);
-  result_.threads = backend_->threads();
+  result_.threads = TableThreads();
   result_.backend = std::string(backend_->name());
   result_.precision = kernels::MathModeName(math_);
   if (ds_->spec().metadata["oracle_test_auc"]) {
@@ -643,6 +654,15 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
     SIFT_RETURN_IF_ERROR(
         Annotate(Collective(absl::MakeSpan(l), /*on_backend=*/false, average), "loss allreduce"));
     losses = {l[0], l[1], l[2]};
+  }
+  if (!std::isfinite(losses.total) && loss_scaler_) {
+    // fp16: a forward overflow (an fp16 GEMM input beyond 65504) is an overflow like a backward
+    // one — skip the step and lower the scale, as TF's loss-scale optimizer does. Every rank saw
+    // the same (allreduced) loss, so every rank skips.
+    loss_scaler_->Update(false);
+    result_.skipped_steps = loss_scaler_->skipped_steps();
+    ++global_step_;
+    return losses;
   }
   if (!std::isfinite(losses.total)) {
     return absl::InternalError(absl::StrFormat(

@@ -1,9 +1,10 @@
 // CudaBackend, the class behind CreateCudaBackend (cuda_backend.h). Its member functions are
 // defined in three files, one per op family, each with its kernels in a .cu file of its own:
 //   cuda_backend.cc           creation, memory, errors, Fill, Copy, Gemm, dense layers, losses,
-//                             Adam, Scale, AllFinite                 (kernels: cuda_dense_kernels.cu)
-//   cuda_backend_sequence.cc  GatherRows, SegmentSumRows, the attentions, TopKMask, damped mean,
-//                             masked softmax, attention features  (kernels: cuda_sequence_kernels.cu)
+//                             Adam, Scale, AllFinite               (kernels: cuda_dense_kernels.cu)
+//   cuda_backend_sequence.cc  GatherRows, SegmentSumRows, the attentions, TopKMask, damped
+//                             mean, masked softmax, attention features
+//                                                               (kernels: cuda_sequence_kernels.cu)
 //   cuda_backend_rnn.cc       GRU and AUGRU forward / backward       (kernels: cuda_rnn_kernels.cu)
 // Kernel launchers are plain functions declared in the matching cuda_*_kernels.h (no Abseil in
 // device code); they return cudaGetLastError() of their launch, which the member functions pass

@@ -240,5 +240,39 @@ TEST_F(TrainerDevicePathTest, Fp16CheckpointsCarryTheLossScale) {
   EXPECT_EQ(stats->scale_alphas, std::vector<float>(8, 0x1p-13f));
 }
 
+// fp16: a forward overflow (an infinite loss) skips the step and halves the scale like a backward
+// one, where fp32 would stop the run. SIM computes two loss-only BCEs per step: call 5 is step 3's.
+TEST_F(TrainerDevicePathTest, Fp16ForwardOverflowSkipsTheStep) {
+  TrainerOptions o = Options();
+  o.precision = "fp16";
+  auto stats = std::make_shared<std::shared_ptr<const DeviceSimStats>>();
+  o.backend_factory = [stats]() -> StatusOr<std::unique_ptr<kernels::Backend>> {
+    auto be = CreateDeviceSimBackend(kThreads);
+    be->OverflowLossOnCalls({5});
+    *stats = be->stats();
+    return std::unique_ptr<kernels::Backend>(std::move(be));
+  };
+  auto r = RunTrainer(o, RunMode::kTrain);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->skipped_steps, 1);
+  ASSERT_EQ(r->step_losses.size(), 20u);
+  EXPECT_TRUE(std::isinf(r->step_losses[2]));
+  for (size_t i = 0; i < r->step_losses.size(); ++i) {
+    if (i != 2) {
+      EXPECT_TRUE(std::isfinite(r->step_losses[i])) << i;
+    }
+  }
+  // Steps 1-2 unscale by 2^-15; after the skip the scale is 2^14 (19 applied steps in all).
+  std::vector<float> alphas(19, 0x1p-14f);
+  alphas[0] = alphas[1] = 0x1p-15f;
+  EXPECT_EQ((*stats)->scale_alphas, alphas);
+  // fp32 stops at the same overflow.
+  o.precision = "fp32";
+  auto stopped = RunTrainer(o, RunMode::kTrain);
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_NE(stopped.status().message().find("non-finite training loss"), std::string::npos)
+      << stopped.status();
+}
+
 }  // namespace
 }  // namespace sift::worker

@@ -539,7 +539,11 @@ double DeviceSimBackend::BceWithLogits(int64_t n, const float* logits, const flo
   c.Arg(labels, n, "labels");
   c.Arg(dlogits, n, "dlogits");
   if (!c.ok()) return std::numeric_limits<double>::quiet_NaN();
-  return inner_->BceWithLogits(n, logits, labels, scale, dlogits);
+  const double loss = inner_->BceWithLogits(n, logits, labels, scale, dlogits);
+  if (dlogits == nullptr && overflow_loss_.count(++loss_calls_) > 0) {
+    return std::numeric_limits<double>::infinity();
+  }
+  return loss;
 }
 
 double DeviceSimBackend::AuxLoss(int64_t n, const float* pos_logits, const float* neg_logits,

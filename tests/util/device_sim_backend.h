@@ -56,6 +56,11 @@ class DeviceSimBackend final : public kernels::Backend {
   void FailAllFiniteOnCalls(std::set<int64_t> call_numbers) {
     fail_all_finite_ = std::move(call_numbers);
   }
+  // Makes the loss-only BceWithLogits calls (dlogits == nullptr: a forward pass's losses,
+  // numbered from 1 in call order) return +inf on these calls: a simulated fp16 forward overflow.
+  void OverflowLossOnCalls(std::set<int64_t> call_numbers) {
+    overflow_loss_ = std::move(call_numbers);
+  }
   std::shared_ptr<const DeviceSimStats> stats() const;
   // Whether [p, p + bytes) lies inside one live allocation of this backend.
   bool IsTracked(const void* p, int64_t bytes) const;
@@ -142,6 +147,8 @@ class DeviceSimBackend final : public kernels::Backend {
   std::shared_ptr<State> state_;
   kernels::MathMode mode_ = kernels::MathMode::kFp32;
   std::set<int64_t> fail_all_finite_;
+  std::set<int64_t> overflow_loss_;
+  int64_t loss_calls_ = 0;
   Status status_;
 };
 
