@@ -336,7 +336,11 @@ class Backend {
     for (int64_t i = 0; i < n; ++i) p[i] *= alpha;
   }
   // Whether every p[0..n) is finite: a host answer (a device backend waits for the ops before).
-  virtual bool AllFinite(int64_t n, const float* p) {
+  virtual bool AllFinite(int64_t n, const float* p) { return AllFiniteOnHost(n, p); }
+
+  // Whether every p[0..n) of HOST memory is finite (the host backends' AllFinite; the trainer's
+  // check of the embedding gradients, which are host arrays on every backend).
+  static bool AllFiniteOnHost(int64_t n, const float* p) {
     bool finite = true;
     for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(p[i]);
     return finite;

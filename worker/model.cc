@@ -834,9 +834,8 @@ Status Model::CopyParametersToHost(absl::Span<float> out) {
 }
 Status Model::CopyGradientsToHost(absl::Span<float> out) {
   if (out.size() != gradients().size()) {
-    return absl::InvalidArgumentError(absl::StrCat("CopyGradientsToHost: ", out.size(),
-                                                   " floats for ", gradients().size(),
-                                                   " gradients"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CopyGradientsToHost: ", out.size(), " floats for ", gradients().size(), " gradients"));
   }
   return impl_->be_->CopyToHost(impl_->grads_.data(), out.data(),
                                 static_cast<int64_t>(out.size() * sizeof(float)));

@@ -150,12 +150,6 @@ StatusOr<kernels::MathMode> ResolvePrecision(const std::string& precision,
   return kernels::ParseMathMode(precision);
 }
 
-bool AllFiniteHost(absl::Span<const float> v) {
-  bool finite = true;
-  for (float x : v) finite &= std::isfinite(x);
-  return finite;
-}
-
 // `sift train`: world 1; step records and epoch records to the DLLL logs (<results_dir>/<file>
 // and stdout), AUC computed here, checkpoints written as they come.
 class LocalEnv : public TrainerEnv {
@@ -655,14 +649,19 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
         Annotate(Collective(absl::MakeSpan(l), /*on_backend=*/false, average), "loss allreduce"));
     losses = {l[0], l[1], l[2]};
   }
-  if (!std::isfinite(losses.total) && loss_scaler_) {
-    // fp16: a forward overflow (an fp16 GEMM input beyond 65504) is an overflow like a backward
-    // one — skip the step and lower the scale, as TF's loss-scale optimizer does. Every rank saw
-    // the same (allreduced) loss, so every rank skips.
-    loss_scaler_->Update(false);
+  // fp16 overflow: no dense step, no push (every rank decides alike); the scaler lowered the
+  // scale.
+  const auto skip_step = [&]() -> StatusOr<Losses> {
     result_.skipped_steps = loss_scaler_->skipped_steps();
     ++global_step_;
     return losses;
+  };
+  if (!std::isfinite(losses.total) && loss_scaler_) {
+    // A forward overflow (an fp16 GEMM input beyond 65504) is an overflow like a backward one —
+    // skip the step, as TF's loss-scale optimizer does. Every rank saw the same (allreduced)
+    // loss, so every rank skips.
+    loss_scaler_->Update(false);
+    return skip_step();
   }
   if (!std::isfinite(losses.total)) {
     return absl::InternalError(absl::StrFormat(
@@ -676,12 +675,14 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
     SIFT_RETURN_IF_ERROR(model_->Backward(&ps->keys, scale));
   }
   const absl::Span<float> grads = model_->gradients();
+  float unscale = 1.0f;  // the loss scale's inverse, once the step is known to apply
   if (loss_scaler_) {
     // A non-finite embedding gradient (host memory) poisons the dense gradients, so that after
     // the allreduce every rank sees the overflow and skips the step alike.
     bool sparse_finite = true;
     for (const TableKeys& tk : ps->keys.tables) {
-      sparse_finite &= AllFiniteHost(absl::MakeConstSpan(tk.grads.data(), tk.keys.size() * dim));
+      sparse_finite &= kernels::Backend::AllFiniteOnHost(static_cast<int64_t>(tk.keys.size() * dim),
+                                                         tk.grads.data());
     }
     if (!sparse_finite) {
       const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -697,17 +698,10 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
     const bool apply =
         loss_scaler_->Update(backend_->AllFinite(static_cast<int64_t>(grads.size()), grads.data()));
     SIFT_RETURN_IF_ERROR(backend_->Synchronize());
-    if (!apply) {
-      // Overflow: no dense step, no push (every rank decided alike); the scale was lowered.
-      result_.skipped_steps = loss_scaler_->skipped_steps();
-      ++global_step_;
-      return losses;
-    }
-    const float unscale = 1.0f / scale;
+    if (!apply) return skip_step();
+    unscale = 1.0f / scale;
     backend_->Scale(static_cast<int64_t>(grads.size()), unscale, grads.data());
-    for (TableKeys& tk : ps->keys.tables) {
-      for (size_t i = 0; i < tk.keys.size() * dim; ++i) tk.grads[i] *= unscale;
-    }
+    // The embedding gradients are unscaled with the push's 1/world below (one pass).
   }
   {
     ScopedTimer t(&ph->dense_opt);
@@ -723,7 +717,7 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
       const absl::Span<float> sparse = absl::MakeSpan(tk.grads.data(), tk.keys.size() * dim);
       // Each rank's gradient is of its own mean loss: 1/W of each makes their sum on the servers
       // the gradient of the global mean loss.
-      ScaleSparseGradients(world_, sparse);
+      ScaleSparseGradients(world_, unscale, sparse);
 #ifndef SIFT_MINIMAL
       if (remote_ != nullptr) {
         items.push_back({static_cast<uint32_t>(tb), tk.keys, sparse});
@@ -962,9 +956,9 @@ std::string ModelSummary(const ModelConfig& c) {
 
 TrainerEnv::~TrainerEnv() = default;
 
-void ScaleSparseGradients(int world, absl::Span<float> grads) {
-  if (world == 1) return;
-  const float scale = 1.0f / static_cast<float>(world);
+void ScaleSparseGradients(int world, float unscale, absl::Span<float> grads) {
+  if (world == 1 && unscale == 1.0f) return;
+  const float scale = unscale / static_cast<float>(world);
   for (float& g : grads) g *= scale;
 }
 

@@ -216,8 +216,9 @@ StatusOr<RunResult> RunTrainerWithEnv(const TrainerOptions& options, RunMode mod
 // A one-line summary of the model config, stored in checkpoints and compared on load.
 std::string ModelSummary(const ModelConfig& config);
 
-// Scales gradients for a data-parallel push: every value times 1/world (exactly, for a power of
-// two). world 1 leaves them as they are. REQUIRES: world >= 1.
-void ScaleSparseGradients(int world, absl::Span<float> grads);
+// Scales gradients for a data-parallel push: every value times unscale/world (exactly, for powers
+// of two: the fp16 loss scale's inverse is one). world 1 with unscale 1 leaves them as they are.
+// REQUIRES: world >= 1.
+void ScaleSparseGradients(int world, float unscale, absl::Span<float> grads);
 
 }  // namespace sift::worker

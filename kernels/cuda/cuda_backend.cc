@@ -73,7 +73,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOpti
   int count = 0;
   const Status counted = SIFT_CUDA_STATUS(cudaGetDeviceCount(&count));
   if (!counted.ok()) {
-    // No driver, a stub driver, no device: all "no usable device" for the caller.
+    // No driver, the toolkit's placeholder libcuda, no device: all "no usable device" for the
+    // caller.
     return absl::FailedPreconditionError(
         absl::StrCat("cuda backend: no usable CUDA device: ", counted.message()));
   }

@@ -71,9 +71,8 @@ class CudaBackend final : public kernels::Backend {
                   float* out, int64_t ld_out) override;
   void SegmentSumRows(int64_t n, int dim, const float* dout, int64_t ld_dout, const int32_t* inv,
                       const float* mask, int64_t num_unique, float* drows) override;
-  void DotAttentionForward(int64_t batch, int n, int d, const float* q, int64_t ldq,
-                           const float* k, const float* mask, float* alpha, float* out,
-                           int64_t ldout) override;
+  void DotAttentionForward(int64_t batch, int n, int d, const float* q, int64_t ldq, const float* k,
+                           const float* mask, float* alpha, float* out, int64_t ldout) override;
   void DotAttentionBackward(int64_t batch, int n, int d, const float* q, int64_t ldq,
                             const float* k, const float* mask, const float* alpha,
                             const float* dout, int64_t lddout, float* dq, int64_t lddq,
@@ -93,20 +92,19 @@ class CudaBackend final : public kernels::Backend {
                                  const float* h, const float* dc, float* dqp, float* dh) override;
 
   // ---- Recurrences (cuda_backend_rnn.cc) ----
-  void GruForward(const kernels::RnnDims& d, const float* x, const float* w_in,
-                  const float* w_rec, const float* b_in, const float* b_rec, float* h,
-                  float* cache, float* workspace) override;
-  void GruBackward(const kernels::RnnDims& d, const float* x, const float* w_in,
-                   const float* w_rec, const float* h, const float* cache, const float* dh,
-                   float* dx, float* dw_in, float* dw_rec, float* db_in, float* db_rec,
-                   float* workspace) override;
-  void AugruForward(const kernels::RnnDims& d, const float* x, const float* att,
-                    const float* g_w, const float* g_b, const float* c_w, const float* c_b,
-                    float* hs, float* cache, float* workspace) override;
-  void AugruBackward(const kernels::RnnDims& d, const float* x, const float* att,
-                     const float* g_w, const float* c_w, const float* hs, const float* cache,
-                     const float* dlast, float* dx, float* datt, float* dg_w, float* dg_b,
-                     float* dc_w, float* dc_b, float* workspace) override;
+  void GruForward(const kernels::RnnDims& d, const float* x, const float* w_in, const float* w_rec,
+                  const float* b_in, const float* b_rec, float* h, float* cache,
+                  float* workspace) override;
+  void GruBackward(const kernels::RnnDims& d, const float* x, const float* w_in, const float* w_rec,
+                   const float* h, const float* cache, const float* dh, float* dx, float* dw_in,
+                   float* dw_rec, float* db_in, float* db_rec, float* workspace) override;
+  void AugruForward(const kernels::RnnDims& d, const float* x, const float* att, const float* g_w,
+                    const float* g_b, const float* c_w, const float* c_b, float* hs, float* cache,
+                    float* workspace) override;
+  void AugruBackward(const kernels::RnnDims& d, const float* x, const float* att, const float* g_w,
+                     const float* c_w, const float* hs, const float* cache, const float* dlast,
+                     float* dx, float* datt, float* dg_w, float* dg_b, float* dc_w, float* dc_b,
+                     float* workspace) override;
 
   // For the worker (NCCL on the compute stream, copy-stream events) and tests.
   int device() const { return device_; }

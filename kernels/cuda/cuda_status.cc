@@ -45,7 +45,8 @@ absl::StatusCode CudaErrorCode(cudaError_t err) {
     case cudaErrorUnsupportedPtxVersion:
     case cudaErrorSystemDriverMismatch:
     case cudaErrorCompatNotSupportedOnDevice:
-    case cudaErrorStubLibrary:  // CUDA's name: the driver found is the toolkit's stub libcuda
+    // CUDA's enum name: the libcuda found is the toolkit's link-time placeholder, not a driver.
+    case cudaErrorStubLibrary:
     case cudaErrorDeviceNotLicensed:
     case cudaErrorInitializationError:
     case cudaErrorDeviceUninitialized:

@@ -225,12 +225,22 @@ TEST_F(TrainerEnvTest, StartEpochAtAStepGivesTheEpochsRemainingBatches) {
 
 TEST(ScaleSparseGradientsTest, ScalesByOneOverWorld) {
   std::vector<float> g = {1.0f, -3.0f, 0.25f};
-  ScaleSparseGradients(1, absl::MakeSpan(g));
+  ScaleSparseGradients(1, 1.0f, absl::MakeSpan(g));
   EXPECT_EQ(g, (std::vector<float>{1.0f, -3.0f, 0.25f}));
-  ScaleSparseGradients(2, absl::MakeSpan(g));
+  ScaleSparseGradients(2, 1.0f, absl::MakeSpan(g));
   EXPECT_EQ(g, (std::vector<float>{0.5f, -1.5f, 0.125f}));
-  ScaleSparseGradients(4, absl::MakeSpan(g));
+  ScaleSparseGradients(4, 1.0f, absl::MakeSpan(g));
   EXPECT_EQ(g, (std::vector<float>{0.125f, -0.375f, 0.03125f}));
+}
+
+// fp16: the loss scale's inverse rides along in the same pass (exact for powers of two).
+TEST(ScaleSparseGradientsTest, AlsoUnscalesTheLossScale) {
+  std::vector<float> g = {32768.0f, -98304.0f, 8192.0f};
+  ScaleSparseGradients(1, 0x1p-15f, absl::MakeSpan(g));
+  EXPECT_EQ(g, (std::vector<float>{1.0f, -3.0f, 0.25f}));
+  g = {32768.0f, -98304.0f, 8192.0f};
+  ScaleSparseGradients(4, 0x1p-15f, absl::MakeSpan(g));
+  EXPECT_EQ(g, (std::vector<float>{0.25f, -0.75f, 0.0625f}));
 }
 
 }  // namespace
