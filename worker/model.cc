@@ -134,11 +134,10 @@ class Model::Impl {
   StatusOr<Losses> Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode);
   Status Backward(BatchKeys* keys, float loss_scale);
 
-  // One block of backend memory (floats, or int32 for the staged inverses).
+  // One block of backend memory (floats; the staged int32 inverses go through Stage's T).
   struct Buf {
     kernels::BackendBuffer mem;
     float* data() const { return mem.floats(); }
-    int32_t* ints() const { return mem.ints(); }
     bool empty() const { return mem.empty(); }
   };
 
