@@ -73,7 +73,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOpti
   int count = 0;
   const Status counted = SIFT_CUDA_STATUS(cudaGetDeviceCount(&count));
   if (!counted.ok()) {
-    // No driver, the toolkit's placeholder libcuda, no device: all "no usable device" for the
+    // No driver, the toolkit's link-only libcuda, no device: all "no usable device" for the
     // caller.
     return absl::FailedPreconditionError(
         absl::StrCat("cuda backend: no usable CUDA device: ", counted.message()));

@@ -45,7 +45,7 @@ absl::StatusCode CudaErrorCode(cudaError_t err) {
     case cudaErrorUnsupportedPtxVersion:
     case cudaErrorSystemDriverMismatch:
     case cudaErrorCompatNotSupportedOnDevice:
-    // CUDA's enum name: the libcuda found is the toolkit's link-time placeholder, not a driver.
+    // CUDA's own enum name: the libcuda found is the toolkit's link-only copy, not a driver.
     case cudaErrorStubLibrary:
     case cudaErrorDeviceNotLicensed:
     case cudaErrorInitializationError:
