@@ -153,6 +153,70 @@ class BackendBuffer {
   Deleter deleter_;
 };
 
+// A point in one stream of a backend's work (its compute, or a CopyChannel's copies): it passes
+// once the work issued before it is done. Recorded by Backend::RecordFence or
+// CopyChannel::RecordFence and waited for by the other side's WaitFence, without a host wait. A
+// default-constructed Fence has passed: host backends finish their work inside each call.
+// Copyable and safe to hand to another thread; the handle is the backend's (cuda: a cudaEvent_t).
+class Fence {
+ public:
+  Fence() = default;
+  explicit Fence(std::shared_ptr<void> handle) : handle_(std::move(handle)) {}
+  void* handle() const { return handle_.get(); }
+  bool passed() const { return handle_ == nullptr; }  // passed when recorded (host backends)
+
+ private:
+  std::shared_ptr<void> handle_;
+};
+
+// Asynchronous copies between host memory and a backend's memory, beside its compute (cuda: a
+// stream of its own and page-locked staging buffers; host backends: memcpy, done on return). The
+// order against the compute is explicit, by fences: before uploading into memory the compute may
+// still read, WaitFence(the compute's fence after those reads); before the compute reads the
+// uploads, Backend::WaitFence(RecordFence()); before downloading what the compute writes,
+// WaitFence(the compute's fence after the writes).
+// Thread-safety: one thread at a time drives a channel, and it may be another thread than the
+// backend's (the step pipeline uploads step t+1 while the backend computes step t).
+// REQUIRES: destroyed before its backend.
+class CopyChannel {
+ public:
+  virtual ~CopyChannel() = default;
+  // Host `src` -> backend `dst` (`bytes` >= 0), after the fences waited for so far. `src` is staged
+  // before the call returns: the caller may reuse it at once.
+  virtual Status Upload(const void* src, void* dst, int64_t bytes) = 0;
+  // Backend `src` -> host `dst`, after the fences waited for so far: `dst` holds the data once
+  // Synchronize() returned OK (its contents are undefined before).
+  virtual Status Download(const void* src, void* dst, int64_t bytes) = 0;
+  // A fence after the copies issued so far.
+  virtual StatusOr<Fence> RecordFence() = 0;
+  // The copies issued from now on start after `fence` (a Backend::RecordFence one) passed.
+  virtual Status WaitFence(const Fence& fence) = 0;
+  // Waits for every copy issued, completes the downloads, and returns the first error since the
+  // last call; the staging is free for reuse after it.
+  virtual Status Synchronize() = 0;
+};
+
+// The host backends' channel: every copy is a memcpy, done when the call returns.
+class HostCopyChannel final : public CopyChannel {
+ public:
+  Status Upload(const void* src, void* dst, int64_t bytes) override {
+    return Memcpy(src, dst, bytes);
+  }
+  Status Download(const void* src, void* dst, int64_t bytes) override {
+    return Memcpy(src, dst, bytes);
+  }
+  StatusOr<Fence> RecordFence() override { return Fence(); }
+  Status WaitFence(const Fence&) override { return absl::OkStatus(); }
+  Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  static Status Memcpy(const void* src, void* dst, int64_t bytes) {
+    if (bytes < 0) return absl::InvalidArgumentError("CopyChannel: negative size");
+    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -193,6 +257,19 @@ class Backend {
   // (ops return void; a device backend records failures such as a failed launch or a cuBLAS
   // error and reports them here, naming the call, file and line). Host backends: always OK.
   virtual Status Synchronize() { return absl::OkStatus(); }
+  // A copy channel beside this backend's compute (see CopyChannel), with `staging_bytes` (>= 0)
+  // of staging reserved up front (it grows on demand). REQUIRES: destroyed before the backend.
+  virtual StatusOr<std::unique_ptr<CopyChannel>> CreateCopyChannel(int64_t staging_bytes) {
+    (void)staging_bytes;
+    return std::unique_ptr<CopyChannel>(std::make_unique<HostCopyChannel>());
+  }
+  // A fence after the ops issued so far (a passed one on host backends).
+  virtual StatusOr<Fence> RecordFence() { return Fence(); }
+  // The ops issued from now on start after `fence` (a CopyChannel's) passed; no host wait.
+  virtual Status WaitFence(const Fence& fence) {
+    (void)fence;
+    return absl::OkStatus();
+  }
   // The GEMM arithmetic (MathMode). Host backends take kFp32 only (INVALID_ARGUMENT otherwise).
   virtual Status SetMathMode(MathMode mode) {
     if (mode == MathMode::kFp32) return absl::OkStatus();

@@ -131,8 +131,18 @@ class Model::Impl {
   }
   // Allocates every buffer in the backend's memory (the constructor only sizes them).
   Status Init();
-  StatusOr<Losses> Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode);
-  Status Backward(BatchKeys* keys, float loss_scale);
+  // slot: an uploaded input slot, or kDirect (the inputs are staged by Forward itself).
+  StatusOr<Losses> Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode,
+                           int slot);
+  // Issues the backward pass; the embedding gradients arrive in FinishBackward.
+  Status StartBackward(BatchKeys* keys, float loss_scale);
+  Status FinishBackward();
+
+  // Uploads ahead (Model::UploadBatch etc.): may run on another thread than the calls above.
+  Status UploadBatch(int slot, const data::Batch& batch, const BatchKeys& keys, ForwardMode mode);
+  Status UploadRows(int slot, int table, const BatchKeys& keys);
+  Status FinishUpload(int slot);
+  static constexpr int kDirect = Model::kInputSlots;  // the slot Forward stages itself
 
   // One block of backend memory (floats; the staged int32 inverses go through Stage's T).
   struct Buf {
@@ -173,10 +183,30 @@ class Model::Impl {
     const float* short_mask = nullptr;
     const float* label = nullptr;
   };
-  Status CheckInputs(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode) const;
-  Status StageInputs(const data::Batch& batch, const BatchKeys& keys, bool negatives);
+  // The batch's and keys' shapes against the config (and, with scan_inverses, every inverse
+  // against its table's key count). Reads only the configuration: callable from any thread.
+  Status CheckInputs(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode,
+                     bool scan_inverses = true) const;
+  // Device backends: the inputs of one batch in backend memory. Slots 0..kInputSlots-1 are
+  // filled ahead through their copy channels (UploadBatch / UploadRows / FinishUpload, possibly
+  // on another thread); slot kDirect by Forward itself, in stream order (CopyToBackend).
+  struct InputSlot {
+    std::vector<Buf> rows;  // per table
+    Buf user_inv, target_inv, long_inv, short_inv, short_neg_inv, long_mask, short_mask, label;
+    std::unique_ptr<kernels::CopyChannel> channel;  // null for kDirect
+    kernels::Fence uploaded;                        // after its uploads
+    kernels::Fence released;                        // after the last compute reading it
+    // What it holds, for Forward's check: the batch rows, the negatives, each table's keys.
+    int64_t batch = -1;
+    bool negatives = false;
+    std::vector<int64_t> keys;
+    std::vector<bool> rows_done;
+    bool finished = false;
+  };
   template <typename T>
-  StatusOr<const T*> Stage(const std::vector<T>& host, int64_t n, const Buf& staging);
+  Status Put(InputSlot& s, const T* host, int64_t n, const Buf& dst);
+  // in_ = the host arrays (host backends) or slot `slot`'s buffers.
+  void BindInputs(int slot, const data::Batch& batch, const BatchKeys& keys, bool negatives);
   void GatherEmbeddings(bool negatives);
   Status ScatterEmbeddingGrads(BatchKeys* keys);
   // DIEN block (3.6): GRU, query projection, attention unit, AUGRU; the final state -> dst
@@ -208,12 +238,14 @@ class Model::Impl {
 
   std::vector<Pending> pending_;  // sized by the constructor, allocated by Init
   Inputs in_;
-  // Device backends: staging for the inputs (per table: rows; the inverses; masks and labels)
-  // and the per-table embedding gradients, sized for the largest batch.
-  std::vector<Buf> rows_in_, row_grads_;
-  std::vector<int64_t> table_capacity_;  // unique keys per table the staging holds
-  Buf user_inv_in_, target_inv_in_, long_inv_in_, short_inv_in_, short_neg_inv_in_;
-  Buf long_mask_in_, short_mask_in_, label_in_;
+  int slot_ = kDirect;  // the input slot of the last Forward
+  // Device backends: the input slots and the per-table embedding gradients, sized for the
+  // largest batch, and the channel that downloads those gradients.
+  InputSlot slots_[Model::kInputSlots + 1];
+  std::vector<Buf> row_grads_;
+  std::vector<int64_t> table_capacity_;  // unique keys per table a slot holds
+  std::unique_ptr<kernels::CopyChannel> grads_channel_;
+  bool grads_pending_ = false;  // downloads issued, FinishBackward not yet called
 
   // Activations [max_batch, ...].
   Buf q_, p_, x_long_, e_short_, e_neg_, hist_, hist_mask_, alpha_, rho_, alpha2_, z1_, z_;
@@ -336,25 +368,29 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
 
   // Device backends: staging for the inputs and the embedding gradients (host backends read and
   // write the host arrays in place).
-  rows_in_.resize(static_cast<size_t>(UF_ + F_));
   row_grads_.resize(static_cast<size_t>(UF_ + F_));
   if (device_) {
     const int64_t item_slots = 1 + TL_ + 2 * int64_t{TS_};  // target, long, short, negatives
     for (int t = 0; t < UF_ + F_; ++t) {
       table_capacity_.push_back(t < UF_ ? B : B * item_slots);
-      Alloc(&rows_in_[t], table_capacity_.back() * D_);
       Alloc(&row_grads_[t], table_capacity_.back() * D_);
     }
     // int32 and float are both 4 bytes: Alloc's float count is the element count.
     static_assert(sizeof(int32_t) == sizeof(float));
-    Alloc(&user_inv_in_, UF_ * B);
-    Alloc(&target_inv_in_, F_ * B);
-    Alloc(&long_inv_in_, F_ * B * TL_);
-    Alloc(&short_inv_in_, F_ * B * TS_);
-    if (dien) Alloc(&short_neg_inv_in_, F_ * B * TS_);
-    Alloc(&long_mask_in_, B * TL_);
-    Alloc(&short_mask_in_, B * TS_);
-    Alloc(&label_in_, B);
+    for (InputSlot& in : slots_) {
+      in.rows.resize(static_cast<size_t>(UF_ + F_));
+      for (int t = 0; t < UF_ + F_; ++t) Alloc(&in.rows[t], table_capacity_[t] * D_);
+      Alloc(&in.user_inv, UF_ * B);
+      Alloc(&in.target_inv, F_ * B);
+      Alloc(&in.long_inv, F_ * B * TL_);
+      Alloc(&in.short_inv, F_ * B * TS_);
+      if (dien) Alloc(&in.short_neg_inv, F_ * B * TS_);
+      Alloc(&in.long_mask, B * TL_);
+      Alloc(&in.short_mask, B * TS_);
+      Alloc(&in.label, B);
+      in.keys.assign(static_cast<size_t>(UF_ + F_), 0);
+      in.rows_done.assign(static_cast<size_t>(UF_ + F_), false);
+    }
   }
 }
 
@@ -367,11 +403,28 @@ Status Model::Impl::Init() {
     SIFT_RETURN_IF_ERROR(mlp->Allocate(be_));
   }
   host_logits_.resize(device_ ? static_cast<size_t>(max_batch_) : 0);
+  if (device_) {
+    // Each channel's staging fits one slot's uploads (or every table's gradients): it never
+    // grows in a run.
+    for (int s = 0; s < Model::kInputSlots; ++s) {
+      int64_t bytes = 0;
+      for (const Buf* b : {&slots_[s].user_inv, &slots_[s].target_inv, &slots_[s].long_inv,
+                           &slots_[s].short_inv, &slots_[s].short_neg_inv, &slots_[s].long_mask,
+                           &slots_[s].short_mask, &slots_[s].label}) {
+        bytes += b->mem.bytes() + 256;
+      }
+      for (const Buf& b : slots_[s].rows) bytes += b.mem.bytes() + 256;
+      SIFT_ASSIGN_OR_RETURN(slots_[s].channel, be_->CreateCopyChannel(bytes));
+    }
+    int64_t grad_bytes = 0;
+    for (const Buf& b : row_grads_) grad_bytes += b.mem.bytes() + 256;
+    SIFT_ASSIGN_OR_RETURN(grads_channel_, be_->CreateCopyChannel(grad_bytes));
+  }
   return be_->Synchronize();
 }
 
-Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys,
-                                ForwardMode mode) const {
+Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode,
+                                bool scan_inverses) const {
   const int64_t B = batch.size;
   if (B < 1 || B > max_batch_) {
     return absl::InvalidArgumentError(
@@ -427,6 +480,7 @@ Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys,
           "batch keys: ", v.what, " inverse has ", v.inv->size(), " entries, expected ",
           v.per_feature * v.features, " (built with a KeyUsage that omits it?)"));
     }
+    if (!scan_inverses) continue;  // checked when the slot was uploaded
     for (int f = 0; f < v.features; ++f) {
       const int64_t unique = static_cast<int64_t>(keys.tables[v.first_table + f].keys.size());
       const int32_t* p = v.inv->data() + f * v.per_feature;
@@ -443,41 +497,115 @@ Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys,
 }
 
 template <typename T>
-StatusOr<const T*> Model::Impl::Stage(const std::vector<T>& host, int64_t n, const Buf& staging) {
-  if (!device_) return host.data();
-  if (n > 0) {
-    SIFT_RETURN_IF_ERROR(
-        be_->CopyToBackend(host.data(), staging.mem.data(), n * static_cast<int64_t>(sizeof(T))));
-  }
-  return static_cast<const T*>(staging.mem.data());
+Status Model::Impl::Put(InputSlot& s, const T* host, int64_t n, const Buf& dst) {
+  if (n <= 0) return absl::OkStatus();
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
+  return s.channel != nullptr ? s.channel->Upload(host, dst.mem.data(), bytes)
+                              : be_->CopyToBackend(host, dst.mem.data(), bytes);
 }
 
-Status Model::Impl::StageInputs(const data::Batch& batch, const BatchKeys& keys, bool negatives) {
-  const int64_t B = B_;
-  in_.rows.assign(keys.tables.size(), nullptr);
+Status Model::Impl::UploadBatch(int slot, const data::Batch& batch, const BatchKeys& keys,
+                                ForwardMode mode) {
+  if (!device_) return absl::OkStatus();  // host backends read the host arrays in place
+  SIFT_RETURN_IF_ERROR(CheckInputs(batch, keys, mode));
   for (size_t t = 0; t < keys.tables.size(); ++t) {
     const int64_t unique = static_cast<int64_t>(keys.tables[t].keys.size());
-    if (device_ && unique > table_capacity_[t]) {
+    if (unique > table_capacity_[t]) {
       return absl::InvalidArgumentError(absl::StrCat("batch keys: table ", t, " has ", unique,
                                                      " unique keys, more than its ",
                                                      table_capacity_[t], " slots can hold"));
     }
-    SIFT_ASSIGN_OR_RETURN(in_.rows[t], Stage(keys.tables[t].rows, unique * D_, rows_in_[t]));
   }
-  SIFT_ASSIGN_OR_RETURN(in_.user_inv, Stage(keys.user_inv, UF_ * B, user_inv_in_));
-  SIFT_ASSIGN_OR_RETURN(in_.target_inv, Stage(keys.target_inv, F_ * B, target_inv_in_));
+  InputSlot& s = slots_[slot];
+  s.finished = false;
+  if (s.channel != nullptr) {
+    // The slot's last uploads are done (their staging is free), and the compute that read them.
+    SIFT_RETURN_IF_ERROR(s.channel->Synchronize());
+    SIFT_RETURN_IF_ERROR(s.channel->WaitFence(s.released));
+  }
+  const int64_t B = batch.size;
+  s.batch = B;
+  s.negatives = key_usage(mode).short_negatives;
+  for (size_t t = 0; t < keys.tables.size(); ++t) {
+    s.keys[t] = static_cast<int64_t>(keys.tables[t].keys.size());
+    s.rows_done[t] = false;
+  }
+  SIFT_RETURN_IF_ERROR(Put(s, keys.user_inv.data(), UF_ * B, s.user_inv));
+  SIFT_RETURN_IF_ERROR(Put(s, keys.target_inv.data(), F_ * B, s.target_inv));
   if (TL_ > 0) {
-    SIFT_ASSIGN_OR_RETURN(in_.long_inv, Stage(keys.long_inv, F_ * B * TL_, long_inv_in_));
-    SIFT_ASSIGN_OR_RETURN(in_.long_mask, Stage(batch.long_mask, B * TL_, long_mask_in_));
+    SIFT_RETURN_IF_ERROR(Put(s, keys.long_inv.data(), F_ * B * TL_, s.long_inv));
+    SIFT_RETURN_IF_ERROR(Put(s, batch.long_mask.data(), B * TL_, s.long_mask));
   }
-  SIFT_ASSIGN_OR_RETURN(in_.short_inv, Stage(keys.short_inv, F_ * B * TS_, short_inv_in_));
-  if (negatives) {
-    SIFT_ASSIGN_OR_RETURN(in_.short_neg_inv,
-                          Stage(keys.short_neg_inv, F_ * B * TS_, short_neg_inv_in_));
+  SIFT_RETURN_IF_ERROR(Put(s, keys.short_inv.data(), F_ * B * TS_, s.short_inv));
+  if (s.negatives) {
+    SIFT_RETURN_IF_ERROR(Put(s, keys.short_neg_inv.data(), F_ * B * TS_, s.short_neg_inv));
   }
-  SIFT_ASSIGN_OR_RETURN(in_.short_mask, Stage(batch.short_mask, B * TS_, short_mask_in_));
-  SIFT_ASSIGN_OR_RETURN(in_.label, Stage(batch.label, B, label_in_));
+  SIFT_RETURN_IF_ERROR(Put(s, batch.short_mask.data(), B * TS_, s.short_mask));
+  return Put(s, batch.label.data(), B, s.label);
+}
+
+Status Model::Impl::UploadRows(int slot, int table, const BatchKeys& keys) {
+  if (!device_) return absl::OkStatus();
+  InputSlot& s = slots_[slot];
+  if (table < 0 || table >= UF_ + F_ || keys.tables.size() != s.keys.size() || s.batch < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Model::UploadRows: table ", table, " of slot ", slot, " before its UploadBatch"));
+  }
+  const TableKeys& tk = keys.tables[table];
+  if (static_cast<int64_t>(tk.keys.size()) != s.keys[table] ||
+      tk.rows.size() != tk.keys.size() * static_cast<size_t>(D_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Model::UploadRows: table ", table, " has ", tk.keys.size(), " keys and ", tk.rows.size(),
+        " row floats; its UploadBatch had ", s.keys[table], " keys of dim ", D_));
+  }
+  SIFT_RETURN_IF_ERROR(Put(s, tk.rows.data(), s.keys[table] * D_, s.rows[table]));
+  s.rows_done[table] = true;
   return absl::OkStatus();
+}
+
+Status Model::Impl::FinishUpload(int slot) {
+  if (!device_) return absl::OkStatus();
+  InputSlot& s = slots_[slot];
+  for (size_t t = 0; t < s.rows_done.size(); ++t) {
+    if (s.batch < 0 || !s.rows_done[t]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Model::FinishUpload: slot ", slot, " has no rows of table ", t, " (UploadRows)"));
+    }
+  }
+  if (s.channel != nullptr) {
+    SIFT_ASSIGN_OR_RETURN(s.uploaded, s.channel->RecordFence());
+  }
+  s.finished = true;
+  return absl::OkStatus();
+}
+
+void Model::Impl::BindInputs(int slot, const data::Batch& batch, const BatchKeys& keys,
+                             bool negatives) {
+  if (!device_) {
+    in_.rows.resize(keys.tables.size());
+    for (size_t t = 0; t < keys.tables.size(); ++t) in_.rows[t] = keys.tables[t].rows.data();
+    in_.user_inv = keys.user_inv.data();
+    in_.target_inv = keys.target_inv.data();
+    in_.long_inv = TL_ > 0 ? keys.long_inv.data() : nullptr;
+    in_.short_inv = keys.short_inv.data();
+    in_.short_neg_inv = negatives ? keys.short_neg_inv.data() : nullptr;
+    in_.long_mask = TL_ > 0 ? batch.long_mask.data() : nullptr;
+    in_.short_mask = batch.short_mask.data();
+    in_.label = batch.label.data();
+    return;
+  }
+  const InputSlot& s = slots_[slot];
+  const auto ints = [](const Buf& b) { return static_cast<const int32_t*>(b.mem.data()); };
+  in_.rows.resize(s.rows.size());
+  for (size_t t = 0; t < s.rows.size(); ++t) in_.rows[t] = s.rows[t].data();
+  in_.user_inv = ints(s.user_inv);
+  in_.target_inv = ints(s.target_inv);
+  in_.long_inv = TL_ > 0 ? ints(s.long_inv) : nullptr;
+  in_.short_inv = ints(s.short_inv);
+  in_.short_neg_inv = negatives ? ints(s.short_neg_inv) : nullptr;
+  in_.long_mask = TL_ > 0 ? s.long_mask.data() : nullptr;
+  in_.short_mask = s.short_mask.data();
+  in_.label = s.label.data();
 }
 
 void Model::Impl::GatherEmbeddings(bool negatives) {
@@ -537,18 +665,39 @@ double Model::Impl::AuxForward(const float* short_mask) {
 }
 
 StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys& keys,
-                                      ForwardMode mode) {
+                                      ForwardMode mode, int slot) {
   can_backward_ = false;
   logits_ = nullptr;
   last_batch_ = 0;
-  SIFT_RETURN_IF_ERROR(CheckInputs(batch, keys, mode));
+  const bool uploaded = device_ && slot != kDirect;
+  // An uploaded slot's inverses were range-checked by its UploadBatch.
+  SIFT_RETURN_IF_ERROR(CheckInputs(batch, keys, mode, /*scan_inverses=*/!uploaded));
+  const bool aux = UsesDien(type_) && mode != ForwardMode::kInference;
+  if (uploaded) {
+    InputSlot& s = slots_[slot];
+    bool same =
+        s.finished && s.batch == batch.size && s.negatives == key_usage(mode).short_negatives;
+    for (size_t t = 0; same && t < s.keys.size(); ++t) {
+      same = s.keys[t] == static_cast<int64_t>(keys.tables[t].keys.size());
+    }
+    if (!same) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Model::Forward: input slot ", slot,
+          " holds no finished upload of this batch (UploadBatch, UploadRows per table, "
+          "FinishUpload)"));
+    }
+    SIFT_RETURN_IF_ERROR(be_->WaitFence(s.uploaded));
+  } else if (device_) {
+    SIFT_RETURN_IF_ERROR(UploadBatch(kDirect, batch, keys, mode));
+    for (int t = 0; t < UF_ + F_; ++t) SIFT_RETURN_IF_ERROR(UploadRows(kDirect, t, keys));
+  }
+  slot_ = slot;
   B_ = batch.size;
   mode_ = mode;
   for (size_t t = 0; t < key_counts_.size(); ++t) key_counts_[t] = keys.tables[t].keys.size();
   const int64_t B = B_;
-  const bool aux = UsesDien(type_) && mode != ForwardMode::kInference;
   const float* params = params_.data();
-  SIFT_RETURN_IF_ERROR(StageInputs(batch, keys, aux));
+  BindInputs(slot, batch, keys, aux);
   const float* labels = in_.label;
   GatherEmbeddings(aux);
 
@@ -609,6 +758,10 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
         be_->CopyToHost(logits_, host_logits_.data(), B * static_cast<int64_t>(sizeof(float))));
   }
   SIFT_RETURN_IF_ERROR(be_->Synchronize());
+  if (uploaded) {
+    // After this pass's reads of the slot (a Backward records a later one).
+    SIFT_ASSIGN_OR_RETURN(slots_[slot].released, be_->RecordFence());
+  }
   last_batch_ = B;
   can_backward_ = mode == ForwardMode::kTrain;
   return losses;
@@ -662,7 +815,11 @@ void Model::Impl::DienBackward(const float* short_mask, float aux_scale) {
                    grads + gru_w_rec_, grads + gru_b_in_, grads + gru_b_rec_, ws);
 }
 
-Status Model::Impl::Backward(BatchKeys* keys, float loss_scale) {
+Status Model::Impl::StartBackward(BatchKeys* keys, float loss_scale) {
+  if (grads_pending_) {
+    return absl::FailedPreconditionError(
+        "Model::StartBackward: the last backward pass's FinishBackward has not been called");
+  }
   if (!can_backward_) {
     return absl::FailedPreconditionError(
         "Model::Backward needs a successful kTrain Forward first (and only one Backward per "
@@ -749,7 +906,22 @@ Status Model::Impl::Backward(BatchKeys* keys, float loss_scale) {
     }
   }
   SIFT_RETURN_IF_ERROR(ScatterEmbeddingGrads(keys));
-  return be_->Synchronize();
+  if (device_ && slot_ != kDirect) {
+    // The segment sums were the last reads of the slot: its next upload waits for them.
+    SIFT_ASSIGN_OR_RETURN(slots_[slot_].released, be_->RecordFence());
+  }
+  return absl::OkStatus();
+}
+
+Status Model::Impl::FinishBackward() {
+  Status s;
+  if (grads_pending_) {
+    grads_pending_ = false;
+    s = grads_channel_->Synchronize();
+  }
+  // Also reports a failed op of the backward pass, whose gradients must not be used.
+  s.Update(be_->Synchronize());
+  return s;
 }
 
 Status Model::Impl::ScatterEmbeddingGrads(BatchKeys* keys) {
@@ -779,8 +951,12 @@ Status Model::Impl::ScatterEmbeddingGrads(BatchKeys* keys) {
       }
     }
     if (device_ && U > 0) {
-      SIFT_RETURN_IF_ERROR(
-          be_->CopyToHost(g, tk.grads.data(), U * D_ * static_cast<int64_t>(sizeof(float))));
+      // Back on the copy channel once this table's sums are done, while the compute goes on.
+      SIFT_ASSIGN_OR_RETURN(const kernels::Fence summed, be_->RecordFence());
+      SIFT_RETURN_IF_ERROR(grads_channel_->WaitFence(summed));
+      SIFT_RETURN_IF_ERROR(grads_channel_->Download(g, tk.grads.data(),
+                                                    U * D_ * static_cast<int64_t>(sizeof(float))));
+      grads_pending_ = true;
     }
   }
   return absl::OkStatus();
@@ -850,7 +1026,31 @@ Status Model::CopyParametersFromHost(absl::Span<const float> in) {
 }
 const std::vector<ParamTensor>& Model::param_layout() const { return impl_->registry_.layout(); }
 StatusOr<Losses> Model::Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode) {
-  return impl_->Forward(batch, keys, mode);
+  return impl_->Forward(batch, keys, mode, Impl::kDirect);
+}
+StatusOr<Losses> Model::Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode,
+                                int slot) {
+  SIFT_RETURN_IF_ERROR(CheckSlot(slot));
+  return impl_->Forward(batch, keys, mode, slot);
+}
+Status Model::UploadBatch(int slot, const data::Batch& batch, const BatchKeys& keys,
+                          ForwardMode mode) {
+  SIFT_RETURN_IF_ERROR(CheckSlot(slot));
+  return impl_->UploadBatch(slot, batch, keys, mode);
+}
+Status Model::UploadRows(int slot, int table, const BatchKeys& keys) {
+  SIFT_RETURN_IF_ERROR(CheckSlot(slot));
+  return impl_->UploadRows(slot, table, keys);
+}
+Status Model::FinishUpload(int slot) {
+  SIFT_RETURN_IF_ERROR(CheckSlot(slot));
+  return impl_->FinishUpload(slot);
+}
+bool Model::uploads_inputs() const { return impl_->device_; }
+Status Model::CheckSlot(int slot) {
+  if (slot >= 0 && slot < kInputSlots) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("Model: input slot ", slot, " is outside [0, ", kInputSlots, ")"));
 }
 absl::Span<const float> Model::logits() const {
   if (impl_->logits_ == nullptr || impl_->last_batch_ == 0) return {};
@@ -858,7 +1058,14 @@ absl::Span<const float> Model::logits() const {
   return absl::MakeConstSpan(host, static_cast<size_t>(impl_->last_batch_));
 }
 Status Model::Backward(BatchKeys* keys, float loss_scale) {
-  return impl_->Backward(keys, loss_scale);
+  const Status started = impl_->StartBackward(keys, loss_scale);
+  Status finished = impl_->FinishBackward();
+  if (!started.ok()) return started;
+  return finished;
 }
+Status Model::StartBackward(BatchKeys* keys, float loss_scale) {
+  return impl_->StartBackward(keys, loss_scale);
+}
+Status Model::FinishBackward() { return impl_->FinishBackward(); }
 
 }  // namespace sift::worker

@@ -9,9 +9,12 @@
 // Memory: parameters, gradients and activations are the backend's memory (kernels/backend.h: host
 // memory for cpu and reference, device memory for cuda), allocated once for `max_batch` rows at
 // Create: Forward/Backward do not allocate. The host-side inputs (the batch, the pulled rows) are
-// read in place by host backends and copied in by device backends (one copy per array); the
-// per-key embedding gradients and the logits come back to host memory either way.
-// Not thread-safe: one thread drives a Model (the backend parallelises inside ops).
+// read in place by host backends and copied in by device backends (one copy per array: by
+// Forward itself, or ahead of it into an input slot through a copy channel); the per-key
+// embedding gradients (through a copy channel) and the logits come back to host memory either
+// way.
+// Not thread-safe: one thread drives a Model (the backend parallelises inside ops), except the
+// input uploads (UploadBatch etc.), which another thread may run for the slot not computed on.
 #pragma once
 
 #include <cstdint>
@@ -111,12 +114,42 @@ class Model {
   // Gradient of loss_scale * Losses::total of the last kTrain Forward: overwrites gradients()
   // (dense) and each keys->tables[t].grads (host memory, summed per unique key). loss_scale > 1 is
   // dynamic loss scaling (worker/loss_scaler.h). REQUIRES: the last Forward was kTrain with the
-  // same keys.
+  // same keys. Backward = StartBackward, then FinishBackward.
   Status Backward(BatchKeys* keys, float loss_scale = 1.0f);
+  // The same in two halves, so the host can issue more work (the dense allreduce and optimizer)
+  // while the embedding gradients come back: StartBackward issues the pass — gradients() is then
+  // valid for later backend ops, in stream order — and keys->tables[t].grads are valid only after
+  // FinishBackward returned OK (which also waits for the backend and reports a failed op).
+  // REQUIRES: keys->tables[t].grads are not resized or read in between.
+  Status StartBackward(BatchKeys* keys, float loss_scale);
+  Status FinishBackward();
+
+  // ---- Inputs uploaded ahead of Forward (the step pipeline's copy stage) -----------------------
+  // On a device backend the model keeps kInputSlots sets of input buffers in backend memory, each
+  // with a copy channel (kernels/backend.h): step s's batch and pulled rows go into slot
+  // s % kInputSlots — UploadBatch (the inverses, masks and labels, validated as Forward would),
+  // UploadRows per table as its rows arrive from the pull, then FinishUpload — while this thread
+  // computes the other slot; Forward(..., slot) waits for the copies on the backend's stream, not
+  // on the host. The slot's next UploadBatch waits (on the copy stream) for the compute that read
+  // it. On host backends these calls do nothing and Forward reads the host arrays in place.
+  // Thread-safety: the upload calls for one slot may run on another thread than Forward/Backward,
+  // provided a slot's next UploadBatch starts after its last Forward (and Backward) returned, and
+  // its Forward after its FinishUpload returned (the step pipeline's order). Errors:
+  // INVALID_ARGUMENT for a bad slot or inputs; FAILED_PRECONDITION out of order (rows before the
+  // batch, a Forward of a slot holding another batch or an unfinished upload).
+  static constexpr int kInputSlots = 2;
+  bool uploads_inputs() const;  // device backends: the uploads copy
+  Status UploadBatch(int slot, const data::Batch& batch, const BatchKeys& keys, ForwardMode mode);
+  Status UploadRows(int slot, int table, const BatchKeys& keys);
+  Status FinishUpload(int slot);
+  // Forward on the inputs uploaded into `slot` (the same batch and keys).
+  StatusOr<Losses> Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode,
+                           int slot);
 
  private:
   class Impl;
   explicit Model(std::unique_ptr<Impl> impl);
+  static Status CheckSlot(int slot);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -30,6 +30,7 @@ struct PreparedStep {
   const data::Batch* batch = nullptr;  // &copy, or a batch the prepare function keeps valid
   data::Batch copy;                    // the batch's own storage when prefetching
   BatchKeys keys;
+  int input_slot = 0;  // the model input slot its inputs were uploaded into (Model::UploadBatch)
   double load_s = 0, dedup_s = 0, pull_s = 0;
 };
 

@@ -287,9 +287,11 @@ class Trainer {
 #endif
   // Dedups `batch`'s ids for `mode` into `keys` and fetches their rows: training pulls (creating
   // unseen rows), evaluation and inference look them up without creating any. Adds the wall time
-  // to *dedup_s and *pull_s.
+  // to *dedup_s and *pull_s. With upload_slot >= 0 the inputs also go into that model input slot
+  // (Model::UploadBatch): the batch's arrays while the rows are pulled, each table's rows as they
+  // arrive (their staging counts as pull time).
   Status FetchRows(const data::Batch& batch, ForwardMode mode, BatchKeys* keys, double* dedup_s,
-                   double* pull_s);
+                   double* pull_s, int upload_slot = -1);
   // This rank's share of a split (at most ceil(max_samples / world) samples, rounded up to whole
   // eval batches; 0 = all), handed to the env.
   StatusOr<EvalResult> Evaluate(data::Split split, int64_t max_samples, int64_t epoch);
@@ -537,13 +539,15 @@ Status Trainer::Setup(RunMode mode) {
 }
 
 Status Trainer::FetchRows(const data::Batch& batch, ForwardMode mode, BatchKeys* keys,
-                          double* dedup_s, double* pull_s) {
+                          double* dedup_s, double* pull_s, int upload_slot) {
   {
     ScopedTimer t(dedup_s);
     SIFT_RETURN_IF_ERROR(
         BuildBatchKeys(batch, model_->key_usage(mode), config_.embedding_dim, keys));
   }
   ScopedTimer t(pull_s);
+  const bool upload = upload_slot >= 0 && model_->uploads_inputs();
+  if (upload) SIFT_RETURN_IF_ERROR(model_->UploadBatch(upload_slot, batch, *keys, mode));
   const size_t dim = static_cast<size_t>(config_.embedding_dim);
 #ifndef SIFT_MINIMAL
   std::vector<EmbeddingClient::PullItem> items;
@@ -560,11 +564,19 @@ Status Trainer::FetchRows(const data::Batch& batch, ForwardMode mode, BatchKeys*
 #endif
     SIFT_RETURN_IF_ERROR(mode == ForwardMode::kTrain ? store_->Pull(table, tk.keys, out)
                                                      : store_->Lookup(table, tk.keys, out));
+    // This table's rows travel while the next table is pulled.
+    if (upload) SIFT_RETURN_IF_ERROR(model_->UploadRows(upload_slot, static_cast<int>(tb), *keys));
   }
 #ifndef SIFT_MINIMAL
   // One request per shard for all tables; training creates rows, evaluation only reads.
-  if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(remote_->Pull(items, mode == ForwardMode::kTrain));
+  if (remote_ != nullptr) {
+    SIFT_RETURN_IF_ERROR(remote_->Pull(items, mode == ForwardMode::kTrain));
+    for (size_t tb = 0; upload && tb < keys->tables.size(); ++tb) {
+      SIFT_RETURN_IF_ERROR(model_->UploadRows(upload_slot, static_cast<int>(tb), *keys));
+    }
+  }
 #endif
+  if (upload) SIFT_RETURN_IF_ERROR(model_->FinishUpload(upload_slot));
   return absl::OkStatus();
 }
 
@@ -585,7 +597,11 @@ Status Trainer::PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mo
       slot->batch = b;
     }
   }
-  return FetchRows(*slot->batch, mode, &slot->keys, &slot->dedup_s, &slot->pull_s);
+  // Step s uses model input slot s % kInputSlots: the prefetch thread fills one while this step
+  // computes on the other.
+  slot->input_slot = static_cast<int>(slot->step % Model::kInputSlots);
+  return FetchRows(*slot->batch, mode, &slot->keys, &slot->dedup_s, &slot->pull_s,
+                   slot->input_slot);
 }
 
 #ifndef SIFT_MINIMAL
@@ -637,7 +653,8 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
   Losses losses;
   {
     ScopedTimer t(&ph->forward);
-    SIFT_ASSIGN_OR_RETURN(losses, model_->Forward(*ps->batch, ps->keys, ForwardMode::kTrain));
+    SIFT_ASSIGN_OR_RETURN(
+        losses, model_->Forward(*ps->batch, ps->keys, ForwardMode::kTrain, ps->input_slot));
   }
   if (world_ > 1) {
     // The mean over ranks: every rank sees the same value (and fails alike when it is not
@@ -672,11 +689,21 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
   const float scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
   {
     ScopedTimer t(&ph->backward);
-    SIFT_RETURN_IF_ERROR(model_->Backward(&ps->keys, scale));
+    // The embedding gradients come back on the copy channel while the dense allreduce and
+    // optimizer are issued; FinishBackward waits for them (and reports a failed op).
+    SIFT_RETURN_IF_ERROR(model_->StartBackward(&ps->keys, scale));
   }
+  bool backward_finished = false;
+  const auto finish_backward = [&]() -> Status {
+    if (backward_finished) return absl::OkStatus();
+    backward_finished = true;
+    ScopedTimer t(&ph->backward);
+    return model_->FinishBackward();
+  };
   const absl::Span<float> grads = model_->gradients();
   float unscale = 1.0f;  // the loss scale's inverse, once the step is known to apply
   if (loss_scaler_) {
+    SIFT_RETURN_IF_ERROR(finish_backward());
     // A non-finite embedding gradient (host memory) poisons the dense gradients, so that after
     // the allreduce every rank sees the overflow and skips the step alike.
     bool sparse_finite = true;
@@ -707,6 +734,7 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
     ScopedTimer t(&ph->dense_opt);
     adam_.Step(backend_.get(), model_->parameters(), grads);
   }
+  SIFT_RETURN_IF_ERROR(finish_backward());
   {
     ScopedTimer t(&ph->push);
 #ifndef SIFT_MINIMAL
@@ -889,7 +917,8 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
       if (inference) {
         ScopedTimer t(&r.phases.forward);
         SIFT_RETURN_IF_ERROR(
-            model_->Forward(*ps->batch, ps->keys, ForwardMode::kInference).status());
+            model_->Forward(*ps->batch, ps->keys, ForwardMode::kInference, ps->input_slot)
+                .status());
       } else {
         SIFT_ASSIGN_OR_RETURN(r.losses, TrainStep(ps, epoch, step, &r.phases));
         r.has_losses = true;

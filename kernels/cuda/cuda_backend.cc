@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_backend_impl.h"
+#include "kernels/cuda/cuda_copy_channel.h"
 #include "kernels/cuda/cuda_dense_kernels.h"
 #include "kernels/cuda/cuda_dense_plan.h"
 #include "kernels/reference/dense_ops.h"
@@ -185,6 +186,25 @@ Status CudaBackend::CopyToBackend(const void* src, void* dst, int64_t bytes) {
       cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
   if (!pageable) SIFT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
+}
+
+StatusOr<std::unique_ptr<kernels::CopyChannel>> CudaBackend::CreateCopyChannel(
+    int64_t staging_bytes) {
+  SIFT_ASSIGN_OR_RETURN(std::unique_ptr<CudaCopyChannel> channel,
+                        CudaCopyChannel::Create(device_, staging_bytes));
+  return std::unique_ptr<kernels::CopyChannel>(std::move(channel));
+}
+
+StatusOr<kernels::Fence> CudaBackend::RecordFence() {
+  // After a failed op the work before the fence is not what the caller thinks: report it.
+  if (failed()) return Annotate(first_error_, "CudaBackend::RecordFence after a failed op");
+  return RecordCudaFence(stream_);
+}
+
+Status CudaBackend::WaitFence(const kernels::Fence& fence) {
+  const Status s = WaitCudaFence(stream_, fence);
+  Record(s);
+  return s;
 }
 
 Status CudaBackend::CopyToHost(const void* src, void* dst, int64_t bytes) {

@@ -40,6 +40,10 @@ class CudaBackend final : public kernels::Backend {
   Status CopyToBackend(const void* src, void* dst, int64_t bytes) override;
   Status CopyToHost(const void* src, void* dst, int64_t bytes) override;
   Status Synchronize() override;
+  // Copy channels on streams of their own (cuda_copy_channel.h); fences are cudaEvents.
+  StatusOr<std::unique_ptr<kernels::CopyChannel>> CreateCopyChannel(int64_t staging_bytes) override;
+  StatusOr<kernels::Fence> RecordFence() override;
+  Status WaitFence(const kernels::Fence& fence) override;
   Status SetMathMode(kernels::MathMode mode) override;
   kernels::MathMode math_mode() const override { return math_; }
   void Scale(int64_t n, float alpha, float* p) override;

@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <iterator>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -26,9 +28,14 @@ using kernels::DenseDims;
 using kernels::RnnDims;
 
 struct DeviceSimBackend::State {
+  // Held by every op, copy and channel call (channels may run on other threads); recursive, as
+  // the calls nest (a channel call checks pointers with IsTracked).
+  std::recursive_mutex mu;
   std::map<uintptr_t, int64_t> regions;  // start -> requested bytes, of the live allocations
   bool protect = true;                   // allocations are PROT_NONE outside ops and copies
   DeviceSimStats stats;
+  std::map<uintptr_t, int64_t> last_use;   // start -> number (stats.ops) of the last op using it
+  std::map<uintptr_t, int64_t> in_flight;  // start -> uploads queued into it, not landed
 };
 
 namespace {
@@ -112,7 +119,8 @@ class Access {
 // check; otherwise it opens the allocations of the arguments checked so far, until the op ends.
 class DeviceSimBackend::Check {
  public:
-  Check(DeviceSimBackend& be, const char* op) : be_(be), op_(op), access_(be.state_) {
+  Check(DeviceSimBackend& be, const char* op)
+      : lock_(be.state_->mu), be_(be), op_(op), access_(be.state_) {
     ++be.state_->stats.ops;
   }
   Check(const Check&) = delete;
@@ -124,6 +132,15 @@ class DeviceSimBackend::Check {
     if (p == nullptr || count <= 0) return;
     const int64_t bytes = count * static_cast<int64_t>(sizeof(T));
     if (be_.IsTracked(p, bytes)) {
+      const uintptr_t start = Enclosing(be_.state_->regions, p)->first;
+      be_.state_->last_use[start] = be_.state_->stats.ops;
+      if (be_.state_->in_flight[start] > 0) {
+        ok_ = false;
+        be_.Fail(op_, what,
+                 "memory with an upload in flight (the backend must WaitFence on the channel's "
+                 "fence before an op touches it)");
+        return;
+      }
       pending_.push_back(p);
       return;
     }
@@ -138,6 +155,7 @@ class DeviceSimBackend::Check {
   }
 
  private:
+  std::unique_lock<std::recursive_mutex> lock_;
   DeviceSimBackend& be_;
   const char* op_;
   Access access_;
@@ -162,6 +180,7 @@ std::shared_ptr<const DeviceSimStats> DeviceSimBackend::stats() const {
 }
 
 bool DeviceSimBackend::IsTracked(const void* p, int64_t bytes) const {
+  std::lock_guard<std::recursive_mutex> lock(state_->mu);
   auto it = Enclosing(state_->regions, p);
   if (it == state_->regions.end()) return false;
   const uintptr_t start = it->first, end = start + static_cast<uintptr_t>(it->second);
@@ -178,7 +197,181 @@ std::string DeviceSimBackend::Describe(const void* p, int64_t bytes) const {
                       ") of an allocation of ", it->second, " bytes: past its end");
 }
 
+// ---- Copy channels and fences --------------------------------------------------------------
+
+namespace {
+
+// A channel's queued uploads, shared with the fences it records.
+struct SimQueue {
+  struct Upload {
+    std::vector<char> staged;
+    void* dst;
+    int64_t number;  // 1, 2, ... in queue order
+  };
+  std::deque<Upload> pending;  // not landed, in order
+  int64_t queued = 0;          // uploads ever queued
+};
+
+// A fence's handle: a backend fence (compute_op >= 0: ops up to that number precede it) or a
+// channel's (its uploads up to `upload` precede it).
+struct SimFence {
+  int64_t compute_op = -1;
+  std::shared_ptr<SimQueue> queue;
+  int64_t upload = 0;
+};
+
+// Lands (copies into backend memory) the uploads of `queue` numbered <= up_to; returns how many.
+// REQUIRES: state.mu held.
+int64_t Land(const std::shared_ptr<DeviceSimBackend::State>& state, SimQueue* queue,
+             int64_t up_to) {
+  int64_t landed = 0;
+  while (!queue->pending.empty() && queue->pending.front().number <= up_to) {
+    SimQueue::Upload& u = queue->pending.front();
+    auto it = Enclosing(state->regions, u.dst);
+    if (it != state->regions.end()) {  // (freed memory: nothing to land in)
+      Access access(state);
+      access.Open(u.dst);
+      std::memcpy(u.dst, u.staged.data(), u.staged.size());
+      --state->in_flight[it->first];
+    }
+    queue->pending.pop_front();
+    ++landed;
+  }
+  return landed;
+}
+
+}  // namespace
+
+class DeviceSimBackend::SimChannel final : public kernels::CopyChannel {
+ public:
+  explicit SimChannel(DeviceSimBackend& be) : be_(be), queue_(std::make_shared<SimQueue>()) {}
+  ~SimChannel() override {
+    std::lock_guard<std::recursive_mutex> lock(be_.state_->mu);
+    Land(be_.state_, queue_.get(), queue_->queued);  // a GPU finishes them too
+  }
+
+  Status Upload(const void* src, void* dst, int64_t bytes) override {
+    std::lock_guard<std::recursive_mutex> lock(be_.state_->mu);
+    SIFT_RETURN_IF_ERROR(CheckCopy("CopyChannel::Upload", src, dst, bytes, /*to_backend=*/true));
+    if (bytes == 0) return absl::OkStatus();
+    ++be_.state_->stats.uploads;
+    const char* from = static_cast<const char*>(src);
+    queue_->pending.push_back({std::vector<char>(from, from + bytes), dst, ++queue_->queued});
+    ++be_.state_->in_flight[Enclosing(be_.state_->regions, dst)->first];
+    return absl::OkStatus();
+  }
+
+  Status Download(const void* src, void* dst, int64_t bytes) override {
+    std::lock_guard<std::recursive_mutex> lock(be_.state_->mu);
+    SIFT_RETURN_IF_ERROR(CheckCopy("CopyChannel::Download", src, dst, bytes, /*to_backend=*/false));
+    if (bytes == 0) return absl::OkStatus();
+    ++be_.state_->stats.downloads;
+    Access access(be_.state_);
+    access.Open(src);
+    const char* from = static_cast<const char*>(src);
+    downloads_.push_back({std::vector<char>(from, from + bytes), dst});
+    std::memset(dst, 0xff, static_cast<size_t>(bytes));  // NaN until Synchronize
+    return absl::OkStatus();
+  }
+
+  StatusOr<kernels::Fence> RecordFence() override {
+    std::lock_guard<std::recursive_mutex> lock(be_.state_->mu);
+    ++be_.state_->stats.fences_recorded;
+    auto f = std::make_shared<SimFence>();
+    f->queue = queue_;
+    f->upload = queue_->queued;
+    return kernels::Fence(std::move(f));
+  }
+
+  Status WaitFence(const kernels::Fence& fence) override {
+    std::lock_guard<std::recursive_mutex> lock(be_.state_->mu);
+    if (fence.passed()) return absl::OkStatus();
+    const SimFence* f = static_cast<const SimFence*>(fence.handle());
+    if (f->compute_op < 0) {
+      be_.Fail("CopyChannel::WaitFence", "fence", "a channel's fence (wait for backend fences)");
+      return absl::InvalidArgumentError("CopyChannel::WaitFence: not a backend fence");
+    }
+    waited_ = std::max(waited_, f->compute_op);
+    return absl::OkStatus();
+  }
+
+  Status Synchronize() override {
+    std::lock_guard<std::recursive_mutex> lock(be_.state_->mu);
+    Land(be_.state_, queue_.get(), queue_->queued);
+    for (const auto& [staged, dst] : downloads_) std::memcpy(dst, staged.data(), staged.size());
+    downloads_.clear();
+    return absl::OkStatus();
+  }
+
+ private:
+  // The pointers of a copy (backend memory on the backend side, host memory on the other), and
+  // that no op used the backend side after the last backend fence this channel waited for.
+  Status CheckCopy(const char* op, const void* src, const void* dst, int64_t bytes,
+                   bool to_backend) {
+    if (bytes < 0) {
+      be_.Fail(op, "bytes", absl::StrCat(bytes, " < 0"));
+      return absl::InvalidArgumentError(absl::StrCat(op, ": negative size"));
+    }
+    if (bytes == 0) return absl::OkStatus();
+    const void* backend_side = to_backend ? dst : src;
+    const void* host_side = to_backend ? src : dst;
+    const char* backend_name = to_backend ? "dst" : "src";
+    if (host_side == nullptr || be_.IsTracked(host_side, 1)) {
+      be_.Fail(op, to_backend ? "src" : "dst",
+               host_side == nullptr ? "null" : "is backend memory, not host memory");
+      return absl::InvalidArgumentError(absl::StrCat(op, ": bad pointers (see the failures)"));
+    }
+    if (backend_side == nullptr || !be_.IsTracked(backend_side, bytes)) {
+      be_.Fail(op, backend_name,
+               backend_side == nullptr ? "null" : be_.Describe(backend_side, bytes));
+      return absl::InvalidArgumentError(absl::StrCat(op, ": bad pointers (see the failures)"));
+    }
+    const uintptr_t start = Enclosing(be_.state_->regions, backend_side)->first;
+    const int64_t last = be_.state_->last_use[start];
+    if (last > waited_) {
+      be_.Fail(op, backend_name,
+               absl::StrCat("op #", last, " used this allocation after the last backend fence ",
+                            "the channel waited for (after op #", waited_,
+                            "): on a GPU the copy could race that op"));
+      return absl::InternalError(absl::StrCat(op, ": copy without a fence (see the failures)"));
+    }
+    return absl::OkStatus();
+  }
+
+  DeviceSimBackend& be_;
+  std::shared_ptr<SimQueue> queue_;
+  int64_t waited_ = 0;  // the newest backend fence waited for: ops up to this number
+  std::vector<std::pair<std::vector<char>, void*>> downloads_;
+};
+
+StatusOr<std::unique_ptr<kernels::CopyChannel>> DeviceSimBackend::CreateCopyChannel(
+    int64_t staging_bytes) {
+  if (staging_bytes < 0) return absl::InvalidArgumentError("CreateCopyChannel: negative size");
+  return std::unique_ptr<kernels::CopyChannel>(std::make_unique<SimChannel>(*this));
+}
+
+StatusOr<kernels::Fence> DeviceSimBackend::RecordFence() {
+  std::lock_guard<std::recursive_mutex> lock(state_->mu);
+  ++state_->stats.fences_recorded;
+  auto f = std::make_shared<SimFence>();
+  f->compute_op = state_->stats.ops;
+  return kernels::Fence(std::move(f));
+}
+
+Status DeviceSimBackend::WaitFence(const kernels::Fence& fence) {
+  std::lock_guard<std::recursive_mutex> lock(state_->mu);
+  if (fence.passed()) return absl::OkStatus();
+  const SimFence* f = static_cast<const SimFence*>(fence.handle());
+  if (f->queue == nullptr) {
+    Fail("WaitFence", "fence", "a backend fence (the backend waits for channel fences)");
+    return absl::InvalidArgumentError("DeviceSimBackend::WaitFence: not a channel fence");
+  }
+  state_->stats.landed_by_fence += Land(state_, f->queue.get(), f->upload);
+  return absl::OkStatus();
+}
+
 void DeviceSimBackend::Fail(absl::string_view op, absl::string_view what, absl::string_view why) {
+  std::lock_guard<std::recursive_mutex> lock(state_->mu);
   std::string msg = absl::StrCat(op, ": argument ", what, ": ", why);
   ADD_FAILURE() << name_ << " " << msg;
   if (status_.ok()) status_ = absl::InternalError(absl::StrCat(name_, " ", msg));
@@ -186,6 +379,7 @@ void DeviceSimBackend::Fail(absl::string_view op, absl::string_view what, absl::
 }
 
 StatusOr<BackendBuffer> DeviceSimBackend::Allocate(int64_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(state_->mu);
   if (bytes < 0) return absl::InvalidArgumentError("DeviceSimBackend::Allocate: negative size");
   if (bytes == 0) return BackendBuffer();
   // Whole zeroed pages (page-aligned: at least cuda's 256), closed unless protection is off.
@@ -200,13 +394,17 @@ StatusOr<BackendBuffer> DeviceSimBackend::Allocate(int64_t bytes) {
   // The deleter holds the state: a buffer freed after the backend still finds it.
   std::shared_ptr<State> state = state_;
   return BackendBuffer(p, bytes, [state, bytes](void* q) {
+    std::lock_guard<std::recursive_mutex> lock(state->mu);
     state->regions.erase(Addr(q));
+    state->last_use.erase(Addr(q));
+    state->in_flight.erase(Addr(q));
     --state->stats.live_allocations;
     munmap(q, Mapped(bytes));
   });
 }
 
 Status DeviceSimBackend::CopyToBackend(const void* src, void* dst, int64_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(state_->mu);
   if (bytes < 0) {
     Fail("CopyToBackend", "bytes", absl::StrCat(bytes, " < 0"));
     return absl::InvalidArgumentError("CopyToBackend: negative size");
@@ -230,6 +428,7 @@ Status DeviceSimBackend::CopyToBackend(const void* src, void* dst, int64_t bytes
 }
 
 Status DeviceSimBackend::CopyToHost(const void* src, void* dst, int64_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(state_->mu);
   if (bytes < 0) {
     Fail("CopyToHost", "bytes", absl::StrCat(bytes, " < 0"));
     return absl::InvalidArgumentError("CopyToHost: negative size");
@@ -253,6 +452,7 @@ Status DeviceSimBackend::CopyToHost(const void* src, void* dst, int64_t bytes) {
 }
 
 Status DeviceSimBackend::Synchronize() {
+  std::lock_guard<std::recursive_mutex> lock(state_->mu);
   Status s = std::exchange(status_, absl::OkStatus());
   Status inner = inner_->Synchronize();
   return s.ok() ? inner : s;

@@ -15,7 +15,15 @@
 // SIMULATION: SetMathMode accepts every MathMode and records it, but the GEMMs stay fp32 (the
 // inner CPU backend's), so results are bit-identical to that backend's. Fault injection:
 // FailAllFiniteOnCalls.
-// Thread-compatible, like every Backend. Owns the inner backend; stats() outlive it.
+// Copy channels (CreateCopyChannel) are simulated as strictly as a GPU allows, so a missing
+// fence fails on the CPU: an upload is only queued (its source staged) and lands when the
+// backend waits for a channel fence recorded after it (WaitFence) or the channel synchronizes;
+// an op touching memory with an upload not yet landed fails the check ("upload in flight"). An
+// upload into, or download from, memory that an op used after the last backend fence the channel
+// waited for fails too (the copy could race that op on a GPU). A download fills its host
+// destination with NaN bytes until the channel's Synchronize delivers the data.
+// Thread-compatible, like every Backend, except that channels may run on other threads: every
+// op and channel call holds one lock. Owns the inner backend; stats() outlive it.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +51,10 @@ struct DeviceSimStats {
   int64_t live_allocations = 0;            // allocations not yet freed
   int64_t live_at_destruction = -1;        // live_allocations when the backend died (-1: alive)
   std::set<kernels::MathMode> math_modes;  // every mode SetMathMode was given
+  int64_t uploads = 0;                     // channel Upload calls with bytes > 0
+  int64_t downloads = 0;                   // channel Download calls with bytes > 0
+  int64_t landed_by_fence = 0;             // uploads landed by the backend's WaitFence
+  int64_t fences_recorded = 0;             // RecordFence calls (backend and channels)
 };
 
 class DeviceSimBackend final : public kernels::Backend {
@@ -74,6 +86,9 @@ class DeviceSimBackend final : public kernels::Backend {
   // The first failure since the last call (OK when none), then the inner backend's.
   Status Synchronize() override;
   Status SetMathMode(kernels::MathMode mode) override;  // every mode; computes in fp32
+  StatusOr<std::unique_ptr<kernels::CopyChannel>> CreateCopyChannel(int64_t staging_bytes) override;
+  StatusOr<kernels::Fence> RecordFence() override;
+  Status WaitFence(const kernels::Fence& fence) override;
   kernels::MathMode math_mode() const override { return mode_; }
 
   void Fill(int64_t n, float value, float* p) override;
@@ -139,6 +154,7 @@ class DeviceSimBackend final : public kernels::Backend {
 
  private:
   class Check;
+  class SimChannel;
   void Fail(absl::string_view op, absl::string_view what, absl::string_view why);
   std::string Describe(const void* p, int64_t bytes) const;
 
