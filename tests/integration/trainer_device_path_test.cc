@@ -11,7 +11,10 @@
 // - an injected overflow on AllFinite calls 2 and 3: exactly those two steps skipped, the run
 //   completes with finite losses;
 // - checkpoints saved through the device path are byte-identical to the CPU run's, and resuming
-//   from either on the simulator continues exactly as the CPU run does.
+//   from either on the simulator continues exactly as the CPU run does;
+// - staleness 1: the prefetch thread uploads step t+1 through a copy channel while step t
+//   computes; the simulator's fence checks pass and the run trains (its pulls race the pushes by
+//   design, so it is compared with the CPU backend's k = 1 run loosely, not bit for bit).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -85,6 +88,11 @@ class TrainerDevicePathTest : public testing::TinyDatasetSuite<17> {
     EXPECT_EQ(s.math_modes, std::set<kernels::MathMode>{mode});
     EXPECT_GT(s.copies_to_backend, 0);
     EXPECT_GT(s.copies_to_host, 0);
+    // The training steps' inputs went up, and their embedding gradients came back, through the
+    // copy channels (the simulator fails any copy or op missing its fence).
+    EXPECT_GT(s.uploads, 0);
+    EXPECT_GT(s.landed_by_fence, 0);
+    EXPECT_GT(s.downloads, 0);
   }
 
   static void ExpectSameRun(const RunResult& got, const RunResult& want, const std::string& what) {
@@ -272,6 +280,29 @@ TEST_F(TrainerDevicePathTest, Fp16ForwardOverflowSkipsTheStep) {
   ASSERT_FALSE(stopped.ok());
   EXPECT_NE(stopped.status().message().find("non-finite training loss"), std::string::npos)
       << stopped.status();
+}
+
+TEST_F(TrainerDevicePathTest, PrefetchedStepsUploadWhileTheStepBeforeComputes) {
+  TrainerOptions o = Options();
+  o.staleness = 1;
+  o.max_steps_per_epoch = 30;
+  auto cpu = RunTrainer(o, RunMode::kTrain);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  std::shared_ptr<const DeviceSimStats> stats;
+  o.precision = "fp32";
+  auto sim = RunOnSim(o, &stats);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  ExpectCleanRun(*stats, kernels::MathMode::kFp32);
+  ASSERT_EQ(sim->step_losses.size(), 30u);
+  for (double l : sim->step_losses) EXPECT_TRUE(std::isfinite(l));
+  // Every step was uploaded once and consumed: 30 steps' arrays landed at their Forward.
+  EXPECT_EQ(stats->landed_by_fence, stats->uploads);
+  const double auc = sim->epochs.back().test_auc, cpu_auc = cpu->epochs.back().test_auc;
+  std::printf("staleness 1: %lld uploads, %lld downloads; test AUC %.4f (cpu k=1: %.4f)\n",
+              static_cast<long long>(stats->uploads), static_cast<long long>(stats->downloads), auc,
+              cpu_auc);
+  EXPECT_GT(auc, 0.52);  // 30 small steps: above chance, as the cpu run
+  EXPECT_NEAR(auc, cpu_auc, 0.02);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 // ops run; staging must not change a bit), for SIM, DIEN and DIN, in kTrain, kEval and kInference,
 // with padding (-1 inverses), and for batches of different sizes through one model (the staging
 // buffers are reused). The first tests check that the simulator itself catches what it must.
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -178,6 +179,95 @@ TEST(DeviceSimBackendTest, AllFiniteAnswersTrulyExceptOnTheInjectedCalls) {
   EXPECT_TRUE(be->AllFinite(3, buf->floats()));
   EXPECT_EQ(be->stats()->all_finite_calls, 5);
   EXPECT_TRUE(be->Synchronize().ok());
+}
+
+// ---- The simulator's copy channels: a missing fence fails on the CPU --------------------------
+
+TEST(DeviceSimBackendTest, AnUploadLandsOnlyAtTheBackendsWaitForItsFence) {
+  auto be = CreateDeviceSimBackend(kThreads);
+  auto buf = be->Allocate(4 * sizeof(float));
+  ASSERT_TRUE(buf.ok());
+  auto channel = be->CreateCopyChannel(64);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  std::vector<float> src = {1, 2, 3, 4};
+  ASSERT_TRUE((*channel)->Upload(src.data(), buf->data(), 16).ok());
+  src.assign(4, -1.0f);  // staged: the caller may reuse its source at once
+  // An op touching the memory before the backend waited for the upload.
+  EXPECT_NONFATAL_FAILURE(be->Scale(4, 2.0f, buf->floats()),
+                          "Scale: argument p: memory with an upload in flight");
+  EXPECT_FALSE(be->Synchronize().ok());
+  auto fence = (*channel)->RecordFence();
+  ASSERT_TRUE(fence.ok());
+  ASSERT_TRUE(be->WaitFence(*fence).ok());
+  EXPECT_EQ(be->stats()->landed_by_fence, 1);
+  be->Scale(4, 2.0f, buf->floats());
+  std::vector<float> back(4);
+  ASSERT_TRUE(be->CopyToHost(buf->data(), back.data(), 16).ok());
+  EXPECT_EQ(back, (std::vector<float>{2, 4, 6, 8}));
+  EXPECT_TRUE(be->Synchronize().ok());
+  // Fences go one way: the backend waits for channel fences, channels for backend fences.
+  auto compute = be->RecordFence();
+  ASSERT_TRUE(compute.ok());
+  Status s;
+  EXPECT_NONFATAL_FAILURE(s = be->WaitFence(*compute), "WaitFence: argument fence");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NONFATAL_FAILURE(s = (*channel)->WaitFence(*fence), "CopyChannel::WaitFence");
+  EXPECT_FALSE(s.ok());
+}
+
+TEST(DeviceSimBackendTest, ChannelCopiesOfMemoryAnOpUsedNeedTheOpsFence) {
+  auto be = CreateDeviceSimBackend(kThreads);
+  auto buf = be->Allocate(4 * sizeof(float));
+  ASSERT_TRUE(buf.ok());
+  auto channel = be->CreateCopyChannel(0);
+  ASSERT_TRUE(channel.ok());
+  std::vector<float> host = {5, 6, 7, 8};
+  be->Fill(4, 1.5f, buf->floats());  // op #1 writes the buffer
+  Status s;
+  // Without a fence the upload could overwrite, and the download read, memory the op still uses.
+  EXPECT_NONFATAL_FAILURE(s = (*channel)->Upload(host.data(), buf->data(), 16),
+                          "CopyChannel::Upload: argument dst: op #1 used this allocation");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NONFATAL_FAILURE(s = (*channel)->Download(buf->data(), host.data(), 16),
+                          "CopyChannel::Download: argument src: op #1");
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(be->Synchronize().ok());
+  // With the op's fence: the download delivers at the channel's Synchronize, NaN before.
+  auto after_fill = be->RecordFence();
+  ASSERT_TRUE(after_fill.ok());
+  ASSERT_TRUE((*channel)->WaitFence(*after_fill).ok());
+  ASSERT_TRUE((*channel)->Download(buf->data(), host.data(), 16).ok());
+  EXPECT_TRUE(std::isnan(host[0]) && std::isnan(host[3]));
+  ASSERT_TRUE((*channel)->Synchronize().ok());
+  EXPECT_EQ(host, (std::vector<float>(4, 1.5f)));
+  // A later op on the buffer needs a newer fence before the next upload.
+  be->Scale(4, 2.0f, buf->floats());
+  EXPECT_NONFATAL_FAILURE(s = (*channel)->Upload(host.data(), buf->data(), 16), "op #2");
+  auto after_scale = be->RecordFence();
+  ASSERT_TRUE(after_scale.ok());
+  ASSERT_TRUE((*channel)->WaitFence(*after_scale).ok());
+  EXPECT_TRUE((*channel)->Upload(host.data(), buf->data(), 16).ok());
+  ASSERT_TRUE((*channel)->Synchronize().ok());  // lands it
+  std::vector<float> back(4);
+  ASSERT_TRUE(be->CopyToHost(buf->data(), back.data(), 16).ok());
+  EXPECT_EQ(back, (std::vector<float>(4, 1.5f)));
+  EXPECT_EQ(be->stats()->uploads, 1);
+  EXPECT_EQ(be->stats()->downloads, 1);
+}
+
+// The host backends' channel is a memcpy and their fences have passed.
+TEST(HostCopyChannelTest, CopiesAtOnce) {
+  auto be = kernels::CreateCpuBackend(1);
+  auto channel = be->CreateCopyChannel(0);
+  ASSERT_TRUE(channel.ok());
+  std::vector<float> a = {1, 2}, b(2);
+  ASSERT_TRUE((*channel)->Upload(a.data(), b.data(), 8).ok());
+  EXPECT_EQ(b, a);
+  auto f = be->RecordFence();
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(f->passed());
+  EXPECT_TRUE((*channel)->WaitFence(*f).ok());
+  EXPECT_FALSE((*channel)->Upload(a.data(), b.data(), -1).ok());
 }
 
 // ---- The model on the simulator vs on the CPU backend ---------------------------------------
