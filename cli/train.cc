@@ -72,6 +72,12 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
                   "Sample order: shuffled (per-epoch permutation) or reference (model-spec 6.5)")
       ->check(CLI::IsMember({"shuffled", "reference"}))
       ->capture_default_str();
+  cmd->add_option("--staleness", o.staleness,
+                  "0: synchronous and deterministic; >= 1: the next step is loaded, pulled and "
+                  "(cuda) uploaded on a prefetch thread while this one computes (its rows may "
+                  "miss this step's push)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--max-steps-per-epoch", o.max_steps_per_epoch,
                   "Stop each epoch after this many steps (0 = the whole split)")
       ->capture_default_str();
@@ -208,8 +214,11 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
       "parameters\n",
       f->model.c_str(), static_cast<long long>(r.samples_per_step), r.backend.c_str(), r.threads,
       r.precision.c_str(), static_cast<long long>(r.dense_params));
-  std::printf("  steps:      %lld run (warm-up %lld excluded when steps remain)\n",
-              static_cast<long long>(r.steps), static_cast<long long>(f->opt.warmup_steps));
+  std::printf(
+      "  steps:      %lld run (warm-up %lld excluded when steps remain), staleness %lld%s\n",
+      static_cast<long long>(r.steps), static_cast<long long>(f->opt.warmup_steps),
+      static_cast<long long>(f->opt.staleness),
+      f->opt.staleness > 0 ? " (prefetched)" : " (synchronous)");
   std::printf("  throughput: %.0f samples/s\n", r.perf.throughput);
   std::printf("  latency:    mean %.1f ms, p90 %.1f ms, p95 %.1f ms, p99 %.1f ms\n",
               r.perf.latency_mean_ms, r.perf.latency_p90_ms, r.perf.latency_p95_ms,
@@ -240,6 +249,7 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
     j["precision"] = r.precision;
     j["skipped_steps"] = r.skipped_steps;
     j["threads"] = r.threads;
+    j["staleness"] = f->opt.staleness;
     j["batch_size"] = r.samples_per_step;
     j["steps"] = r.steps;
     j["throughput"] = r.perf.throughput;

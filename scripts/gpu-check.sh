@@ -26,6 +26,8 @@
 #                           the others run while the deadline allows)
 #   GPU_CHECK_TRAIN_BATCH, GPU_CHECK_INFERENCE_BATCH   batch sizes (131072 and 65536, the
 #                           reference's; 1024 when quick)
+#   GPU_CHECK_STALENESS     --staleness of the benchmarks (default 1 on cuda: the copy stream
+#                           overlaps the next step; 0 elsewhere)
 #   GPU_CHECK_JOBS          build parallelism (default: every CPU)
 #   GPU_CHECK_COMMIT        the commit to record when the tree has no .git (the device's copy)
 # Exit status: 0 when every stage that ran passed; 1 when the sysroot, the configure, the build, a
@@ -203,6 +205,7 @@ for name in bench_order:
                       "backend": j.get("backend"), "precision": j.get("precision"),
                       "batch_size": j.get("batch_size"),
                       "threads": j.get("threads"), "steps": j.get("steps"),
+                      "staleness": j.get("staleness"),
                       "samples_per_s": j.get("throughput"),
                       "latency_mean_ms": j.get("latency_mean_ms"),
                       "latency_p99_ms": j.get("latency_p99_ms"),
@@ -488,9 +491,16 @@ gen_cmd=("$sift" data gen --preset "$preset" --seed 1 --out "$data_dir")
 [ -n "$users" ] && gen_cmd+=(--users "$users")
 order=()
 for m in $models; do order+=("train_$m" "inference_$m"); done
-# On cuda the benchmarks run at the default precision (auto = bf16 GEMMs); one more SIM training
-# run in fp32 shows what the tensor-core GEMMs buy.
-[ "$backend" = cuda ] && order+=(train_sim_fp32)
+# On cuda the benchmarks run at the default precision (auto = bf16 GEMMs) with staleness 1 (the
+# next step is loaded, pulled and uploaded on the copy stream while this one computes); one more
+# SIM training run in fp32 shows what the tensor-core GEMMs buy, and one at staleness 0 what the
+# overlap buys.
+staleness=0
+if [ "$backend" = cuda ]; then
+  staleness=1
+  order+=(train_sim_fp32 train_sim_k0)
+fi
+staleness=${GPU_CHECK_STALENESS:-$staleness}
 kv bench_order "${order[*]}"
 if run_stage data_gen 90 "$log_data" -- "${gen_cmd[@]}"; then
   kv data_summary "$(grep -E '^(users|samples|test AUC|took)' "$log_data" | one_line)"
@@ -501,7 +511,7 @@ if run_stage data_gen 90 "$log_data" -- "${gen_cmd[@]}"; then
       if [ "$mode" = train ]; then b=$train_batch; n=$train_steps; else b=$infer_batch; n=$infer_steps; fi
       run_stage "bench_${mode}_$m" "$limit" "$log_bench" "$kind" -- "$sift" bench "$mode" \
         --dataset "$data_dir" --model "$m" --backend "$backend" --batch-size "$b" \
-        --warmup-steps "$warmup" --benchmark-steps "$n" --progress off \
+        --warmup-steps "$warmup" --benchmark-steps "$n" --staleness "$staleness" --progress off \
         --json "$state/bench_${mode}_$m.json"
       if [ -f "$state/bench_${mode}_$m.json" ]; then
         say "  $mode $m: $(sed -n 's/^ *"throughput": *\([0-9.]*\).*/\1/p' "$state/bench_${mode}_$m.json" | cut -d. -f1) samples/s"
@@ -515,7 +525,11 @@ if run_stage data_gen 90 "$log_data" -- "${gen_cmd[@]}"; then
     run_stage bench_train_sim_fp32 "$bench_optional_limit" "$log_bench" optional -- "$sift" bench \
       train --dataset "$data_dir" --model sim --backend cuda --precision fp32 \
       --batch-size "$train_batch" --warmup-steps "$warmup" --benchmark-steps "$train_steps" \
-      --progress off --json "$state/bench_train_sim_fp32.json"
+      --staleness "$staleness" --progress off --json "$state/bench_train_sim_fp32.json"
+    run_stage bench_train_sim_k0 "$bench_optional_limit" "$log_bench" optional -- "$sift" bench \
+      train --dataset "$data_dir" --model sim --backend cuda --staleness 0 \
+      --batch-size "$train_batch" --warmup-steps "$warmup" --benchmark-steps "$train_steps" \
+      --progress off --json "$state/bench_train_sim_k0.json"
   fi
 fi
 exit 0

@@ -437,7 +437,7 @@ Status Trainer::Setup(RunMode mode) {
                     std::move(tables), embedding::StoreOptions{o_.seed, 64, TableThreads()}));
   } else {
 #ifndef SIFT_MINIMAL  // (a SIFT_MINIMAL build rejected embedding_servers above)
-    const bool prefetch = mode == RunMode::kTrain && o_.staleness > 0;
+    const bool prefetch = o_.staleness > 0;
     EmbeddingClientOptions co;
     co.servers = o_.embedding_servers;
     SIFT_ASSIGN_OR_RETURN(co.encoding, ParseWireFloat(o_.wire_encoding));
@@ -885,10 +885,9 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
   if (po.total_steps > 0) po.planned_steps = std::min(po.planned_steps, po.total_steps);
   PerfStats perf(po);
   const ForwardMode fmode = inference ? ForwardMode::kInference : ForwardMode::kTrain;
-  StepPipeline pipeline(mode == RunMode::kTrain ? o_.staleness : 0,
-                        [&](int64_t, PreparedStep* slot) {
-                          return PrepareStep(loader.get(), o_.staleness > 0, fmode, slot);
-                        });
+  StepPipeline pipeline(o_.staleness, [&](int64_t, PreparedStep* slot) {
+    return PrepareStep(loader.get(), o_.staleness > 0, fmode, slot);
+  });
 
   for (int64_t epoch = first_epoch; epoch < o_.epochs && !perf.completed(); ++epoch) {
     const int64_t start_step = epoch == first_epoch ? first_step : 0;

@@ -82,8 +82,10 @@ struct TrainerOptions {
   // fixed). false (sift train): resume at the start of epoch epochs_done.
   bool resume_within_epoch = false;
   // Steps a pulled row may lag behind the pushes (architecture.md): 0 = synchronous; >= 1 = the
-  // next step is loaded, deduplicated and pulled on a prefetch thread while the current one
-  // computes — one step ahead, so the effective bound is min(k, 1) (worker/step_pipeline.h).
+  // next step is loaded, deduplicated, pulled and (device backends) uploaded into the model's
+  // other input slot on a prefetch thread while the current one computes — one step ahead, so
+  // the effective bound is min(k, 1) (worker/step_pipeline.h). Every run mode honours it; an
+  // inference benchmark pushes nothing, so there it only overlaps.
   int64_t staleness = 0;
   // Benchmarks: the reference's performance calculator (warm-up 20, then benchmark_steps; 0 =
   // every step of every epoch).
