@@ -263,6 +263,9 @@ class Backend {
     (void)staging_bytes;
     return std::unique_ptr<CopyChannel>(std::make_unique<HostCopyChannel>());
   }
+  // The stream the ops run on, for libraries that enqueue work after them (cuda: its
+  // cudaStream_t, for NCCL); nullptr on host backends.
+  virtual void* native_stream() const { return nullptr; }
   // A fence after the ops issued so far (a passed one on host backends).
   virtual StatusOr<Fence> RecordFence() { return Fence(); }
   // The ops issued from now on start after `fence` (a CopyChannel's) passed; no host wait.

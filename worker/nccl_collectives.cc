@@ -116,6 +116,12 @@ class NcclCollectives : public Collectives {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   bool device_memory() const override { return true; }
+  Status UseStream(void* stream) override {
+    SIFT_RETURN_IF_ERROR(CheckAlive(Describe("bind stream")));
+    stream_ = stream != nullptr ? static_cast<cudaStream_t>(stream)
+                                : static_cast<cudaStream_t>(options_.stream);
+    return absl::OkStatus();
+  }
 
   Status AllreduceSum(absl::Span<float> data) override {
     const std::string op = Describe("allreduce", data.size());
@@ -250,7 +256,7 @@ class NcclCollectives : public Collectives {
   const int world_;
   const std::string prefix_;
   const NcclOptions options_;
-  const cudaStream_t stream_;
+  cudaStream_t stream_;  // options_.stream, or the one UseStream bound
   const WatchdogOptions watchdog_;
   ncclComm_t comm_ = nullptr;  // null once aborted
   cudaEvent_t event_ = nullptr;

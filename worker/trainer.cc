@@ -261,6 +261,12 @@ class Trainer {
         coll_(env->collectives()),
         rank_(coll_->rank()),
         world_(coll_->world_size()) {}
+  ~Trainer() {
+    // The collectives outlive this trainer's backend: unbind its stream before it goes.
+    if (collectives_on_backend_stream_) (void)coll_->UseStream(nullptr);
+  }
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   Status Setup(RunMode mode);
   StatusOr<RunResult> Run(RunMode mode);
@@ -323,6 +329,7 @@ class Trainer {
   DenseAdam adam_;
   kernels::MathMode math_ = kernels::MathMode::kFp32;
   std::optional<DynamicLossScaler> loss_scaler_;  // fp16 only
+  bool collectives_on_backend_stream_ = false;    // NCCL bound to the backend's stream
   std::vector<float> host_stage_;                 // host copies for host collectives
   kernels::BackendBuffer backend_stage_;          // backend copies for device collectives
   RunResult result_;
@@ -388,6 +395,11 @@ Status Trainer::Setup(RunMode mode) {
   if (coll_->device_memory() && backend_->memory_space() != kernels::MemorySpace::kDevice) {
     return absl::InvalidArgumentError(absl::StrCat(
         "device-memory collectives (NCCL) need a device backend, not '", backend_->name(), "'"));
+  }
+  if (coll_->device_memory() && backend_->native_stream() != nullptr) {
+    // NCCL on the compute stream: an allreduce follows the backward pass without a host wait.
+    SIFT_RETURN_IF_ERROR(coll_->UseStream(backend_->native_stream()));
+    collectives_on_backend_stream_ = true;
   }
   const int64_t eval_b = o_.eval_batch_size > 0 ? o_.eval_batch_size : o_.batch_size;
   try {
@@ -624,8 +636,9 @@ Status Trainer::Collective(absl::Span<float> data, bool on_backend,
   const bool data_on_device =
       on_backend && backend_->memory_space() == kernels::MemorySpace::kDevice;
   if (data_on_device && coll_->device_memory()) {
-    // NCCL runs on its own stream: the backend's work on `data` must be done first.
-    SIFT_RETURN_IF_ERROR(backend_->Synchronize());
+    // On the backend's stream the collective follows the work on `data` by itself; on another
+    // stream that work must be done first.
+    if (!collectives_on_backend_stream_) SIFT_RETURN_IF_ERROR(backend_->Synchronize());
     return op(data);
   }
   if (data_on_device == coll_->device_memory()) return op(data);

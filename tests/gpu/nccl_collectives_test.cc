@@ -136,6 +136,30 @@ TEST_F(NcclCollectivesTest, OneRankCollectivesOnDeviceBuffers) {
   EXPECT_EQ(buf.ToHost(), twice);
 }
 
+TEST_F(NcclCollectivesTest, UseStreamOrdersAfterTheBoundStreamsWork) {
+  auto c = CreateNcclCollectives(store_.get(), "job/bind", 0, 1, Options(60));
+  ASSERT_TRUE(c.ok()) << c.status();
+  // Another stream (as the CUDA backend's compute stream): work queued there, with no host wait,
+  // must be done before the collective reads the buffer once the stream is bound.
+  cudaStream_t compute = nullptr;
+  ASSERT_TRUE(SIFT_CUDA_STATUS(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking)).ok());
+  ASSERT_TRUE((*c)->UseStream(compute).ok());
+  const std::vector<float> host = Values(4'000'000);
+  DeviceFloats buf(std::vector<float>(host.size(), 0.0f));
+  std::vector<float> staged = host;  // pageable: the copy is queued on `compute`
+  ASSERT_TRUE(SIFT_CUDA_STATUS(cudaMemcpyAsync(buf.span().data(), staged.data(),
+                                               staged.size() * sizeof(float),
+                                               cudaMemcpyHostToDevice, compute))
+                  .ok());
+  ASSERT_TRUE((*c)->AllreduceAverage(buf.span()).ok());
+  EXPECT_EQ(buf.ToHost(), host);
+  // Unbound: back on the options' stream; the instance stays usable.
+  ASSERT_TRUE((*c)->UseStream(nullptr).ok());
+  ASSERT_TRUE((*c)->AllreduceSum(buf.span()).ok());
+  EXPECT_EQ(buf.ToHost(), host);
+  (void)cudaStreamDestroy(compute);
+}
+
 TEST_F(NcclCollectivesTest, DivideKernelMatchesHostDivision) {
   // AllreduceAverage's scale step (skipped for one rank): bit-identical to the host's x / world.
   std::vector<float> host = Values(1'000'003);
