@@ -13,7 +13,9 @@
 // PROT_NONE except during the op or copy whose arguments they are; the process then dies of
 // SIGSEGV after a message naming the address ("DeviceSimBackend: SIGSEGV at 0x...").
 // SIMULATION: SetMathMode accepts every MathMode and records it, but the GEMMs stay fp32 (the
-// inner CPU backend's), so results are bit-identical to that backend's. Fault injection:
+// inner CPU backend's), so results are bit-identical to that backend's; likewise SetDeterministic
+// records its argument (deterministic() reports it) while the ops keep their fixed orders. Fault
+// injection:
 // FailAllFiniteOnCalls.
 // Thread-compatible, like every Backend. Owns the inner backend; stats() outlive it.
 #pragma once
@@ -43,6 +45,7 @@ struct DeviceSimStats {
   int64_t live_allocations = 0;            // allocations not yet freed
   int64_t live_at_destruction = -1;        // live_allocations when the backend died (-1: alive)
   std::set<kernels::MathMode> math_modes;  // every mode SetMathMode was given
+  std::vector<bool> deterministic_calls;   // every SetDeterministic argument, in order
 };
 
 class DeviceSimBackend final : public kernels::Backend {
@@ -75,6 +78,8 @@ class DeviceSimBackend final : public kernels::Backend {
   Status Synchronize() override;
   Status SetMathMode(kernels::MathMode mode) override;  // every mode; computes in fp32
   kernels::MathMode math_mode() const override { return mode_; }
+  Status SetDeterministic(bool deterministic) override;  // recorded; the ops stay deterministic
+  bool deterministic() const override { return deterministic_; }
 
   void Fill(int64_t n, float value, float* p) override;
   void Copy(int64_t outer, int64_t rows, int64_t cols, const float* src, int64_t src_outer,
@@ -146,6 +151,7 @@ class DeviceSimBackend final : public kernels::Backend {
   std::string name_;
   std::shared_ptr<State> state_;
   kernels::MathMode mode_ = kernels::MathMode::kFp32;
+  bool deterministic_ = true;
   std::set<int64_t> fail_all_finite_;
   std::set<int64_t> overflow_loss_;
   int64_t loss_calls_ = 0;
