@@ -53,6 +53,10 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
                   "(dynamic loss scaling); tf32/bf16/fp16 need --backend cuda")
       ->check(CLI::IsMember({"auto", "fp32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
+  cmd->add_option("--deterministic", o.deterministic,
+                  "true: every sum in a fixed order (bit-reproducible runs); false: cuda sums the "
+                  "embedding gradients with float atomics (no sort; last bits vary; no-op on cpu)")
+      ->default_str("true");
   cmd->add_option("--threads", o.threads, "Backend and loader threads (0 = every CPU)")
       ->capture_default_str();
   cmd->add_option("--epochs", o.epochs, "Passes over the training split")->capture_default_str();
@@ -168,13 +172,19 @@ void PrintPhases(const worker::PhaseTimes& p) {
       pct(p.push), total);
 }
 
+// Appended to the precision in the summaries: only a run that gave up the fixed orders says so.
+const char* NondeterministicNote(const worker::RunResult& r) {
+  return r.deterministic ? "" : ", atomic embedding-gradient sums";
+}
+
 Status RunTrain(TrainFlags* f) {
   SIFT_RETURN_IF_ERROR(ResolveFlags(f));
   SIFT_ASSIGN_OR_RETURN(worker::RunResult r, worker::RunTrainer(f->opt, worker::RunMode::kTrain));
-  std::printf("\nsift train: %s on %s, %lld steps of %lld, backend %s (%d threads, precision %s)\n",
-              f->model.c_str(), f->opt.dataset.c_str(), static_cast<long long>(r.steps),
-              static_cast<long long>(r.samples_per_step), r.backend.c_str(), r.threads,
-              r.precision.c_str());
+  std::printf(
+      "\nsift train: %s on %s, %lld steps of %lld, backend %s (%d threads, precision %s%s)\n",
+      f->model.c_str(), f->opt.dataset.c_str(), static_cast<long long>(r.steps),
+      static_cast<long long>(r.samples_per_step), r.backend.c_str(), r.threads, r.precision.c_str(),
+      NondeterministicNote(r));
   if (r.skipped_steps > 0) {
     std::printf("  fp16 loss scaling skipped %lld step(s) whose gradients overflowed\n",
                 static_cast<long long>(r.skipped_steps));
@@ -210,10 +220,10 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
   const double mflop = train ? kTrainMflopPerSample : kInferenceMflopPerSample;
   const double gflops = GflopsPerSecond(r.perf.throughput, mflop);
   std::printf(
-      "  model:      %s, batch %lld, backend %s (%d threads, precision %s), %lld dense "
+      "  model:      %s, batch %lld, backend %s (%d threads, precision %s%s), %lld dense "
       "parameters\n",
       f->model.c_str(), static_cast<long long>(r.samples_per_step), r.backend.c_str(), r.threads,
-      r.precision.c_str(), static_cast<long long>(r.dense_params));
+      r.precision.c_str(), NondeterministicNote(r), static_cast<long long>(r.dense_params));
   std::printf(
       "  steps:      %lld run (warm-up %lld excluded when steps remain), staleness %lld%s\n",
       static_cast<long long>(r.steps), static_cast<long long>(f->opt.warmup_steps),
@@ -247,6 +257,7 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
     j["model"] = f->model;
     j["backend"] = r.backend;
     j["precision"] = r.precision;
+    j["deterministic"] = r.deterministic;
     j["skipped_steps"] = r.skipped_steps;
     j["threads"] = r.threads;
     j["staleness"] = f->opt.staleness;

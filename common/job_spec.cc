@@ -319,6 +319,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                       {"workers", p.Int(&c.workers, 1)},
                       {"backend", p.Enum(&c.backend, kBackends)},
                       {"precision", p.Enum(&c.precision, kPrecisions)},
+                      {"deterministic", p.Bool(&c.deterministic)},
                       {"collectives", p.Enum(&c.collectives, kCollectives)},
                       {"threads_per_worker", p.Int(&c.threads_per_worker, 0)},
                   })},
@@ -458,6 +459,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "workers" << YAML::Value << c.workers;
   out << YAML::Key << "backend" << YAML::Value << c.backend;
   out << YAML::Key << "precision" << YAML::Value << c.precision;
+  out << YAML::Key << "deterministic" << YAML::Value << c.deterministic;
   out << YAML::Key << "collectives" << YAML::Value << c.collectives;
   out << YAML::Key << "threads_per_worker" << YAML::Value << c.threads_per_worker;
   out << YAML::EndMap;

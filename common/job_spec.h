@@ -53,6 +53,10 @@ struct JobSpec {
     // The GEMM arithmetic: auto (bf16 on cuda, fp32 on cpu) | fp32 | tf32 | bf16 | fp16 (with
     // dynamic loss scaling); anything but auto/fp32 needs backend cuda.
     std::string precision = "auto";
+    // Fixed summation orders, bit-reproducible runs (true); false lets backend cuda sum the
+    // embedding gradients with float atomics (no sort; last bits vary). Accepted on cpu, where it
+    // changes nothing (the host backends are always deterministic).
+    bool deterministic = true;
     // Dense collectives between workers: auto (nccl for backend cuda in builds with NCCL, gloo
     // otherwise) | gloo | nccl (backend cuda only).
     std::string collectives = "auto";

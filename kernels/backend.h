@@ -281,6 +281,12 @@ class Backend {
                                                    "' computes in fp32 only)"));
   }
   virtual MathMode math_mode() const { return MathMode::kFp32; }
+  // Whether ops must keep their fixed summation orders (bit-reproducible runs; the default). A
+  // device backend given false may use float atomics where they are faster (cuda: SegmentSumRows),
+  // so such sums vary in their last bits run to run. Host backends are always deterministic:
+  // SetDeterministic(false) is accepted and changes nothing (deterministic() stays true).
+  virtual Status SetDeterministic(bool /*deterministic*/) { return absl::OkStatus(); }
+  virtual bool deterministic() const { return true; }
 
   // ---- Memory -------------------------------------------------------------------------------
   // p[0..n) = value.
@@ -318,7 +324,7 @@ class Backend {
                           const float* mask, float* out, int64_t ld_out) = 0;
   // The gather's gradient, segment-summed per unique key: for every i with inv[i] >= 0,
   // drows[inv[i]] += dout[i] * (mask ? mask[i] : 1). Deterministic: each key's terms are added in
-  // increasing i. inv values < num_unique.
+  // increasing i (in any order when deterministic() is false). inv values < num_unique.
   virtual void SegmentSumRows(int64_t n, int dim, const float* dout, int64_t ld_dout,
                               const int32_t* inv, const float* mask, int64_t num_unique,
                               float* drows) = 0;

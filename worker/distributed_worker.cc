@@ -266,6 +266,7 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   }
   o.backend = spec.cluster.backend;
   o.precision = spec.cluster.precision;
+  o.deterministic = spec.cluster.deterministic;
   o.threads = threads >= 0 ? threads : spec.cluster.threads_per_worker;
 
   const int world = a.world_size();

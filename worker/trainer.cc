@@ -391,6 +391,8 @@ Status Trainer::Setup(RunMode mode) {
   }
   SIFT_ASSIGN_OR_RETURN(math_, ResolvePrecision(o_.precision, *backend_));
   SIFT_RETURN_IF_ERROR(backend_->SetMathMode(math_));
+  SIFT_RETURN_IF_ERROR(backend_->SetDeterministic(o_.deterministic));
+  result_.deterministic = backend_->deterministic();
   if (math_ == kernels::MathMode::kFp16) loss_scaler_.emplace();
   if (coll_->device_memory() && backend_->memory_space() != kernels::MemorySpace::kDevice) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -46,6 +46,10 @@ struct TrainerOptions {
   // device backend, fp32 on the host backends; fp16 trains with dynamic loss scaling
   // (worker/loss_scaler.h). Storage and every other op stay fp32.
   std::string precision = "auto";
+  // kernels::Backend::SetDeterministic: true keeps every sum in a fixed order (bit-reproducible
+  // runs); false lets the cuda backend sum embedding gradients with float atomics (no sort; last
+  // bits vary run to run). A no-op on the host backends (always deterministic).
+  bool deterministic = true;
   // Tests: when set, creates the backend instead of kernels::CreateBackend(backend, threads)
   // (e.g. a CPU backend that poses as device memory, to test the staging paths without a GPU).
   std::function<StatusOr<std::unique_ptr<kernels::Backend>>()> backend_factory;
@@ -133,6 +137,7 @@ struct RunResult {
   int threads = 0;
   std::string backend;
   std::string precision;      // the resolved MathMode's name
+  bool deterministic = true;  // the backend's deterministic() (host backends: always true)
   int64_t skipped_steps = 0;  // fp16: steps skipped for a gradient overflow (loss scaling)
 };
 

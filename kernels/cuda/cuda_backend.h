@@ -3,7 +3,8 @@
 // cuBLAS (row-major calls mapped onto its column-major API; MathMode picks the compute type);
 // everything else is hand-written kernels whose per-element arithmetic is elementwise_math.h.
 // Reductions (losses, the dense layers' bias/slope gradients, the segment sums) run in a fixed
-// order with no float atomics, so a run is bit-reproducible on one GPU model.
+// order with no float atomics, so a run is bit-reproducible on one GPU model; SetDeterministic(
+// false) trades that for speed in the embedding-gradient segment sum (float atomicAdd, no sort).
 //
 // Errors: ops return void; a failed launch or cuBLAS call is recorded (the first one, naming the
 // call, file and line: cuda_status.h) and returned by the next Synchronize(). After a failure the

@@ -47,6 +47,12 @@ class CudaBackend final : public kernels::Backend {
   Status WaitFence(const kernels::Fence& fence) override;
   Status SetMathMode(kernels::MathMode mode) override;
   kernels::MathMode math_mode() const override { return math_; }
+  // false: SegmentSumRows adds with float atomics (no sort; the sums' order varies run to run).
+  Status SetDeterministic(bool deterministic) override {
+    deterministic_ = deterministic;
+    return absl::OkStatus();
+  }
+  bool deterministic() const override { return deterministic_; }
   void Scale(int64_t n, float alpha, float* p) override;
   bool AllFinite(int64_t n, const float* p) override;
 
@@ -148,6 +154,7 @@ class CudaBackend final : public kernels::Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   kernels::MathMode math_ = kernels::MathMode::kFp32;
+  bool deterministic_ = true;
   std::unique_ptr<CudaRawAllocator> raw_;
   std::unique_ptr<CachingAllocator> allocator_;
   kernels::BackendBuffer scratch_[kScratchSlots];

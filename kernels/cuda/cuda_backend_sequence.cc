@@ -1,5 +1,6 @@
-// CudaBackend's sequence family: embedding gather and deterministic segment sum, dot attention,
-// top-k mask, damped mean, masked softmax, DIEN attention features. Each op enqueues the kernels
+// CudaBackend's sequence family: embedding gather and segment sum (sorted and deterministic, or
+// with float atomics when deterministic() is false), dot attention, top-k mask, damped mean,
+// masked softmax, DIEN attention features. Each op enqueues the kernels
 // of cuda_sequence_kernels.cu on the compute stream (no synchronisation) and records a failed
 // launch for Synchronize(). Device scratch: the segment sum's sort buffers and the attention
 // backward's score gradients (slot 0).
@@ -22,6 +23,11 @@ void CudaBackend::SegmentSumRows(int64_t n, int dim, const float* dout, int64_t 
                                  float* drows) {
   if (failed()) return;
   if (n <= 0 || dim <= 0 || num_unique <= 0) return;
+  if (!deterministic_) {
+    SIFT_CUDA_CHECK_LAUNCH(
+        LaunchSegmentSumRowsAtomic(stream_, n, dim, dout, ld_dout, inv, mask, num_unique, drows));
+    return;
+  }
   int64_t sort_temp_bytes = 0;
   if (!SIFT_CUDA_CHECK(SegmentSumSortTempBytes(n, num_unique, &sort_temp_bytes))) return;
   const seq::SegmentSumLayout layout = seq::PlanSegmentSum(n, num_unique, sort_temp_bytes);

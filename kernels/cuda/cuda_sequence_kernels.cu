@@ -7,11 +7,13 @@
 //   weighted sums over slots (in increasing slot order);
 // - masked softmax: one warp per row;
 // - segment sum: a stable CUB radix sort of (key, i), segment bounds by binary search, then one
-//   thread per (unique key, column) adding its rows in increasing i.
+//   thread per (unique key, column) adding its rows in increasing i; or, when the backend is not
+//   deterministic, one thread per (row, column) with a float atomicAdd (no sort).
 // Reductions: per-thread partials, then a fixed shuffle tree and the warps' results combined in
-// warp order (BlockAllReduce) — deterministic, no atomics. Sums of products are formed in double
-// as the reference forms them, through math::Add / math::Mul (no FMA contraction), with CUDA's
-// exp (never __expf). The selection rules and element formulas are sequence_index_math.h's.
+// warp order (BlockAllReduce) — deterministic, no atomics (but for that segment-sum option). Sums
+// of products are formed in double as the reference forms them, through math::Add / math::Mul (no
+// FMA contraction), with CUDA's exp (never __expf). The selection rules and element formulas are
+// sequence_index_math.h's.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <cmath>
@@ -114,6 +116,22 @@ __global__ void SegmentSumKernel(int64_t num_unique, int dim, const int64_t* bou
     const int64_t begin = bounds[u], end = bounds[u + 1];
     if (begin == end) continue;
     drows[e] = seq::SegmentSumColumn(drows[e], order, begin, end, dout, ld_dout, c, mask);
+  }
+}
+
+// The non-deterministic option: one thread per element (i, c) of dout's n x dim rows; padding rows
+// (key 0) add nothing. The term is the deterministic path's (SegmentSumTerm's product).
+__global__ void SegmentSumAtomicKernel(int64_t n, int dim, const float* dout, int64_t ld_dout,
+                                       const int32_t* inv, const float* mask, int64_t num_unique,
+                                       float* drows) {
+  const int64_t total = n * dim;
+  for (int64_t e = GlobalThread(); e < total; e += GridThreads()) {
+    const int64_t i = e / dim;
+    const int c = static_cast<int>(e - i * dim);
+    const uint32_t key = seq::SegmentSumKey(inv[i], num_unique);
+    if (key == 0u) continue;
+    const float term = math::Mul(dout[i * ld_dout + c], mask != nullptr ? mask[i] : 1.0f);
+    atomicAdd(drows + static_cast<int64_t>(key - 1u) * dim + c, term);
   }
 }
 
@@ -425,6 +443,15 @@ cudaError_t LaunchSegmentSumRows(cudaStream_t stream, int64_t n, int dim, const 
   if (err != cudaSuccess) return err;
   SegmentSumKernel<<<Blocks(num_unique * dim, kThreads), kThreads, 0, stream>>>(
       num_unique, dim, bounds, order_out, dout, ld_dout, mask, drows);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSegmentSumRowsAtomic(cudaStream_t stream, int64_t n, int dim, const float* dout,
+                                       int64_t ld_dout, const int32_t* inv, const float* mask,
+                                       int64_t num_unique, float* drows) {
+  if (n <= 0 || dim <= 0 || num_unique <= 0) return cudaSuccess;
+  SegmentSumAtomicKernel<<<Blocks(n * dim, kThreads), kThreads, 0, stream>>>(
+      n, dim, dout, ld_dout, inv, mask, num_unique, drows);
   return cudaGetLastError();
 }
 

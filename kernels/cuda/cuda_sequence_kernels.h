@@ -3,8 +3,9 @@
 // attention features. Each enqueues its kernels on `stream` and returns cudaGetLastError() of the
 // launches (cudaSuccess without a launch when there is nothing to do); arguments and their
 // contracts are those of the same-named op in kernels/backend.h (device pointers, row-major,
-// gradients accumulate). No float atomics anywhere: every output element is written by one
-// thread, and every reduction has a fixed order, so results are bit-identical run to run.
+// gradients accumulate). No float atomics except in LaunchSegmentSumRowsAtomic (the backend's
+// non-deterministic option): every output element is written by one thread, and every reduction
+// has a fixed order, so results are bit-identical run to run.
 // Thread-safety: as the stream's.
 #pragma once
 
@@ -28,6 +29,12 @@ cudaError_t LaunchSegmentSumRows(cudaStream_t stream, int64_t n, int dim, const 
                                  int64_t ld_dout, const int32_t* inv, const float* mask,
                                  int64_t num_unique, float* drows, void* scratch,
                                  const seq::SegmentSumLayout& layout);
+// The same sum without the sort: one thread per (row i, column c) with a key (seq::SegmentSumKey
+// != 0) atomically adds dout[i, c] * (mask ? mask[i] : 1) to drows[inv[i], c]. No scratch; a
+// key's terms are added in whatever order the atomics land (not bit-reproducible).
+cudaError_t LaunchSegmentSumRowsAtomic(cudaStream_t stream, int64_t n, int dim, const float* dout,
+                                       int64_t ld_dout, const int32_t* inv, const float* mask,
+                                       int64_t num_unique, float* drows);
 
 cudaError_t LaunchDotAttentionForward(cudaStream_t stream, int64_t batch, int n, int d,
                                       const float* q, int64_t ldq, const float* k,

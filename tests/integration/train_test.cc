@@ -22,6 +22,7 @@ using sift::testing::ReadAll;
 using sift::testing::RunSift;
 using sift::testing::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 bool Has(const DllRecord& r, const std::string& key) {
   for (const auto& [k, v] : r.data) {
@@ -244,9 +245,10 @@ TEST_F(TrainTest, HighLearningRateStaysFinite) {
 }
 
 TEST_F(TrainTest, BenchTrainAndInferenceReportThroughputAndPeak) {
+  // --deterministic=false parses, and is a no-op on cpu: the report says deterministic.
   auto r = RunSift({"bench", "train", "--dataset", Tiny(), "--model", "sim", "--batch-size", "256",
                     "--benchmark-steps", "4", "--warmup-steps", "2", "--threads", "2", "--progress",
-                    "off", "--json", Dir("bench.json")});
+                    "off", "--json", Dir("bench.json"), "--deterministic=false"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("throughput:"));
   EXPECT_THAT(r.out, HasSubstr("GFLOP/s"));
@@ -256,6 +258,8 @@ TEST_F(TrainTest, BenchTrainAndInferenceReportThroughputAndPeak) {
   EXPECT_EQ(j["steps"], 6);
   EXPECT_GT(j["throughput"].get<double>(), 0);
   EXPECT_GT(j["gflops"].get<double>(), 0);
+  EXPECT_EQ(j["deterministic"], true);
+  EXPECT_THAT(r.out, Not(HasSubstr("atomic embedding-gradient sums")));
 
   for (const std::string model : {"sim", "dien", "din"}) {
     r = RunSift({"bench", "inference", "--dataset", Tiny(), "--model", model, "--batch-size", "256",
@@ -270,6 +274,9 @@ TEST_F(TrainTest, UsageAndInputErrors) {
   EXPECT_EQ(r.exit_code, 2);
   r = RunSift({"train", "--model", "sim"});
   EXPECT_EQ(r.exit_code, 2);  // --dataset is required
+  r = RunSift({"train", "--dataset", Tiny(), "--deterministic", "maybe"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--deterministic"));
   r = RunSift({"train", "--dataset", Dir("nope"), "--progress", "off"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("nope"));

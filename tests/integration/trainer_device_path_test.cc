@@ -150,6 +150,32 @@ TEST_F(TrainerDevicePathTest, Fp32AndFp16RunsAreBitIdenticalToTheCpuBackend) {
   ExpectSameRun(*fp16, *cpu, "fp16 (simulated) on the simulator");
 }
 
+// TrainerOptions::deterministic reaches the backend (SetDeterministic, once, before training) and
+// the result reports the backend's answer: false from the simulator (which records it and keeps
+// its fixed orders: the run is the CPU run bit for bit), true from the CPU backend, for which
+// false is a no-op.
+TEST_F(TrainerDevicePathTest, DeterministicOptionReachesTheBackend) {
+  TrainerOptions o = Options();
+  o.deterministic = false;
+  auto cpu = RunTrainer(o, RunMode::kTrain);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_TRUE(cpu->deterministic) << "the cpu backend is always deterministic";
+
+  std::shared_ptr<const DeviceSimStats> stats;
+  auto sim = RunOnSim(o, &stats);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  ASSERT_NE(stats, nullptr);
+  EXPECT_EQ(stats->deterministic_calls, std::vector<bool>{false});
+  EXPECT_FALSE(sim->deterministic);
+  ExpectSameRun(*sim, *cpu, "deterministic: false on the simulator");
+
+  o.deterministic = true;
+  auto sim_default = RunOnSim(o, &stats);
+  ASSERT_TRUE(sim_default.ok()) << sim_default.status();
+  EXPECT_EQ(stats->deterministic_calls, std::vector<bool>{true});
+  EXPECT_TRUE(sim_default->deterministic);
+}
+
 TEST_F(TrainerDevicePathTest, InjectedOverflowsSkipExactlyThoseSteps) {
   TrainerOptions o = Options();
   o.precision = "fp16";

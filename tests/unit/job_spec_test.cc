@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
@@ -79,6 +80,7 @@ TEST(JobSpecTest, DefaultsWithOnlyDataset) {
   EXPECT_EQ(s.cluster.servers, 2);
   EXPECT_EQ(s.cluster.workers, 2);
   EXPECT_EQ(s.cluster.backend, "cpu");
+  EXPECT_TRUE(s.cluster.deterministic);
   EXPECT_EQ(s.cluster.threads_per_worker, 0);
   EXPECT_EQ(s.checkpoint.dir, "");
   EXPECT_EQ(s.checkpoint.every_steps, 0);
@@ -130,6 +132,7 @@ cluster:
   workers: 4
   backend: cuda
   precision: fp16
+  deterministic: false
   collectives: nccl
   threads_per_worker: 8
 checkpoint:
@@ -151,6 +154,7 @@ results_dir: /res
   EXPECT_EQ(spec->training.max_steps_per_epoch, 100);
   EXPECT_EQ(spec->cluster.backend, "cuda");
   EXPECT_EQ(spec->cluster.precision, "fp16");
+  EXPECT_FALSE(spec->cluster.deterministic);
   EXPECT_EQ(spec->cluster.collectives, "nccl");
   EXPECT_EQ(spec->cluster.threads_per_worker, 8);
   EXPECT_EQ(spec->checkpoint.every_steps, 500);
@@ -193,6 +197,7 @@ TEST(JobSpecTest, RoundTripThroughCanonicalYaml) {
   odd.training.order = "reference";
   odd.cluster.backend = "cuda";
   odd.cluster.precision = "tf32";
+  odd.cluster.deterministic = false;
   odd.cluster.collectives = "gloo";
   odd.cluster.workers = 16;
   ExpectRoundTrip(odd);
@@ -234,6 +239,7 @@ TEST(JobSpecTest, CanonicalYamlListsEveryField) {
                           "workers: 2",
                           "backend: cpu",
                           "precision: auto",
+                          "deterministic: true",
                           "collectives: auto",
                           "threads_per_worker: 0",
                           "dir: \"\"",
@@ -273,6 +279,10 @@ TEST(JobSpecTest, WrongTypes) {
             "list");
   EXPECT_EQ(ErrorOf("dataset: d\ncheckpoint:\n  every_epoch: maybe\n"),
             "job.yaml:3: checkpoint.every_epoch: must be true or false, got 'maybe'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  backend: cuda\n  deterministic: sometimes\n"),
+            "job.yaml:4: cluster.deterministic: must be true or false, got 'sometimes'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster: {deterministic: 0}\n"),
+            "job.yaml:2: cluster.deterministic: must be true or false, got '0'");
   EXPECT_EQ(ErrorOf("dataset: [a, b]\n"),
             "job.yaml:1: dataset: must be a string (\"\" for none), got a list");
   EXPECT_EQ(ErrorOf("dataset: d\nresults_dir:\n"),
@@ -378,6 +388,14 @@ TEST(JobSpecTest, CrossFieldChecks) {
             "computes in fp32)");
   EXPECT_TRUE(ParseJobSpec("dataset: d\ncluster: {backend: cpu, precision: fp32}\n", "j").ok());
   EXPECT_TRUE(ParseJobSpec("dataset: d\ncluster: {backend: cuda, precision: bf16}\n", "j").ok());
+  // Atomic sums are a cuda option; on cpu `deterministic: false` is accepted and changes nothing
+  // (the host backends are always deterministic), so a spec moves between backends unchanged.
+  for (const char* backend : {"cpu", "cuda"}) {
+    StatusOr<JobSpec> s = ParseJobSpec(
+        absl::StrCat("dataset: d\ncluster: {backend: ", backend, ", deterministic: false}\n"), "j");
+    ASSERT_TRUE(s.ok()) << backend << ": " << s.status();
+    EXPECT_FALSE(s->cluster.deterministic) << backend;
+  }
   EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  collectives: nccl\n"),
             "job.yaml:3: cluster.collectives: nccl needs cluster.backend: cuda (NCCL reduces GPU "
             "buffers)");

@@ -464,6 +464,12 @@ Status DeviceSimBackend::SetMathMode(kernels::MathMode mode) {
   return absl::OkStatus();
 }
 
+Status DeviceSimBackend::SetDeterministic(bool deterministic) {
+  state_->stats.deterministic_calls.push_back(deterministic);
+  deterministic_ = deterministic;
+  return absl::OkStatus();
+}
+
 void DeviceSimBackend::Fill(int64_t n, float value, float* p) {
   Check c(*this, "Fill");
   c.Arg(p, n, "p");

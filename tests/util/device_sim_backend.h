@@ -13,8 +13,9 @@
 // PROT_NONE except during the op or copy whose arguments they are; the process then dies of
 // SIGSEGV after a message naming the address ("DeviceSimBackend: SIGSEGV at 0x...").
 // SIMULATION: SetMathMode accepts every MathMode and records it, but the GEMMs stay fp32 (the
-// inner CPU backend's), so results are bit-identical to that backend's. Fault injection:
-// FailAllFiniteOnCalls.
+// inner CPU backend's), so results are bit-identical to that backend's; likewise SetDeterministic
+// records its argument (deterministic() reports it) while the ops keep their fixed orders. Fault
+// injection: FailAllFiniteOnCalls.
 // Copy channels (CreateCopyChannel) are simulated as strictly as a GPU allows, so a missing
 // fence fails on the CPU: an upload is only queued (its source staged) and lands when the
 // backend waits for a channel fence recorded after it (WaitFence) or the channel synchronizes;
@@ -55,6 +56,7 @@ struct DeviceSimStats {
   int64_t downloads = 0;                   // channel Download calls with bytes > 0
   int64_t landed_by_fence = 0;             // uploads landed by the backend's WaitFence
   int64_t fences_recorded = 0;             // RecordFence calls (backend and channels)
+  std::vector<bool> deterministic_calls;   // every SetDeterministic argument, in order
 };
 
 class DeviceSimBackend final : public kernels::Backend {
@@ -90,6 +92,8 @@ class DeviceSimBackend final : public kernels::Backend {
   StatusOr<kernels::Fence> RecordFence() override;
   Status WaitFence(const kernels::Fence& fence) override;
   kernels::MathMode math_mode() const override { return mode_; }
+  Status SetDeterministic(bool deterministic) override;  // recorded; the ops stay deterministic
+  bool deterministic() const override { return deterministic_; }
 
   void Fill(int64_t n, float value, float* p) override;
   void Copy(int64_t outer, int64_t rows, int64_t cols, const float* src, int64_t src_outer,
@@ -162,6 +166,7 @@ class DeviceSimBackend final : public kernels::Backend {
   std::string name_;
   std::shared_ptr<State> state_;
   kernels::MathMode mode_ = kernels::MathMode::kFp32;
+  bool deterministic_ = true;
   std::set<int64_t> fail_all_finite_;
   std::set<int64_t> overflow_loss_;
   int64_t loss_calls_ = 0;

@@ -37,6 +37,10 @@ class MirroredBackend final : public kernels::Backend {
   Status Synchronize() override;
   Status SetMathMode(kernels::MathMode mode) override { return inner_->SetMathMode(mode); }
   kernels::MathMode math_mode() const override { return inner_->math_mode(); }
+  Status SetDeterministic(bool deterministic) override {
+    return inner_->SetDeterministic(deterministic);
+  }
+  bool deterministic() const override { return inner_->deterministic(); }
 
   void Fill(int64_t n, float value, float* p) override;
   void Copy(int64_t outer, int64_t rows, int64_t cols, const float* src, int64_t src_outer,

@@ -1,7 +1,7 @@
 // The dense family of kernels/backend.h on the host backends (reference, cpu, and cpu through a
 // MirroredBackend: the proof of the mirror that the cuda tests use), the bodies in
 // dense_ops_tests.h; finite-difference gradient checks of every backward (reference templates in
-// double); the host backends' fp32-only math mode.
+// double); the host backends' fp32-only math mode and their always-deterministic sums.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -52,6 +52,33 @@ TEST(HostMathModeTest, Fp32OnlyBackendsRefuseOtherPrecisions) {
       EXPECT_EQ((*be)->math_mode(), MathMode::kFp32);
     }
     EXPECT_TRUE((*be)->SetMathMode(MathMode::kFp32).ok());
+  }
+}
+
+// The host backends are always deterministic: SetDeterministic(false) is accepted, deterministic()
+// stays true, and the segment sum (the op the cuda backend would switch to atomics) gives the
+// same bits as before the call.
+TEST(HostDeterministicTest, SetDeterministicFalseIsAcceptedAndChangesNothing) {
+  const int dim = 16, u = 37;
+  const int64_t n = 5000;
+  const std::vector<int32_t> inv = RandomIndices(n, 90, -1, u);
+  const std::vector<float> dout = RandomFloats(n * (dim + 3), 91), mask = RandomMask(n, 92);
+  const std::vector<float> drows0 = RandomFloats(u * dim, 93);
+  for (const std::string& name : testing::HostTestBackends()) {
+    SCOPED_TRACE(name);
+    auto be = sift::testing::CreateTestBackend(name, 2);
+    ASSERT_TRUE(be.ok()) << be.status();
+    EXPECT_TRUE((*be)->deterministic());
+    std::vector<float> before = drows0, after = drows0;
+    (*be)->SegmentSumRows(n, dim, dout.data(), dim + 3, inv.data(), mask.data(), u, before.data());
+    const Status s = (*be)->SetDeterministic(false);
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_TRUE((*be)->deterministic());
+    (*be)->SegmentSumRows(n, dim, dout.data(), dim + 3, inv.data(), mask.data(), u, after.data());
+    EXPECT_TRUE(testing::BitIdentical(after, before));
+    EXPECT_FALSE(testing::BitIdentical(after, drows0)) << "the sum changed nothing";
+    EXPECT_TRUE((*be)->SetDeterministic(true).ok());
+    EXPECT_TRUE((*be)->Synchronize().ok());
   }
 }
 

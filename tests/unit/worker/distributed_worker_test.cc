@@ -25,7 +25,7 @@ model: {type: dien, embedding_dim: 8, short_seq_length: 5, long_seq_length: 20}
 training: {epochs: 2, batch_size: 1000, eval_batch_size: 300, lr: 0.002, staleness: 1,
            seed: 7, order: reference, sparse_optimizer: adagrad, train_eval_samples: 4096,
            max_steps_per_epoch: 9}
-cluster: {servers: 2, workers: 4, threads_per_worker: 3}
+cluster: {servers: 2, workers: 4, threads_per_worker: 3, deterministic: false}
 checkpoint: {dir: /ckpt, every_steps: 50, every_epoch: false}
 results_dir: /results
 )",
@@ -66,6 +66,7 @@ TEST(TrainerOptionsForAssignmentTest, MapsTheSpecOntoOneRank) {
   EXPECT_EQ(o->train_eval_samples, 4096);
   EXPECT_EQ(o->max_steps_per_epoch, 9);
   EXPECT_EQ(o->threads, 3);
+  EXPECT_FALSE(o->deterministic);
   EXPECT_EQ(o->embedding_servers, (std::vector<std::string>{"127.0.0.1:5001", "127.0.0.1:5002"}));
   EXPECT_EQ(o->save_checkpoint, "/ckpt");
   EXPECT_EQ(o->load_checkpoint, "/ckpt");
@@ -79,6 +80,11 @@ TEST(TrainerOptionsForAssignmentTest, MapsTheSpecOntoOneRank) {
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->batch_size, 1000) << "world 1: the whole batch";
   EXPECT_EQ(one->threads, 0) << "--threads overrides threads_per_worker";
+  JobSpec defaults = Spec();
+  defaults.cluster.deterministic = true;
+  auto det = TrainerOptionsForAssignment(defaults, Assignment(0, 1), 0);
+  ASSERT_TRUE(det.ok());
+  EXPECT_TRUE(det->deterministic);
 }
 
 TEST(TrainerOptionsForAssignmentTest, ClearErrors) {
