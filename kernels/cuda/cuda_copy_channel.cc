@@ -76,28 +76,32 @@ StatusOr<char*> CudaCopyChannel::Reserve(int64_t bytes) {
   return block_ + offset;
 }
 
-Status CudaCopyChannel::Upload(const void* src, void* dst, int64_t bytes) {
-  if (bytes < 0) return absl::InvalidArgumentError("CudaCopyChannel::Upload: negative size");
+StatusOr<char*> CudaCopyChannel::BeginCopy(const char* op, int64_t bytes) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaCopyChannel::", op, ": negative size"));
+  }
   SIFT_RETURN_IF_ERROR(error_);
-  if (bytes == 0) return absl::OkStatus();
+  if (bytes == 0) return nullptr;
   SIFT_RETURN_IF_ERROR(Fail(SIFT_CUDA_STATUS(cudaSetDevice(device_))));
   StatusOr<char*> staged = Reserve(bytes);
   if (!staged.ok()) return Fail(staged.status());
-  std::memcpy(*staged, src, static_cast<size_t>(bytes));
+  return staged;
+}
+
+Status CudaCopyChannel::Upload(const void* src, void* dst, int64_t bytes) {
+  SIFT_ASSIGN_OR_RETURN(char* staged, BeginCopy("Upload", bytes));
+  if (staged == nullptr) return absl::OkStatus();
+  std::memcpy(staged, src, static_cast<size_t>(bytes));
   return Fail(SIFT_CUDA_STATUS(
-      cudaMemcpyAsync(dst, *staged, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_)));
+      cudaMemcpyAsync(dst, staged, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_)));
 }
 
 Status CudaCopyChannel::Download(const void* src, void* dst, int64_t bytes) {
-  if (bytes < 0) return absl::InvalidArgumentError("CudaCopyChannel::Download: negative size");
-  SIFT_RETURN_IF_ERROR(error_);
-  if (bytes == 0) return absl::OkStatus();
-  SIFT_RETURN_IF_ERROR(Fail(SIFT_CUDA_STATUS(cudaSetDevice(device_))));
-  StatusOr<char*> staged = Reserve(bytes);
-  if (!staged.ok()) return Fail(staged.status());
+  SIFT_ASSIGN_OR_RETURN(char* staged, BeginCopy("Download", bytes));
+  if (staged == nullptr) return absl::OkStatus();
   SIFT_RETURN_IF_ERROR(Fail(SIFT_CUDA_STATUS(
-      cudaMemcpyAsync(*staged, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_))));
-  downloads_.push_back({*staged, dst, bytes});
+      cudaMemcpyAsync(staged, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_))));
+  downloads_.push_back({staged, dst, bytes});
   return absl::OkStatus();
 }
 

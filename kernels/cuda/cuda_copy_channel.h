@@ -45,6 +45,9 @@ class CudaCopyChannel final : public kernels::CopyChannel {
 
  private:
   explicit CudaCopyChannel(int device) : device_(device) {}
+  // The start of a copy of `bytes` (`op` names it in errors): the size check, a pending error,
+  // the device, then its staging (nullptr for an empty copy).
+  StatusOr<char*> BeginCopy(const char* op, int64_t bytes);
   // `bytes` of staging for one copy (256-byte aligned), growing the block when it is full.
   StatusOr<char*> Reserve(int64_t bytes);
   Status Grow(int64_t min_bytes);
