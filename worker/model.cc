@@ -670,8 +670,8 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
   logits_ = nullptr;
   last_batch_ = 0;
   const bool uploaded = device_ && slot != kDirect;
-  // An uploaded slot's inverses were range-checked by its UploadBatch.
-  SIFT_RETURN_IF_ERROR(CheckInputs(batch, keys, mode, /*scan_inverses=*/!uploaded));
+  // On a device backend UploadBatch range-checks the inverses (the slot's, or kDirect's below).
+  SIFT_RETURN_IF_ERROR(CheckInputs(batch, keys, mode, /*scan_inverses=*/!device_));
   const bool aux = UsesDien(type_) && mode != ForwardMode::kInference;
   if (uploaded) {
     InputSlot& s = slots_[slot];

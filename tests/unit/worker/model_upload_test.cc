@@ -185,6 +185,15 @@ TEST(ModelUploadOrderTest, OutOfOrderCallsAreRejected) {
   big.keys.tables[0].keys.resize(9);
   big.keys.tables[0].rows.resize(9 * c.embedding_dim);
   EXPECT_FALSE(m.UploadBatch(1, big.batch, big.keys, ForwardMode::kTrain).ok());
+  // So is an inverse outside its table (a device read out of bounds otherwise), uploaded ahead
+  // or staged by Forward itself.
+  StepInputs bad = MakeStep(m, c, ForwardMode::kTrain, 3);
+  bad.keys.short_inv[2] = static_cast<int32_t>(bad.keys.tables[1].keys.size());
+  s = m.UploadBatch(1, bad.batch, bad.keys, ForwardMode::kTrain);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("short history feature 0 slot 2 has inverse"), std::string::npos) << s;
+  EXPECT_EQ(m.Forward(bad.batch, bad.keys, ForwardMode::kTrain).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(sim->stats()->failures.empty());
 }
 
