@@ -156,14 +156,16 @@ class BackendBuffer {
 // A point in one stream of a backend's work (its compute, or a CopyChannel's copies): it passes
 // once the work issued before it is done. Recorded by Backend::RecordFence or
 // CopyChannel::RecordFence and waited for by the other side's WaitFence, without a host wait. A
-// default-constructed Fence has passed: host backends finish their work inside each call.
+// default-constructed (trivial) Fence has nothing to wait for: host backends finish their work
+// inside each call.
 // Copyable and safe to hand to another thread; the handle is the backend's (cuda: a cudaEvent_t).
 class Fence {
  public:
   Fence() = default;
   explicit Fence(std::shared_ptr<void> handle) : handle_(std::move(handle)) {}
   void* handle() const { return handle_.get(); }
-  bool passed() const { return handle_ == nullptr; }  // passed when recorded (host backends)
+  // No handle: nothing to wait for (a recorded device fence says false even once it passed).
+  bool trivial() const { return handle_ == nullptr; }
 
  private:
   std::shared_ptr<void> handle_;
@@ -259,6 +261,7 @@ class Backend {
   virtual Status Synchronize() { return absl::OkStatus(); }
   // A copy channel beside this backend's compute (see CopyChannel), with `staging_bytes` (>= 0)
   // of staging reserved up front (it grows on demand). REQUIRES: destroyed before the backend.
+  // The default is the host backends' memcpy channel: a device backend must override it.
   virtual StatusOr<std::unique_ptr<CopyChannel>> CreateCopyChannel(int64_t staging_bytes) {
     (void)staging_bytes;
     return std::unique_ptr<CopyChannel>(std::make_unique<HostCopyChannel>());
@@ -266,13 +269,19 @@ class Backend {
   // The stream the ops run on, for libraries that enqueue work after them (cuda: its
   // cudaStream_t, for NCCL); nullptr on host backends.
   virtual void* native_stream() const { return nullptr; }
-  // A fence after the ops issued so far (a passed one on host backends).
+  // A fence after the ops issued so far (a trivial one on host backends). A device backend
+  // returns its recorded failure instead once an op failed (the work before the fence is not
+  // what the caller thinks).
   virtual StatusOr<Fence> RecordFence() { return Fence(); }
   // The ops issued from now on start after `fence` (a CopyChannel's) passed; no host wait.
   virtual Status WaitFence(const Fence& fence) {
     (void)fence;
     return absl::OkStatus();
   }
+  // The first failure an op recorded since the last Synchronize, without waiting for anything
+  // (what Synchronize would report so far; a device fault still in flight shows only there). Lets
+  // the caller refuse to hand a failed pass's results to another stream, e.g. NCCL's.
+  virtual Status PendingError() const { return absl::OkStatus(); }
   // The GEMM arithmetic (MathMode). Host backends take kFp32 only (INVALID_ARGUMENT otherwise).
   virtual Status SetMathMode(MathMode mode) {
     if (mode == MathMode::kFp32) return absl::OkStatus();

@@ -34,9 +34,10 @@ class Collectives {
   virtual bool device_memory() const { return false; }
   // Device collectives: enqueue on `stream` from now on (a cudaStream_t on the collectives'
   // device, e.g. the CUDA backend's compute stream: Backend::native_stream()), so each collective
-  // follows the work already on that stream without a host wait; calls still return once their
-  // collective completed. nullptr restores the collectives' own default. Host collectives: no
-  // effect. REQUIRES: the stream outlives its use (bind nullptr before destroying it).
+  // follows the work already on that stream without a separate host synchronize; calls still
+  // return once their collective completed. nullptr restores the collectives' own default. Host
+  // collectives: no effect. REQUIRES: the stream outlives its use (bind nullptr before destroying
+  // it).
   virtual Status UseStream(void* stream) {
     (void)stream;
     return absl::OkStatus();

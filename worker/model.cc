@@ -404,8 +404,10 @@ Status Model::Impl::Init() {
   }
   host_logits_.resize(device_ ? static_cast<size_t>(max_batch_) : 0);
   if (device_) {
-    // Each channel's staging fits one slot's uploads (or every table's gradients): it never
-    // grows in a run.
+    // Page-locked staging up front: a slot's inverses, masks and labels, and an eighth of the
+    // rows (and of the gradients) that all-unique keys would need — a batch's unique keys are far
+    // fewer; a channel grows (doubling) in the first steps if needed. At the worst case (batch
+    // 131072, default dims) it would be ~2 GB per channel.
     for (int s = 0; s < Model::kInputSlots; ++s) {
       int64_t bytes = 0;
       for (const Buf* b : {&slots_[s].user_inv, &slots_[s].target_inv, &slots_[s].long_inv,
@@ -413,11 +415,11 @@ Status Model::Impl::Init() {
                            &slots_[s].short_mask, &slots_[s].label}) {
         bytes += b->mem.bytes() + 256;
       }
-      for (const Buf& b : slots_[s].rows) bytes += b.mem.bytes() + 256;
+      for (const Buf& b : slots_[s].rows) bytes += b.mem.bytes() / 8 + 256;
       SIFT_ASSIGN_OR_RETURN(slots_[s].channel, be_->CreateCopyChannel(bytes));
     }
     int64_t grad_bytes = 0;
-    for (const Buf& b : row_grads_) grad_bytes += b.mem.bytes() + 256;
+    for (const Buf& b : row_grads_) grad_bytes += b.mem.bytes() / 8 + 256;
     SIFT_ASSIGN_OR_RETURN(grads_channel_, be_->CreateCopyChannel(grad_bytes));
   }
   return be_->Synchronize();
@@ -507,6 +509,9 @@ Status Model::Impl::Put(InputSlot& s, const T* host, int64_t n, const Buf& dst) 
 Status Model::Impl::UploadBatch(int slot, const data::Batch& batch, const BatchKeys& keys,
                                 ForwardMode mode) {
   if (!device_) return absl::OkStatus();  // host backends read the host arrays in place
+  // Whatever follows, the slot no longer holds its last upload.
+  slots_[slot].finished = false;
+  slots_[slot].batch = -1;
   SIFT_RETURN_IF_ERROR(CheckInputs(batch, keys, mode));
   for (size_t t = 0; t < keys.tables.size(); ++t) {
     const int64_t unique = static_cast<int64_t>(keys.tables[t].keys.size());
@@ -517,7 +522,6 @@ Status Model::Impl::UploadBatch(int slot, const data::Batch& batch, const BatchK
     }
   }
   InputSlot& s = slots_[slot];
-  s.finished = false;
   if (s.channel != nullptr) {
     // The slot's last uploads are done (their staging is free), and the compute that read them.
     SIFT_RETURN_IF_ERROR(s.channel->Synchronize());

@@ -133,8 +133,8 @@ class Model {
   // on the host. The slot's next UploadBatch waits (on the copy stream) for the compute that read
   // it. On host backends these calls do nothing and Forward reads the host arrays in place.
   // Thread-safety: the upload calls for one slot may run on another thread than Forward/Backward,
-  // provided a slot's next UploadBatch starts after its last Forward (and Backward) returned, and
-  // its Forward after its FinishUpload returned (the step pipeline's order). Errors:
+  // provided a slot's next UploadBatch starts after its last Forward (and StartBackward) returned,
+  // and its Forward after its FinishUpload returned (the step pipeline's order). Errors:
   // INVALID_ARGUMENT for a bad slot or inputs; FAILED_PRECONDITION out of order (rows before the
   // batch, a Forward of a slot holding another batch or an unfinished upload).
   static constexpr int kInputSlots = 2;

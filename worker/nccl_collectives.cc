@@ -117,9 +117,12 @@ class NcclCollectives : public Collectives {
   int world_size() const override { return world_; }
   bool device_memory() const override { return true; }
   Status UseStream(void* stream) override {
+    if (stream == nullptr) {  // always honoured: the bound stream may be about to go
+      stream_ = static_cast<cudaStream_t>(options_.stream);
+      return absl::OkStatus();
+    }
     SIFT_RETURN_IF_ERROR(CheckAlive(Describe("bind stream")));
-    stream_ = stream != nullptr ? static_cast<cudaStream_t>(stream)
-                                : static_cast<cudaStream_t>(options_.stream);
+    stream_ = static_cast<cudaStream_t>(stream);
     return absl::OkStatus();
   }
 

@@ -1,8 +1,9 @@
 // Collectives over NCCL on the GPU (worker/collectives.h): spans are DEVICE pointers
 // (device_memory() is true) and every collective runs on NcclOptions::stream, or the stream bound
 // later with UseStream: the trainer binds the CUDA backend's compute stream, so an allreduce
-// follows the backward pass on the device without a host wait; each call returns once its
-// collective completed.
+// follows the backward pass on the device without a separate Synchronize first; each call still
+// returns once its collective completed (the watchdog's wait then covers the work queued before
+// it, and the size check's small host copies wait for that stream too).
 // Rendezvous through a sift::KvStore: rank 0 calls ncclGetUniqueId and publishes the id, hex
 // encoded, under "<prefix>/nccl_id"; the other ranks Get it. The communicator is created
 // non-blocking and every step (init, each collective, shutdown) is waited for by a watchdog

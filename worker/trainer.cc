@@ -638,9 +638,11 @@ Status Trainer::Collective(absl::Span<float> data, bool on_backend,
   const bool data_on_device =
       on_backend && backend_->memory_space() == kernels::MemorySpace::kDevice;
   if (data_on_device && coll_->device_memory()) {
-    // On the backend's stream the collective follows the work on `data` by itself; on another
-    // stream that work must be done first.
-    if (!collectives_on_backend_stream_) SIFT_RETURN_IF_ERROR(backend_->Synchronize());
+    // On the backend's stream the collective follows the work on `data` by itself (but a failed
+    // op must not hand its partial results to the other ranks); on another stream that work
+    // must be done first.
+    SIFT_RETURN_IF_ERROR(collectives_on_backend_stream_ ? backend_->PendingError()
+                                                        : backend_->Synchronize());
     return op(data);
   }
   if (data_on_device == coll_->device_memory()) return op(data);

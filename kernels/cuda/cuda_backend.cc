@@ -198,11 +198,14 @@ StatusOr<std::unique_ptr<kernels::CopyChannel>> CudaBackend::CreateCopyChannel(
 StatusOr<kernels::Fence> CudaBackend::RecordFence() {
   // After a failed op the work before the fence is not what the caller thinks: report it.
   if (failed()) return Annotate(first_error_, "CudaBackend::RecordFence after a failed op");
+  // Events are created on the calling thread's current device: the stream's.
+  SIFT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   return RecordCudaFence(stream_);
 }
 
 Status CudaBackend::WaitFence(const kernels::Fence& fence) {
-  const Status s = WaitCudaFence(stream_, fence);
+  Status s = SIFT_CUDA_STATUS(cudaSetDevice(device_));
+  if (s.ok()) s = WaitCudaFence(stream_, fence);
   Record(s);
   return s;
 }

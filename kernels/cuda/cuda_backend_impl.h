@@ -44,6 +44,7 @@ class CudaBackend final : public kernels::Backend {
   StatusOr<std::unique_ptr<kernels::CopyChannel>> CreateCopyChannel(int64_t staging_bytes) override;
   StatusOr<kernels::Fence> RecordFence() override;
   void* native_stream() const override { return stream_; }
+  Status PendingError() const override { return first_error_; }
   Status WaitFence(const kernels::Fence& fence) override;
   Status SetMathMode(kernels::MathMode mode) override;
   kernels::MathMode math_mode() const override { return math_; }

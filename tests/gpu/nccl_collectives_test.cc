@@ -5,9 +5,12 @@
 // Argument and id-format errors need no device: tests/unit/nccl_rendezvous_test.cc.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/kv_store.h"
@@ -136,24 +139,30 @@ TEST_F(NcclCollectivesTest, OneRankCollectivesOnDeviceBuffers) {
   EXPECT_EQ(buf.ToHost(), twice);
 }
 
+// A host function queued on a stream: sleeps, then raises its flag (no CUDA calls inside).
+void CUDART_CB SleepThenRaise(void* flag) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  static_cast<std::atomic<bool>*>(flag)->store(true);
+}
+
 TEST_F(NcclCollectivesTest, UseStreamOrdersAfterTheBoundStreamsWork) {
   auto c = CreateNcclCollectives(store_.get(), "job/bind", 0, 1, Options(60));
   ASSERT_TRUE(c.ok()) << c.status();
-  // Another stream (as the CUDA backend's compute stream): work queued there, with no host wait,
-  // must be done before the collective reads the buffer once the stream is bound.
+  // Another stream (as the CUDA backend's compute stream) holds work the host does not wait for:
+  // once bound, a collective is queued after it, and returns only when it completed, so the
+  // work (a 200 ms host function) must be done when AllreduceSum returns.
   cudaStream_t compute = nullptr;
   ASSERT_TRUE(SIFT_CUDA_STATUS(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking)).ok());
   ASSERT_TRUE((*c)->UseStream(compute).ok());
-  const std::vector<float> host = Values(4'000'000);
-  DeviceFloats buf(std::vector<float>(host.size(), 0.0f));
-  std::vector<float> staged = host;  // pageable: the copy is queued on `compute`
-  ASSERT_TRUE(SIFT_CUDA_STATUS(cudaMemcpyAsync(buf.span().data(), staged.data(),
-                                               staged.size() * sizeof(float),
-                                               cudaMemcpyHostToDevice, compute))
-                  .ok());
-  ASSERT_TRUE((*c)->AllreduceAverage(buf.span()).ok());
+  const std::vector<float> host = Values(1'000'000);
+  DeviceFloats buf(host);
+  std::atomic<bool> done{false};
+  ASSERT_TRUE(SIFT_CUDA_STATUS(cudaLaunchHostFunc(compute, SleepThenRaise, &done)).ok());
+  ASSERT_TRUE((*c)->AllreduceSum(buf.span()).ok());
+  EXPECT_TRUE(done.load()) << "the collective did not follow the bound stream's work";
+  EXPECT_EQ(SIFT_CUDA_STATUS(cudaStreamQuery(compute)).code(), absl::StatusCode::kOk);
   EXPECT_EQ(buf.ToHost(), host);
-  // Unbound: back on the options' stream; the instance stays usable.
+  // Unbound (always allowed): back on the options' stream; the instance stays usable.
   ASSERT_TRUE((*c)->UseStream(nullptr).ok());
   ASSERT_TRUE((*c)->AllreduceSum(buf.span()).ok());
   EXPECT_EQ(buf.ToHost(), host);

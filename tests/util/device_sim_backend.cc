@@ -29,13 +29,19 @@ using kernels::RnnDims;
 
 struct DeviceSimBackend::State {
   // Held by every op, copy and channel call (channels may run on other threads); recursive, as
-  // the calls nest (a channel call checks pointers with IsTracked).
+  // the calls nest (a channel call checks pointers with IsTracked). std rather than absl::Mutex,
+  // as in common/thread_pool.h (TSan cannot see Debian's uninstrumented Abseil).
   std::recursive_mutex mu;
   std::map<uintptr_t, int64_t> regions;  // start -> requested bytes, of the live allocations
   bool protect = true;                   // allocations are PROT_NONE outside ops and copies
   DeviceSimStats stats;
   std::map<uintptr_t, int64_t> last_use;   // start -> number (stats.ops) of the last op using it
   std::map<uintptr_t, int64_t> in_flight;  // start -> uploads queued into it, not landed
+  std::map<uintptr_t, int64_t> reading;    // start -> downloads of it not yet synchronized
+  // start -> the allocation's serial number: a copy queued into memory freed since (and perhaps
+  // mapped again at the same address) is dropped, not landed in the new allocation.
+  std::map<uintptr_t, int64_t> serial;
+  int64_t next_serial = 0;
 };
 
 namespace {
@@ -141,6 +147,13 @@ class DeviceSimBackend::Check {
                  "fence before an op touches it)");
         return;
       }
+      if (be_.state_->reading[start] > 0) {
+        ok_ = false;
+        be_.Fail(op_, what,
+                 "memory a channel's download may still be reading (its Synchronize must come "
+                 "before an op touches it)");
+        return;
+      }
       pending_.push_back(p);
       return;
     }
@@ -207,6 +220,7 @@ struct SimQueue {
     std::vector<char> staged;
     void* dst;
     int64_t number;  // 1, 2, ... in queue order
+    int64_t serial;  // of dst's allocation
   };
   std::deque<Upload> pending;  // not landed, in order
   int64_t queued = 0;          // uploads ever queued
@@ -228,7 +242,8 @@ int64_t Land(const std::shared_ptr<DeviceSimBackend::State>& state, SimQueue* qu
   while (!queue->pending.empty() && queue->pending.front().number <= up_to) {
     SimQueue::Upload& u = queue->pending.front();
     auto it = Enclosing(state->regions, u.dst);
-    if (it != state->regions.end()) {  // (freed memory: nothing to land in)
+    // (Memory freed since: nothing to land in.)
+    if (it != state->regions.end() && state->serial[it->first] == u.serial) {
       Access access(state);
       access.Open(u.dst);
       std::memcpy(u.dst, u.staged.data(), u.staged.size());
@@ -256,8 +271,10 @@ class DeviceSimBackend::SimChannel final : public kernels::CopyChannel {
     if (bytes == 0) return absl::OkStatus();
     ++be_.state_->stats.uploads;
     const char* from = static_cast<const char*>(src);
-    queue_->pending.push_back({std::vector<char>(from, from + bytes), dst, ++queue_->queued});
-    ++be_.state_->in_flight[Enclosing(be_.state_->regions, dst)->first];
+    const uintptr_t start = Enclosing(be_.state_->regions, dst)->first;
+    queue_->pending.push_back(
+        {std::vector<char>(from, from + bytes), dst, ++queue_->queued, be_.state_->serial[start]});
+    ++be_.state_->in_flight[start];
     return absl::OkStatus();
   }
 
@@ -269,7 +286,10 @@ class DeviceSimBackend::SimChannel final : public kernels::CopyChannel {
     Access access(be_.state_);
     access.Open(src);
     const char* from = static_cast<const char*>(src);
-    downloads_.push_back({std::vector<char>(from, from + bytes), dst});
+    const uintptr_t start = Enclosing(be_.state_->regions, src)->first;
+    downloads_.push_back(
+        {std::vector<char>(from, from + bytes), dst, start, be_.state_->serial[start]});
+    ++be_.state_->reading[start];  // no op may touch it until Synchronize (it races the copy)
     std::memset(dst, 0xff, static_cast<size_t>(bytes));  // NaN until Synchronize
     return absl::OkStatus();
   }
@@ -285,7 +305,7 @@ class DeviceSimBackend::SimChannel final : public kernels::CopyChannel {
 
   Status WaitFence(const kernels::Fence& fence) override {
     std::lock_guard<std::recursive_mutex> lock(be_.state_->mu);
-    if (fence.passed()) return absl::OkStatus();
+    if (fence.trivial()) return absl::OkStatus();
     const SimFence* f = static_cast<const SimFence*>(fence.handle());
     if (f->compute_op < 0) {
       be_.Fail("CopyChannel::WaitFence", "fence", "a channel's fence (wait for backend fences)");
@@ -298,7 +318,11 @@ class DeviceSimBackend::SimChannel final : public kernels::CopyChannel {
   Status Synchronize() override {
     std::lock_guard<std::recursive_mutex> lock(be_.state_->mu);
     Land(be_.state_, queue_.get(), queue_->queued);
-    for (const auto& [staged, dst] : downloads_) std::memcpy(dst, staged.data(), staged.size());
+    for (const PendingDownload& d : downloads_) {
+      std::memcpy(d.dst, d.staged.data(), d.staged.size());
+      auto it = be_.state_->serial.find(d.start);
+      if (it != be_.state_->serial.end() && it->second == d.serial) --be_.state_->reading[d.start];
+    }
     downloads_.clear();
     return absl::OkStatus();
   }
@@ -341,7 +365,13 @@ class DeviceSimBackend::SimChannel final : public kernels::CopyChannel {
   DeviceSimBackend& be_;
   std::shared_ptr<SimQueue> queue_;
   int64_t waited_ = 0;  // the newest backend fence waited for: ops up to this number
-  std::vector<std::pair<std::vector<char>, void*>> downloads_;
+  struct PendingDownload {
+    std::vector<char> staged;  // the data, read when the download was issued
+    void* dst;
+    uintptr_t start;  // the source's allocation
+    int64_t serial;
+  };
+  std::vector<PendingDownload> downloads_;
 };
 
 StatusOr<std::unique_ptr<kernels::CopyChannel>> DeviceSimBackend::CreateCopyChannel(
@@ -360,7 +390,7 @@ StatusOr<kernels::Fence> DeviceSimBackend::RecordFence() {
 
 Status DeviceSimBackend::WaitFence(const kernels::Fence& fence) {
   std::lock_guard<std::recursive_mutex> lock(state_->mu);
-  if (fence.passed()) return absl::OkStatus();
+  if (fence.trivial()) return absl::OkStatus();
   const SimFence* f = static_cast<const SimFence*>(fence.handle());
   if (f->queue == nullptr) {
     Fail("WaitFence", "fence", "a backend fence (the backend waits for channel fences)");
@@ -389,6 +419,7 @@ StatusOr<BackendBuffer> DeviceSimBackend::Allocate(int64_t bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("DeviceSimBackend: ", bytes, " bytes"));
   }
   state_->regions[Addr(p)] = bytes;
+  state_->serial[Addr(p)] = ++state_->next_serial;
   ++state_->stats.allocations;
   ++state_->stats.live_allocations;
   // The deleter holds the state: a buffer freed after the backend still finds it.
@@ -398,6 +429,8 @@ StatusOr<BackendBuffer> DeviceSimBackend::Allocate(int64_t bytes) {
     state->regions.erase(Addr(q));
     state->last_use.erase(Addr(q));
     state->in_flight.erase(Addr(q));
+    state->reading.erase(Addr(q));
+    state->serial.erase(Addr(q));
     --state->stats.live_allocations;
     munmap(q, Mapped(bytes));
   });

@@ -21,8 +21,11 @@
 // backend waits for a channel fence recorded after it (WaitFence) or the channel synchronizes;
 // an op touching memory with an upload not yet landed fails the check ("upload in flight"). An
 // upload into, or download from, memory that an op used after the last backend fence the channel
-// waited for fails too (the copy could race that op on a GPU). A download fills its host
-// destination with NaN bytes until the channel's Synchronize delivers the data.
+// waited for fails too (the copy could race that op on a GPU), and so does an op touching memory
+// a download may still be reading (before the channel's Synchronize). A download fills its host
+// destination with NaN bytes until that Synchronize delivers the data. The one lock below orders
+// the threads it serialises, so TSan on the simulator cannot see races in the caller's own
+// state: those rest on the step pipeline's order (worker/step_pipeline.h).
 // Thread-compatible, like every Backend, except that channels may run on other threads: every
 // op and channel call holds one lock. Owns the inner backend; stats() outlive it.
 #pragma once
