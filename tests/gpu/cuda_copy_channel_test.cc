@@ -81,8 +81,7 @@ TEST_F(CudaCopyChannelTest, StagingGrowsAndOldBlocksStayValidUntilSynchronize) {
     bufs.push_back(std::move(b).value());
   }
   // Each upload outgrew the block: it is now at least the last (largest) one.
-  EXPECT_GE((*ch)->staging_capacity(),
-            static_cast<int64_t>(srcs.back().size() * sizeof(float)));
+  EXPECT_GE((*ch)->staging_capacity(), static_cast<int64_t>(srcs.back().size() * sizeof(float)));
   ASSERT_TRUE((*ch)->Synchronize().ok());
   for (size_t i = 0; i < bufs.size(); ++i) {
     std::vector<float> back(srcs[i].size());
