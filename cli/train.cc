@@ -80,7 +80,6 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
                   "0: synchronous and deterministic; >= 1: the next step is loaded, pulled and "
                   "(cuda) uploaded on a prefetch thread while this one computes (its rows may "
                   "miss this step's push)")
-      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--max-steps-per-epoch", o.max_steps_per_epoch,
                   "Stop each epoch after this many steps (0 = the whole split)")

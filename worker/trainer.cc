@@ -354,7 +354,10 @@ Status Trainer::Setup(RunMode mode) {
   if (o_.train_eval_samples < 0) {
     return absl::InvalidArgumentError("--train-eval-samples must be >= 0");
   }
-  if (o_.staleness < 0) return absl::InvalidArgumentError("training.staleness must be >= 0");
+  if (o_.staleness < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--staleness (training.staleness) must be >= 0, got ", o_.staleness));
+  }
   if (o_.checkpoint_every_steps < 0) {
     return absl::InvalidArgumentError("checkpoint.every_steps must be >= 0");
   }

@@ -277,6 +277,9 @@ TEST_F(TrainTest, UsageAndInputErrors) {
   r = RunSift({"train", "--dataset", Tiny(), "--deterministic", "maybe"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--deterministic"));
+  r = RunSift({"bench", "train", "--dataset", Tiny(), "--staleness", "-1", "--progress", "off"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--staleness (training.staleness) must be >= 0, got -1"));
   r = RunSift({"train", "--dataset", Dir("nope"), "--progress", "off"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("nope"));
