@@ -1,7 +1,7 @@
 // The op API of sift's dense model: every computation SIM, DIEN and DIN need (model-spec 3, 4,
 // 5.1, 8), forward and backward, as pure functions over raw float views with the workspace passed
 // in. One abstract Backend, several implementations: reference/ (naive loops, the test oracle,
-// never optimised), cpu/ (OpenBLAS + a thread pool), cuda/ (its own target: cuBLAS + kernels).
+// never optimised), cpu/ (oneDNN + a thread pool), cuda/ (its own target: cuBLAS + kernels).
 //
 // Conventions, for every op:
 // - Pointers are in the backend's memory (memory_space(): host for reference and cpu, device memory
@@ -224,6 +224,12 @@ class Backend {
   virtual ~Backend() = default;
   virtual absl::string_view name() const = 0;
   virtual int threads() const = 0;
+  // One line saying what actually computes, for benchmarks and logs (cpu: the kernels' ISA
+  // variant, oneDNN's version and ISA, bf16 native or emulated, threads). Default: the name.
+  virtual std::string Describe() const { return std::string(name()); }
+  // Where this backend runs slower than the machine allows (a generic fallback, an emulated
+  // precision, a reference kernel): one sentence each, for the user to see. Default: none.
+  virtual std::vector<std::string> Warnings() const { return {}; }
 
   // ---- Backend memory (the defaults are the host backends') -----------------------------------
   // Ops read and write memory of this space; for kDevice, host data goes through CopyToBackend /
@@ -282,7 +288,8 @@ class Backend {
   // (what Synchronize would report so far; a device fault still in flight shows only there). Lets
   // the caller refuse to hand a failed pass's results to another stream, e.g. NCCL's.
   virtual Status PendingError() const { return absl::OkStatus(); }
-  // The GEMM arithmetic (MathMode). Host backends take kFp32 only (INVALID_ARGUMENT otherwise).
+  // The GEMM arithmetic (MathMode). The reference backend takes kFp32 only, cpu kFp32 and kBf16
+  // (INVALID_ARGUMENT otherwise).
   virtual Status SetMathMode(MathMode mode) {
     if (mode == MathMode::kFp32) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("precision '", MathModeName(mode),
@@ -290,6 +297,9 @@ class Backend {
                                                    "' computes in fp32 only)"));
   }
   virtual MathMode math_mode() const { return MathMode::kFp32; }
+  // What precision `auto` means here: the fastest mode whose accuracy sift has shown to match
+  // fp32 (cuda: bf16; cpu: bf16 where the CPU has native bf16 dot products, else fp32).
+  virtual MathMode AutoMathMode() const { return MathMode::kFp32; }
   // Whether ops must keep their fixed summation orders (bit-reproducible runs; the default). A
   // device backend given false may use float atomics where they are faster (cuda: SegmentSumRows),
   // so such sums vary in their last bits run to run. Host backends are always deterministic:
@@ -444,8 +454,9 @@ class Backend {
 
 // The naive reference backend (kernels/reference): the test oracle.
 std::unique_ptr<Backend> CreateReferenceBackend();
-// The CPU backend (kernels/cpu): OpenBLAS GEMMs and a thread pool of `threads` (<= 0: every
-// available CPU); GEMMs run as single-threaded OpenBLAS calls split over that pool.
+// The CPU backend (kernels/cpu): oneDNN GEMMs and sift's kernels for the widest vector ISA this
+// CPU supports, on a thread pool of `threads` (<= 0: every available CPU); GEMMs run as
+// single-threaded oneDNN calls split over that pool. kernels/cpu/cpu_backend.h has the options.
 std::unique_ptr<Backend> CreateCpuBackend(int threads);
 
 // "reference", "cpu" and, in builds with the CUDA target, "cuda": the backends this build offers,

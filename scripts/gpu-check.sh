@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh: the one command a session runs on the lent GPU machine (issue 6). Unpacks
 # the carried sysroot (scripts/gpu-sysroot.sh), builds the SIFT_MINIMAL=ON + SIFT_CUDA=on
-# configuration (Release, SIFT_NATIVE=ON, sm_80 + sm_90 from cmake/SiftCuda.cmake), runs the `gpu`
+# configuration (Release, sm_80 + sm_90 from cmake/SiftCuda.cmake), runs the `gpu`
 # tests and the host-side CUDA tests, generates the synthetic `books` dataset there and runs
 # `sift bench train|inference` with the best backend the build offers (cuda once issue 6 lands,
 # else cpu). Writes ONE summary, $OUT/gpu-check.json, and its logs ($OUT/*.log, 7 files at most),
@@ -404,12 +404,12 @@ else
   S=$sysroot_dir/root
   kv sysroot "$S (from $sysroot_archive)"
   # scripts/README.md: the build needs these too (gtest_discover_tests runs each test binary;
-  # OpenBLAS needs libgfortran.so.5 from the sysroot).
-  export LD_LIBRARY_PATH=$S/usr/lib/x86_64-linux-gnu:$S/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # oneDNN and its OpenCL loader come from the sysroot).
+  export LD_LIBRARY_PATH=$S/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   cmake_prefix=(-DCMAKE_PREFIX_PATH="$S/usr")
 fi
 
-cmake_opts=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DSIFT_MINIMAL=ON -DSIFT_CUDA=on -DSIFT_NATIVE=ON
+cmake_opts=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DSIFT_MINIMAL=ON -DSIFT_CUDA=on
             -DSIFT_WERROR=OFF "${cmake_prefix[@]}")
 kv cmake_options "${cmake_opts[*]}"
 run_stage configure 180 "$log_setup" -- cmake -S "$repo" -B "$build_dir" "${cmake_opts[@]}" || exit 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu-sysroot.sh: the Debian 12 packages a SIFT_MINIMAL build needs (absl, yaml-cpp, CLI11,
-# nlohmann-json, zlib, OpenBLAS with its Fortran runtime, GTest/GMock), unpacked into one folder
+# nlohmann-json, zlib, oneDNN with its OpenMP and OpenCL loader libraries, GTest/GMock), unpacked into one folder
 # that can travel to a machine without them (the GPU machine of issue 6: CMake, ninja, a compiler
 # and CUDA, no Debian -dev packages, nothing installable). See scripts/README.md for its use.
 #
@@ -8,7 +8,7 @@
 #
 # Writes OUT_DIR/root/ (the unpacked packages: root/usr/{include,lib,share}) and
 # OUT_DIR/sysroot.tar.gz (root/ packed, what a device call carries: the unpacked tree is over the
-# limit because of OpenBLAS's 36 MB library). Fails if the archive is over 40 MiB.
+# limit because of oneDNN's 40 MB library). Fails if the archive is over 40 MiB.
 # Needs apt-get (with this machine's Debian 12 package lists) and dpkg-deb; no root.
 set -euo pipefail
 
@@ -16,16 +16,15 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$repo/.gpu-sysroot}
 limit_mib=40
 
-# Runtime libraries and their -dev packages. OpenBLAS: Debian's pthread flavour (what
-# libopenblas-dev selects here, and the one kernels/CMakeLists.txt finds in SIFT_MINIMAL mode);
-# every flavour is the same size (one DYNAMIC_ARCH library); it needs libgfortran5 and libquadmath0.
+# Runtime libraries and their -dev packages. oneDNN (kernels/CMakeLists.txt finds it by path) links
+# libgomp (OpenMP, also linked by sift itself) and the OpenCL ICD loader (its unused GPU runtime).
 packages=(
   libabsl20220623 libabsl-dev
   libyaml-cpp0.7 libyaml-cpp-dev
   libcli11-dev
   nlohmann-json3-dev
   zlib1g zlib1g-dev
-  libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0
+  libdnnl2 libdnnl-dev libgomp1 ocl-icd-libopencl1
   libgtest-dev libgmock-dev
 )
 
@@ -64,20 +63,16 @@ while IFS= read -r link; do
 done < <(find "$root" -type l)
 
 # What the build does not use: documentation, static libraries that have a shared twin (absl,
-# zlib, OpenBLAS; GTest/GMock are static only and stay), OpenBLAS's LAPACK/BLAS compatibility
-# libraries (sift calls cblas_* and openblas_set_num_threads only), GTest's pkg-config files.
+# zlib; GTest/GMock are static only and stay).
 rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/lintian" "$root/usr/share/bug"
 find "$root" -name 'libabsl_*.a' -delete
 rm -f "$root"/usr/lib/x86_64-linux-gnu/libz.a
-rm -f "$root"/usr/lib/x86_64-linux-gnu/openblas-pthread/*.a
-rm -f "$root"/usr/lib/x86_64-linux-gnu/openblas-pthread/lib{blas,lapack}.so*
 # Dangling links left by the removals above.
 find "$root" -xtype l -delete
 
 # Every library the minimal build links must be there.
-for f in usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so \
-         usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h \
-         usr/lib/x86_64-linux-gnu/libgfortran.so.5 usr/lib/x86_64-linux-gnu/libquadmath.so.0 \
+for f in usr/lib/x86_64-linux-gnu/libdnnl.so usr/include/oneapi/dnnl/dnnl.h \
+         usr/lib/x86_64-linux-gnu/libgomp.so.1 usr/lib/x86_64-linux-gnu/libOpenCL.so.1 \
          usr/lib/x86_64-linux-gnu/libz.so usr/include/zlib.h \
          usr/lib/x86_64-linux-gnu/cmake/absl/abslConfig.cmake \
          usr/lib/x86_64-linux-gnu/cmake/yaml-cpp/yaml-cpp-config.cmake \

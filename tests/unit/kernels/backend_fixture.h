@@ -1,6 +1,6 @@
 // The fixture of the op tests parameterised over backends (dense_ops_tests.h,
 // sequence_ops_tests.h): the parameter is a backend spec of sift::testing::CreateTestBackend
-// ("reference", "cpu", "cpu-mirrored", "cuda-mirrored", ...). A cuda spec that cannot be created
+// ("reference", "cpu", "cpu-mirrored", "cpu-avx2", "cuda-mirrored", ...). A cuda spec that cannot be created
 // because this machine has no device (FAILED_PRECONDITION) or this build has no CUDA backend
 // (INVALID_ARGUMENT) skips the test; any other creation failure fails it. After each test the
 // backend's Synchronize() must be OK (a MirroredBackend reports its failed copies there).
@@ -18,9 +18,13 @@
 
 namespace sift::kernels::testing {
 
-// The host backends every build has, and the CPU backend through a MirroredBackend (the proof of
-// the mirror's extents and copies that the cuda instantiation relies on).
-inline std::vector<std::string> HostTestBackends() { return {"reference", "cpu", "cpu-mirrored"}; }
+// The host backends every build has: the reference, the CPU backend as CreateBackend makes it
+// (the widest ISA variant this CPU runs), the same through a MirroredBackend (the proof of the
+// mirror's extents and copies that the cuda instantiation relies on), and each of the CPU
+// backend's ISA variants by name (skipped, naming the missing features, where the CPU lacks one).
+inline std::vector<std::string> HostTestBackends() {
+  return {"reference", "cpu", "cpu-mirrored", "cpu-generic", "cpu-avx2", "cpu-avx512"};
+}
 
 // gtest parameter names allow only [A-Za-z0-9_]: "cpu-mirrored" -> "cpu_mirrored".
 inline std::string BackendParamName(const ::testing::TestParamInfo<std::string>& info) {
@@ -38,6 +42,9 @@ class BackendOpTest : public ::testing::TestWithParam<std::string> {
     if (!b.ok() && absl::StartsWith(GetParam(), "cuda") &&
         (absl::IsFailedPrecondition(b.status()) || absl::IsInvalidArgument(b.status()))) {
       GTEST_SKIP() << "no cuda backend here: " << b.status();
+    }
+    if (!b.ok() && absl::StartsWith(GetParam(), "cpu-") && absl::IsFailedPrecondition(b.status())) {
+      GTEST_SKIP() << "this CPU cannot run it: " << b.status();
     }
     ASSERT_TRUE(b.ok()) << b.status();
     backend_ = std::move(*b);
