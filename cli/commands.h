@@ -18,6 +18,7 @@ void AddDataAmazon(CLI::App* data, Action* action);       // sift data amazon
 void AddDataConvert(CLI::App* data, Action* action);      // sift data convert
 void AddDataInspect(CLI::App* data, Action* action);      // sift data inspect
 void AddBenchLoader(CLI::App* bench, Action* action);     // sift bench loader
+void AddBenchKernels(CLI::App* bench, Action* action);    // sift bench kernels
 void AddDevice(CLI::App* app, Action* action);            // sift device
 void AddTrain(CLI::App* app, Action* action);             // sift train
 void AddBenchTrain(CLI::App* bench, Action* action);      // sift bench train

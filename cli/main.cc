@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   AddBenchLoader(bench, &action);
+  AddBenchKernels(bench, &action);
   AddBenchTrain(bench, &action);
   AddBenchInference(bench, &action);
 #ifndef SIFT_MINIMAL
