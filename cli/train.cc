@@ -49,9 +49,17 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
       ->check(CLI::IsMember(kernels::AvailableBackendNames()))
       ->capture_default_str();
   cmd->add_option("--precision", o.precision,
-                  "GEMM arithmetic: auto (bf16 on cuda, fp32 on cpu), fp32, tf32, bf16, or fp16 "
-                  "(dynamic loss scaling); tf32/bf16/fp16 need --backend cuda")
+                  "GEMM arithmetic: auto (bf16 on cuda, and on a cpu with AVX512-BF16 or AMX; "
+                  "else fp32), fp32, tf32, bf16, or fp16 (dynamic loss scaling); tf32/fp16 need "
+                  "--backend cuda; bf16 on a cpu without native bf16 is emulated (slower)")
       ->check(CLI::IsMember({"auto", "fp32", "tf32", "bf16", "fp16"}))
+      ->capture_default_str();
+  cmd->add_option("--cpu-isa", o.cpu_isa,
+                  "cpu backend: the kernels' vector ISA variant, auto (the widest this CPU "
+                  "supports), generic, avx2 or avx512 (GEMMs are oneDNN's: ONEDNN_MAX_CPU_ISA "
+                  "caps them)")
+      ->envname("SIFT_CPU_ISA")
+      ->check(CLI::IsMember({"auto", "generic", "avx2", "avx512"}))
       ->capture_default_str();
   cmd->add_option("--deterministic", o.deterministic,
                   "true: every sum in a fixed order (bit-reproducible runs); false: cuda sums the "
@@ -171,6 +179,11 @@ void PrintPhases(const worker::PhaseTimes& p) {
       pct(p.push), total);
 }
 
+// The backend's warnings (a generic fallback, emulated bf16, a slow GEMM kernel), on stderr.
+void PrintWarnings(const worker::RunResult& r) {
+  for (const std::string& w : r.warnings) std::fprintf(stderr, "sift: warning: %s\n", w.c_str());
+}
+
 // Appended to the precision in the summaries: only a run that gave up the fixed orders says so.
 const char* NondeterministicNote(const worker::RunResult& r) {
   return r.deterministic ? "" : ", atomic embedding-gradient sums";
@@ -184,6 +197,8 @@ Status RunTrain(TrainFlags* f) {
       f->model.c_str(), f->opt.dataset.c_str(), static_cast<long long>(r.steps),
       static_cast<long long>(r.samples_per_step), r.backend.c_str(), r.threads, r.precision.c_str(),
       NondeterministicNote(r));
+  std::printf("  compute:    %s\n", r.compute.c_str());
+  PrintWarnings(r);
   if (r.skipped_steps > 0) {
     std::printf("  fp16 loss scaling skipped %lld step(s) whose gradients overflowed\n",
                 static_cast<long long>(r.skipped_steps));
@@ -223,6 +238,8 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
       "parameters\n",
       f->model.c_str(), static_cast<long long>(r.samples_per_step), r.backend.c_str(), r.threads,
       r.precision.c_str(), NondeterministicNote(r), static_cast<long long>(r.dense_params));
+  std::printf("  backend:    %s\n", r.compute.c_str());
+  PrintWarnings(r);
   std::printf(
       "  steps:      %lld run (warm-up %lld excluded when steps remain), staleness %lld%s\n",
       static_cast<long long>(r.steps), static_cast<long long>(f->opt.warmup_steps),
@@ -256,6 +273,8 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
     j["model"] = f->model;
     j["backend"] = r.backend;
     j["precision"] = r.precision;
+    j["compute"] = r.compute;
+    j["warnings"] = r.warnings;
     j["deterministic"] = r.deterministic;
     j["skipped_steps"] = r.skipped_steps;
     j["threads"] = r.threads;

@@ -88,6 +88,12 @@ void AddWorker(CLI::App* app, Action* action) {
                   "Backend and loader threads (-1: the job's cluster.threads_per_worker; 0: all)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1024));
+  cmd->add_option("--cpu-isa", o.cpu_isa,
+                  "cpu backend kernels: auto (the widest vector ISA this CPU supports), generic, "
+                  "avx2 or avx512")
+      ->envname("SIFT_CPU_ISA")
+      ->check(CLI::IsMember({"auto", "generic", "avx2", "avx512"}))
+      ->capture_default_str();
   cmd->add_option("--metrics-port", o.metrics_port,
                   "Prometheus /metrics port (0: any free port; -1: off)")
       ->capture_default_str()

@@ -341,11 +341,11 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
     return p.Error(std::max(0, root.Mark().line), "dataset",
                    "required key missing (the path of a sift dataset)");
   }
-  if (c.backend == "cpu" && c.precision != "auto" && c.precision != "fp32") {
+  if (c.backend == "cpu" && (c.precision == "tf32" || c.precision == "fp16")) {
     return p.Error(
         p.LineOf("cluster.precision"), "cluster.precision",
         absl::StrCat("'", c.precision,
-                     "' needs cluster.backend: cuda (the cpu backend computes in fp32)"));
+                     "' needs cluster.backend: cuda (the cpu backend computes in fp32 or bf16)"));
   }
   if (c.backend == "cpu" && c.collectives == "nccl") {
     return p.Error(p.LineOf("cluster.collectives"), "cluster.collectives",

@@ -50,8 +50,9 @@ struct JobSpec {
     int servers = 2;              // embedding servers, >= 1
     int workers = 2;              // >= 1
     std::string backend = "cpu";  // cpu | cuda
-    // The GEMM arithmetic: auto (bf16 on cuda, fp32 on cpu) | fp32 | tf32 | bf16 | fp16 (with
-    // dynamic loss scaling); anything but auto/fp32 needs backend cuda.
+    // The GEMM arithmetic: auto (bf16 on cuda; on cpu bf16 where the CPU has native bf16 dot
+    // products — AVX512-BF16 or AMX — else fp32) | fp32 | tf32 | bf16 | fp16 (with dynamic loss
+    // scaling); tf32 and fp16 need backend cuda (cpu: bf16 without native support is emulated).
     std::string precision = "auto";
     // Fixed summation orders, bit-reproducible runs (true); false lets backend cuda sum the
     // embedding gradients with float atomics (no sort; last bits vary). Accepted on cpu, where it

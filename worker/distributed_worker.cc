@@ -405,6 +405,7 @@ void DistributedWorker::RunAssignment(const cpb::Assignment& a) {
     SIFT_ASSIGN_OR_RETURN(JobSpec spec,
                           ParseJobSpec(a.spec_yaml(), absl::StrCat("job ", a.job_id())));
     SIFT_ASSIGN_OR_RETURN(TrainerOptions o, TrainerOptionsForAssignment(spec, a, options_.threads));
+    o.cpu_isa = options_.cpu_isa;
     SIFT_RETURN_IF_ERROR(env->Connect(options_.advertise_host, options_.collective_timeout_s,
                                       UsesNccl(spec.cluster)));
     return RunTrainerWithEnv(o, RunMode::kTrain, env.get()).status();

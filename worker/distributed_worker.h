@@ -35,6 +35,7 @@ struct DistributedWorkerOptions {
   // it, and it is the address registered with the coordinator.
   std::string advertise_host = "127.0.0.1";
   int threads = -1;       // backend and loader threads; -1 = the job's threads_per_worker
+  std::string cpu_isa = "auto";  // the cpu backend's kernel variant (TrainerOptions::cpu_isa)
   int metrics_port = -1;  // /metrics port: -1 off, 0 any free port
   absl::Duration register_timeout = absl::Seconds(60);
   double collective_timeout_s = 120;  // Gloo rendezvous and every collective

@@ -1,5 +1,7 @@
 #include "worker/trainer.h"
 
+#include "kernels/cpu/cpu_backend.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -140,12 +142,13 @@ struct DenseAdam {
 };
 
 // The GEMM arithmetic of a run: `precision` (auto | fp32 | tf32 | bf16 | fp16); auto is bf16 on a
-// device backend (model-spec 5.3: sm_80+ has bf16 tensor cores) and fp32 on the host backends.
+// device backend (model-spec 5.3: sm_80+ has bf16 tensor cores) and the backend's own choice on
+// the host (cpu: bf16 where the CPU multiplies bf16 natively, else fp32; Backend::AutoMathMode).
 StatusOr<kernels::MathMode> ResolvePrecision(const std::string& precision,
                                              const kernels::Backend& backend) {
   if (precision == "auto") {
     return backend.memory_space() == kernels::MemorySpace::kDevice ? kernels::MathMode::kBf16
-                                                                   : kernels::MathMode::kFp32;
+                                                                   : backend.AutoMathMode();
   }
   return kernels::ParseMathMode(precision);
 }
@@ -389,6 +392,11 @@ Status Trainer::Setup(RunMode mode) {
   }
   if (o_.backend_factory) {
     SIFT_ASSIGN_OR_RETURN(backend_, o_.backend_factory());
+  } else if (o_.backend == "cpu") {
+    kernels::CpuBackendOptions cpu;
+    cpu.threads = o_.threads;
+    SIFT_ASSIGN_OR_RETURN(cpu.isa, kernels::ParseCpuIsa(o_.cpu_isa));
+    SIFT_ASSIGN_OR_RETURN(backend_, kernels::CreateCpuBackend(cpu));
   } else {
     SIFT_ASSIGN_OR_RETURN(backend_, kernels::CreateBackend(o_.backend, o_.threads));
   }
@@ -986,6 +994,8 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
     result_.epochs.push_back(em);
   }
   result_.perf = perf.Results();
+  result_.compute = backend_->Describe();
+  result_.warnings = backend_->Warnings();
   SIFT_RETURN_IF_ERROR(env_->OnFinish(mode, result_, bench ? perf.SummaryMetrics() : DllMetrics{}));
   return std::move(result_);
 }

@@ -46,6 +46,9 @@ struct TrainerOptions {
   // device backend, fp32 on the host backends; fp16 trains with dynamic loss scaling
   // (worker/loss_scaler.h). Storage and every other op stay fp32.
   std::string precision = "auto";
+  // The cpu backend's kernel variant (kernels/cpu/cpu_isa.h): auto (the widest this CPU runs) |
+  // generic | avx2 | avx512; a variant the CPU lacks fails the run, naming the missing features.
+  std::string cpu_isa = "auto";
   // kernels::Backend::SetDeterministic: true keeps every sum in a fixed order (bit-reproducible
   // runs); false lets the cuda backend sum embedding gradients with float atomics (no sort; last
   // bits vary run to run). A no-op on the host backends (always deterministic).
@@ -137,6 +140,8 @@ struct RunResult {
   int threads = 0;
   std::string backend;
   std::string precision;      // the resolved MathMode's name
+  std::string compute;        // Backend::Describe(): what actually computed (ISA, library, ...)
+  std::vector<std::string> warnings;  // Backend::Warnings() after the run (fallbacks, emulation)
   bool deterministic = true;  // the backend's deterministic() (host backends: always true)
   int64_t skipped_steps = 0;  // fp16: steps skipped for a gradient overflow (loss scaling)
 };

@@ -33,6 +33,8 @@ class CudaBackend final : public kernels::Backend {
 
   absl::string_view name() const override { return "cuda"; }
   int threads() const override { return 1; }
+  // bf16 tensor cores (sm_80+; model-spec 5.3).
+  kernels::MathMode AutoMathMode() const override { return kernels::MathMode::kBf16; }
 
   // ---- Memory and errors (cuda_backend.cc) ----
   kernels::MemorySpace memory_space() const override { return kernels::MemorySpace::kDevice; }

@@ -21,6 +21,7 @@
 #include "tests/unit/kernels/backend_fixture.h"
 #include "tests/unit/kernels/dense_ops_tests.h"
 #include "tests/unit/kernels/op_test_util.h"
+#include "tests/unit/kernels/precision_tests.h"
 #include "tests/unit/kernels/sequence_ops_tests.h"
 #include "tests/util/mirrored_backend.h"
 
@@ -60,115 +61,16 @@ using testing::RandomMask;
 using Vf = std::vector<float>;
 using Vd = std::vector<double>;
 
-// ---- Reduced precision ------------------------------------------------------------------------
-// In kTf32 / kBf16 / kFp16 the tensor cores round each GEMM input to a p-bit mantissa (tf32 and
-// fp16: p = 10, bf16: p = 7; round to nearest: relative error <= u = 2^-(p+1)), multiply exactly
-// and accumulate in fp32. A product of two rounded inputs is off by <= 2u relative; over k
-// products of random sign the errors add like a random walk: for inputs uniform in [-1, 1]
-// (E[(ab)^2] = 1/9) the error of one output has a standard deviation ~0.27 u sqrt(k) =
-// 0.14 * 2^-p * sqrt(k), and the largest of ~10^3 outputs is ~3.3 of those. The bound
-// 2 * 2^-p * sqrt(k) (relative, |expected| floored at 1) leaves a margin of ~4 over that while an
-// indexing bug is O(1). The fp32 accumulation (~sqrt(k) * 6e-8) is negligible next to it.
-int MantissaBits(MathMode mode) { return mode == MathMode::kBf16 ? 7 : 10; }
-double PrecisionTol(MathMode mode, int64_t k) {
-  return 2.0 * std::ldexp(1.0, -MantissaBits(mode)) * std::sqrt(static_cast<double>(k));
-}
-constexpr double kFloor = 1.0;
-
-class CudaPrecisionTest : public ::testing::TestWithParam<MathMode> {
- protected:
-  void SetUp() override {
-    auto b = sift::testing::CreateTestBackend("cuda-mirrored", 1);
-    if (!b.ok() &&
-        (absl::IsFailedPrecondition(b.status()) || absl::IsInvalidArgument(b.status()))) {
-      GTEST_SKIP() << "no cuda backend here: " << b.status();
-    }
-    ASSERT_TRUE(b.ok()) << b.status();
-    be_ = std::move(*b);
-    const Status s = be_->SetMathMode(GetParam());
-    ASSERT_TRUE(s.ok()) << s;
-    ASSERT_EQ(be_->math_mode(), GetParam());
-  }
-  void TearDown() override {
-    if (be_ != nullptr) {
-      const Status s = be_->Synchronize();
-      EXPECT_TRUE(s.ok()) << s;
-    }
-  }
-  std::unique_ptr<Backend> be_;
-};
-
-TEST_P(CudaPrecisionTest, GemmWithinMantissaBoundForEveryTransposition) {
-  const MathMode mode = GetParam();
-  for (int64_t k : {int64_t{53}, int64_t{512}}) {
-    const int m = 37, n = 29;
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "k " << k << " trans_a " << ta << " trans_b " << tb);
-        const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 4;
-        const Vf a = RandomFloats((ta ? k : m) * lda, 10 + k);
-        const Vf b = RandomFloats((tb ? n : k) * ldb, 11 + k);
-        const Vf c0 = RandomFloats(m * ldc, 12);
-        Vf c = c0;
-        Vd want = AsDouble(c0);
-        be_->Gemm(ta, tb, m, n, k, 0.7f, a.data(), lda, b.data(), ldb, 0.3f, c.data(), ldc);
-        reference::Gemm<double>(ta, tb, m, n, k, 0.7, AsDouble(a).data(), lda, AsDouble(b).data(),
-                                ldb, 0.3, want.data(), ldc);
-        EXPECT_TRUE(AllClose(c, want, PrecisionTol(mode, k), kFloor));
-        // Deterministic in every precision: a rerun gives the same bits.
-        Vf again = c0;
-        be_->Gemm(ta, tb, m, n, k, 0.7f, a.data(), lda, b.data(), ldb, 0.3f, again.data(), ldc);
-        EXPECT_TRUE(BitIdentical(again, c));
-      }
-    }
-  }
-}
-
-TEST_P(CudaPrecisionTest, DenseForwardBackwardWithinMantissaBound) {
-  const MathMode mode = GetParam();
-  for (Activation act : {Activation::kNone, Activation::kSigmoid, Activation::kPrelu}) {
-    SCOPED_TRACE(::testing::Message() << "act " << static_cast<int>(act));
-    const DenseDims d{300, 45, 33, act};
-    const int64_t ldx = d.in + 3, lddx = d.in + 2;
-    const Vf x = RandomFloats(d.rows * ldx, 20), w = RandomFloats(d.in * d.out, 21, -0.3f, 0.3f);
-    const Vf b = RandomFloats(d.out, 22), slope = RandomFloats(d.out, 23, 0.0f, 0.5f);
-    Vf pre(d.rows * d.out), y(d.rows * d.out);
-    be_->DenseForward(d, x.data(), ldx, w.data(), b.data(), slope.data(), pre.data(), y.data());
-    Vd pre_d(pre.size()), y_d(y.size());
-    reference::DenseForward<double>(d, AsDouble(x).data(), ldx, AsDouble(w).data(),
-                                    AsDouble(b).data(), AsDouble(slope).data(), pre_d.data(),
-                                    y_d.data());
-    // pre sums `in` products; the activations (sigmoid' <= 1/4, |PReLU'| <= 1) do not grow it.
-    EXPECT_TRUE(AllClose(pre, pre_d, PrecisionTol(mode, d.in), kFloor));
-    EXPECT_TRUE(AllClose(y, y_d, PrecisionTol(mode, d.in), kFloor));
-
-    // Backward from the reference's forward values into pre-filled gradients (+=): dx sums `out`
-    // products, dW, db and dslope sum over the `rows` rows.
-    const Vf dy = RandomFloats(d.rows * d.out, 24);
-    Vf dx = RandomFloats(d.rows * lddx, 25), dw = RandomFloats(d.in * d.out, 26);
-    Vf db = RandomFloats(d.out, 27), dslope = RandomFloats(d.out, 28);
-    Vd dx_d = AsDouble(dx), dw_d = AsDouble(dw), db_d = AsDouble(db), ds_d = AsDouble(dslope);
-    const Vf pre_f = AsFloat(pre_d), y_f = AsFloat(y_d);
-    Vf ws(DenseWorkspaceFloats(d));
-    be_->DenseBackward(d, x.data(), ldx, w.data(), slope.data(), pre_f.data(), y_f.data(),
-                       dy.data(), dx.data(), lddx, dw.data(), db.data(), dslope.data(), ws.data());
-    Vd ws_d(ws.size());
-    reference::DenseBackward<double>(d, AsDouble(x).data(), ldx, AsDouble(w).data(),
-                                     AsDouble(slope).data(), AsDouble(pre_f).data(),
-                                     AsDouble(y_f).data(), AsDouble(dy).data(), dx_d.data(), lddx,
-                                     dw_d.data(), db_d.data(), ds_d.data(), ws_d.data());
-    EXPECT_TRUE(AllClose(dx, dx_d, PrecisionTol(mode, d.out), kFloor));
-    EXPECT_TRUE(AllClose(dw, dw_d, PrecisionTol(mode, d.rows), kFloor));
-    EXPECT_TRUE(AllClose(db, db_d, PrecisionTol(mode, d.rows), kFloor));
-    EXPECT_TRUE(AllClose(dslope, ds_d, PrecisionTol(mode, d.rows), kFloor));
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Precisions, CudaPrecisionTest,
-                         ::testing::Values(MathMode::kTf32, MathMode::kBf16, MathMode::kFp16),
-                         [](const ::testing::TestParamInfo<MathMode>& param_info) {
-                           return std::string(MathModeName(param_info.param));
-                         });
+// ---- Reduced precision: precision_tests.h in tf32 / bf16 / fp16 ---------------------------
+}  // namespace
+namespace precision_op_tests {
+INSTANTIATE_TEST_SUITE_P(Cuda, PrecisionOpsTest,
+                         ::testing::Combine(::testing::Values("cuda-mirrored"),
+                                            ::testing::Values(MathMode::kTf32, MathMode::kBf16,
+                                                              MathMode::kFp16)),
+                         PrecisionParamName);
+}  // namespace precision_op_tests
+namespace {
 
 // The cuda backend takes every MathMode and reports the one set (through the mirror, which
 // forwards both calls).

@@ -382,11 +382,15 @@ TEST(JobSpecTest, CrossFieldChecks) {
   EXPECT_TRUE(ParseJobSpec("dataset: d\nmodel: {type: din, short_seq_length: 1}\n", "j").ok());
   EXPECT_EQ(ErrorOf("dataset: d\ncheckpoint:\n  every_steps: 100\n"),
             "job.yaml:3: checkpoint.every_steps: checkpoints every N steps need checkpoint.dir");
-  // Reduced precision and NCCL need the cuda backend.
-  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  backend: cpu\n  precision: bf16\n"),
-            "job.yaml:4: cluster.precision: 'bf16' needs cluster.backend: cuda (the cpu backend "
-            "computes in fp32)");
+  // tf32, fp16 and NCCL need the cuda backend; the cpu backend takes fp32 and bf16.
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  backend: cpu\n  precision: fp16\n"),
+            "job.yaml:4: cluster.precision: 'fp16' needs cluster.backend: cuda (the cpu backend "
+            "computes in fp32 or bf16)");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  backend: cpu\n  precision: tf32\n"),
+            "job.yaml:4: cluster.precision: 'tf32' needs cluster.backend: cuda (the cpu backend "
+            "computes in fp32 or bf16)");
   EXPECT_TRUE(ParseJobSpec("dataset: d\ncluster: {backend: cpu, precision: fp32}\n", "j").ok());
+  EXPECT_TRUE(ParseJobSpec("dataset: d\ncluster: {backend: cpu, precision: bf16}\n", "j").ok());
   EXPECT_TRUE(ParseJobSpec("dataset: d\ncluster: {backend: cuda, precision: bf16}\n", "j").ok());
   // Atomic sums are a cuda option; on cpu `deterministic: false` is accepted and changes nothing
   // (the host backends are always deterministic), so a spec moves between backends unchanged.

@@ -37,6 +37,9 @@ class MirroredBackend final : public kernels::Backend {
   Status Synchronize() override;
   Status SetMathMode(kernels::MathMode mode) override { return inner_->SetMathMode(mode); }
   kernels::MathMode math_mode() const override { return inner_->math_mode(); }
+  kernels::MathMode AutoMathMode() const override { return inner_->AutoMathMode(); }
+  std::string Describe() const override { return inner_->Describe(); }
+  std::vector<std::string> Warnings() const override { return inner_->Warnings(); }
   Status SetDeterministic(bool deterministic) override {
     return inner_->SetDeterministic(deterministic);
   }

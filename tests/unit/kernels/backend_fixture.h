@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "tests/unit/kernels/onednn_isa_env.h"
 #include "tests/util/mirrored_backend.h"
 
 namespace sift::kernels::testing {

@@ -28,30 +28,51 @@ using testing::AsDouble;
 using testing::BitIdentical;
 using testing::RandomFloats;
 
-// Float backends against the double templates: relative error with an absolute floor. States
-// are O(0.1 - 1), so they get a floor of kStateFloor (an absolute error of ~1e-6 passes: float
-// GEMM sums over in + H terms plus the fast sigmoid/tanh); gradients get a floor of
-// kGradFloorScale times the largest expected magnitude of that array (sums over B*T rows and
-// through time).
-constexpr double kFeaturesTol = 1e-6;
-constexpr double kForwardTol = 1e-5;
-constexpr double kGradTol = 2e-4;
+// Float backends against the double templates, with tolerances from an error bound that holds
+// for every correct kernel (any BLAS / oneDNN blocking, any summation order, any ISA):
+// - One pre-activation is a k-term dot product (k = in + H for the recurrences' gates) of terms
+//   |x_i w_i| <= xw, where xw = max|input| * max|weight| of the test data (inputs and states
+//   <= 1). Rounding errors of fp32 (u = 2^-24) in whatever order add like a random walk over
+//   partial sums of size ~sqrt(k) xw: |error| <~ u sqrt(k) * sqrt(k) xw = u k xw (DotError).
+// - The gates see it through sigmoid' <= 1/4, the candidate through tanh' <= 1, and the fast
+//   activations add their own <= 5e-7 (vector_math.h: sigmoid 2e-7, tanh 3e-7 absolute; CUDA's
+//   expf / tanhf <= 2.4e-7); the state update is a convex combination (gain <= 1), so one step
+//   adds at most StepError = 2 DotError + 1e-6 and passes the earlier steps' errors on.
+// - After T steps a state is off by <= T * StepError (RecurrenceTolerance, absolute: states are
+//   at most 1). Gradients go back through the same T steps and their GEMMs (k = 3H, 2H, H; the
+//   weight gradients sum B*T rows, relative error u sqrt(B T), far below): the same bound as a
+//   fraction of each gradient's largest magnitude (normwise, GradScale).
+// kMargin covers the constants dropped above (the walk's tail, sigmoid vs tanh mixing). An
+// indexing or gate bug is O(0.1 - 1), far above every tolerance here. The bound is ~50x the
+// error seen with OpenBLAS, oneDNN (SSE4.1, AVX2) and the cpu backend's variants (~1e-6 at
+// T = 10, k = 192), and the fixed 1e-5 it replaced failed a correct kernel (SSE4.1 oneDNN:
+// 1.09e-5).
+constexpr double kUnitRoundoff = 0x1p-24;
+constexpr double kFastActivationError = 1e-6;
+constexpr double kMargin = 4.0;
+constexpr double kFeaturesTol = 1e-6;  // q - h, q * h: one rounding of values <= 1
+// The features' gradients sum <= 3 terms of size <= 1 per step over T <= 10 steps: absolute
+// error <= kMargin * u * 30 = 7e-6.
+constexpr double kFeaturesGradTol = 1e-5;
 constexpr double kFloor = 1e-3;
-constexpr double kStateFloor = 0.1;
-constexpr double kGradFloorScale = 1e-2;
-// Hand-computed single steps (float backends against double formulas).
+// Hand-computed single steps (float backends against double formulas): T = 1, k <= 3.
 constexpr double kHandTol = 1e-5;
-// The same constants hold for the cuda backend in MathMode::kFp32: its GEMMs (cuBLAS, fp32
-// compute) and reductions sum the in + H (<= 192) products of a step and the B*T rows of a weight
-// gradient in another order (rounding ~sqrt(k) * 6e-8 relative, well inside kForwardTol at the
-// state floor and inside kGradTol), and its gate maths is elementwise_math.h on CUDA's expf / tanhf
-// (within 2 ulp, ~2.4e-7), against the CPU backend's fast sigmoid / tanh (<= 1e-6) that these
-// tolerances were set for.
 
-inline double GradFloor(const std::vector<double>& expected) {
+inline double DotError(int64_t k, double xw) { return kUnitRoundoff * static_cast<double>(k) * xw; }
+inline double RecurrenceTolerance(const RnnDims& d, double xw) {
+  const double step = 2.0 * DotError(d.in + d.hidden, xw) + kFastActivationError;
+  return kMargin * std::max(1, d.time) * step;
+}
+template <typename V>
+double MaxAbs(const V& v) {
   double m = 0.0;
-  for (double v : expected) m = std::max(m, std::abs(v));
-  return std::max(1e-6, kGradFloorScale * m);
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+// The normwise floor of a gradient: its largest magnitude (an AllClose floor of max|expected|
+// turns the relative tolerance into tol * max|expected| for every element).
+inline double GradScale(const std::vector<double>& expected) {
+  return std::max(1e-12, MaxAbs(expected));
 }
 
 // ---- GRU --------------------------------------------------------------------------------------
@@ -137,13 +158,20 @@ inline double GruLoss(const GruData<double>& g) {
   return testing::Project(h, g.dh);
 }
 
-inline void ExpectGruClose(const GruOut<float>& got, const GruOut<double>& want) {
-  EXPECT_TRUE(AllClose(got.h, want.h, kForwardTol, kStateFloor)) << "h";
-  EXPECT_TRUE(AllClose(got.dx, want.dx, kGradTol, GradFloor(want.dx))) << "dx";
-  EXPECT_TRUE(AllClose(got.dw_in, want.dw_in, kGradTol, GradFloor(want.dw_in))) << "dw_in";
-  EXPECT_TRUE(AllClose(got.dw_rec, want.dw_rec, kGradTol, GradFloor(want.dw_rec))) << "dw_rec";
-  EXPECT_TRUE(AllClose(got.db_in, want.db_in, kGradTol, GradFloor(want.db_in))) << "db_in";
-  EXPECT_TRUE(AllClose(got.db_rec, want.db_rec, kGradTol, GradFloor(want.db_rec))) << "db_rec";
+// The largest |input| * |weight| of a GRU's products (inputs and states: states are <= 1).
+inline double GruTermBound(const GruData<float>& g) {
+  return std::max(1.0, MaxAbs(g.x)) * std::max(MaxAbs(g.w_in), MaxAbs(g.w_rec));
+}
+
+inline void ExpectGruClose(const GruOut<float>& got, const GruOut<double>& want,
+                           const GruData<float>& g) {
+  const double tol = RecurrenceTolerance(g.d, GruTermBound(g));
+  EXPECT_TRUE(AllClose(got.h, want.h, tol, 1.0)) << "h, absolute tolerance " << tol;
+  EXPECT_TRUE(AllClose(got.dx, want.dx, tol, GradScale(want.dx))) << "dx";
+  EXPECT_TRUE(AllClose(got.dw_in, want.dw_in, tol, GradScale(want.dw_in))) << "dw_in";
+  EXPECT_TRUE(AllClose(got.dw_rec, want.dw_rec, tol, GradScale(want.dw_rec))) << "dw_rec";
+  EXPECT_TRUE(AllClose(got.db_in, want.db_in, tol, GradScale(want.db_in))) << "db_in";
+  EXPECT_TRUE(AllClose(got.db_rec, want.db_rec, tol, GradScale(want.db_rec))) << "db_rec";
 }
 
 // ---- AUGRU ------------------------------------------------------------------------------------
@@ -240,14 +268,21 @@ inline double AugruLoss(const AugruData<double>& a) {
   return s;
 }
 
-inline void ExpectAugruClose(const AugruOut<float>& got, const AugruOut<double>& want) {
-  EXPECT_TRUE(AllClose(got.hs, want.hs, kForwardTol, kStateFloor)) << "hs";
-  EXPECT_TRUE(AllClose(got.dx, want.dx, kGradTol, GradFloor(want.dx))) << "dx";
-  EXPECT_TRUE(AllClose(got.datt, want.datt, kGradTol, GradFloor(want.datt))) << "datt";
-  EXPECT_TRUE(AllClose(got.dg_w, want.dg_w, kGradTol, GradFloor(want.dg_w))) << "dg_w";
-  EXPECT_TRUE(AllClose(got.dg_b, want.dg_b, kGradTol, GradFloor(want.dg_b))) << "dg_b";
-  EXPECT_TRUE(AllClose(got.dc_w, want.dc_w, kGradTol, GradFloor(want.dc_w))) << "dc_w";
-  EXPECT_TRUE(AllClose(got.dc_b, want.dc_b, kGradTol, GradFloor(want.dc_b))) << "dc_b";
+// The largest |input| * |weight| of an AUGRU's products (inputs and states <= 1).
+inline double AugruTermBound(const AugruData<float>& a) {
+  return std::max(1.0, MaxAbs(a.x)) * std::max(MaxAbs(a.g_w), MaxAbs(a.c_w));
+}
+
+inline void ExpectAugruClose(const AugruOut<float>& got, const AugruOut<double>& want,
+                             const AugruData<float>& a) {
+  const double tol = RecurrenceTolerance(a.d, AugruTermBound(a));
+  EXPECT_TRUE(AllClose(got.hs, want.hs, tol, 1.0)) << "hs, absolute tolerance " << tol;
+  EXPECT_TRUE(AllClose(got.dx, want.dx, tol, GradScale(want.dx))) << "dx";
+  EXPECT_TRUE(AllClose(got.datt, want.datt, tol, GradScale(want.datt))) << "datt";
+  EXPECT_TRUE(AllClose(got.dg_w, want.dg_w, tol, GradScale(want.dg_w))) << "dg_w";
+  EXPECT_TRUE(AllClose(got.dg_b, want.dg_b, tol, GradScale(want.dg_b))) << "dg_b";
+  EXPECT_TRUE(AllClose(got.dc_w, want.dc_w, tol, GradScale(want.dc_w))) << "dc_w";
+  EXPECT_TRUE(AllClose(got.dc_b, want.dc_b, tol, GradScale(want.dc_b))) << "dc_b";
 }
 
 inline double Sig(double v) { return 1.0 / (1.0 + std::exp(-v)); }
@@ -274,8 +309,8 @@ TEST_P(SequenceOpsTest, AttentionFeaturesMatchReferenceAndAccumulate) {
                                       dh.data());
   ref::AttentionFeaturesBackward<double>(B, T, H, AsDouble(qp).data(), AsDouble(h).data(),
                                          AsDouble(dc).data(), want_dqp.data(), want_dh.data());
-  EXPECT_TRUE(AllClose(dqp, want_dqp, kGradTol, kFloor));
-  EXPECT_TRUE(AllClose(dh, want_dh, kGradTol, kFloor));
+  EXPECT_TRUE(AllClose(dqp, want_dqp, kFeaturesGradTol, 1.0));
+  EXPECT_TRUE(AllClose(dh, want_dh, kFeaturesGradTol, 1.0));
 
   // Nullable outputs: each alone gives the same values.
   std::vector<float> dqp_only(B * H, 0.0f), dh_only(B * T * H, 0.0f);
@@ -286,8 +321,8 @@ TEST_P(SequenceOpsTest, AttentionFeaturesMatchReferenceAndAccumulate) {
   std::vector<double> ref_dqp(B * H, 0.0), ref_dh(B * T * H, 0.0);
   ref::AttentionFeaturesBackward<double>(B, T, H, AsDouble(qp).data(), AsDouble(h).data(),
                                          AsDouble(dc).data(), ref_dqp.data(), ref_dh.data());
-  EXPECT_TRUE(AllClose(dqp_only, ref_dqp, kGradTol, kFloor));
-  EXPECT_TRUE(AllClose(dh_only, ref_dh, kGradTol, kFloor));
+  EXPECT_TRUE(AllClose(dqp_only, ref_dqp, kFeaturesGradTol, 1.0));
+  EXPECT_TRUE(AllClose(dh_only, ref_dh, kFeaturesGradTol, 1.0));
 }
 
 TEST_P(SequenceOpsTest, GruMatchesReference) {
@@ -298,7 +333,7 @@ TEST_P(SequenceOpsTest, GruMatchesReference) {
     SCOPED_TRACE(::testing::Message()
                  << "B=" << d.batch << " T=" << d.time << " in=" << d.in << " H=" << d.hidden);
     const GruData<float> g = MakeGru(d, seed += 10);
-    ExpectGruClose(RunGru(*backend_, g), RefGru(AsDoubleData(g)));
+    ExpectGruClose(RunGru(*backend_, g), RefGru(AsDoubleData(g)), g);
   }
 }
 
@@ -309,7 +344,7 @@ TEST_P(SequenceOpsTest, AugruMatchesReference) {
     SCOPED_TRACE(::testing::Message()
                  << "B=" << d.batch << " T=" << d.time << " in=" << d.in << " H=" << d.hidden);
     const AugruData<float> a = MakeAugru(d, seed += 10);
-    ExpectAugruClose(RunAugru(*backend_, a), RefAugru(AsDoubleData(a)));
+    ExpectAugruClose(RunAugru(*backend_, a), RefAugru(AsDoubleData(a)), a);
   }
 }
 
@@ -440,7 +475,7 @@ TEST_P(SequenceOpsTest, AugruAttentionOneReplacesStateWithCandidate) {
   std::fill(a.att.begin(), a.att.end(), 1.0f);
   const AugruOut<float> o = RunAugru(*backend_, a);
   const AugruOut<double> want = RefAugru(AsDoubleData(a));
-  ExpectAugruClose(o, want);
+  ExpectAugruClose(o, want, a);
   const int64_t H = d.hidden;
   for (int64_t j = 0; j < H; ++j) EXPECT_EQ(o.dg_b[H + j], 0.0f) << j;
   for (int64_t k = 0; k < d.in + H; ++k) {
@@ -466,7 +501,7 @@ TEST_P(SequenceOpsTest, ZeroInputsGiveZeroStates) {
   for (float v : go.h) ASSERT_EQ(v, 0.0f);
   for (float v : go.dw_in) ASSERT_EQ(v, 0.0f);
   for (float v : go.dw_rec) ASSERT_EQ(v, 0.0f);
-  ExpectGruClose(go, RefGru(AsDoubleData(g)));
+  ExpectGruClose(go, RefGru(AsDoubleData(g)), g);
 
   AugruData<float> a = MakeAugru(d, 710);
   std::fill(a.x.begin(), a.x.end(), 0.0f);
@@ -476,7 +511,7 @@ TEST_P(SequenceOpsTest, ZeroInputsGiveZeroStates) {
   for (float v : ao.hs) ASSERT_EQ(v, 0.0f);
   for (float v : ao.dg_w) ASSERT_EQ(v, 0.0f);
   for (float v : ao.dc_w) ASSERT_EQ(v, 0.0f);
-  ExpectAugruClose(ao, RefAugru(AsDoubleData(a)));
+  ExpectAugruClose(ao, RefAugru(AsDoubleData(a)), a);
 }
 
 TEST_P(SequenceOpsTest, GradientsAccumulate) {
@@ -497,7 +532,7 @@ TEST_P(SequenceOpsTest, GradientsAccumulate) {
   add(&gwant.dw_rec, ginit.dw_rec);
   add(&gwant.db_in, ginit.db_in);
   add(&gwant.db_rec, ginit.db_rec);
-  ExpectGruClose(RunGru(*backend_, g, true, &ginit), gwant);
+  ExpectGruClose(RunGru(*backend_, g, true, &ginit), gwant, g);
 
   const AugruData<float> a = MakeAugru(d, 810);
   AugruOut<float> ainit = ZeroAugruOut<float>(d);
@@ -514,7 +549,7 @@ TEST_P(SequenceOpsTest, GradientsAccumulate) {
   add(&awant.dg_b, ainit.dg_b);
   add(&awant.dc_w, ainit.dc_w);
   add(&awant.dc_b, ainit.dc_b);
-  ExpectAugruClose(RunAugru(*backend_, a, true, &ainit), awant);
+  ExpectAugruClose(RunAugru(*backend_, a, true, &ainit), awant, a);
 }
 
 TEST_P(SequenceOpsTest, NullInputGradientsSkipped) {
