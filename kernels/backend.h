@@ -77,6 +77,26 @@ inline int64_t AugruWorkspaceFloats(const RnnDims& d) {
 }
 inline int64_t DenseWorkspaceFloats(const DenseDims& d) { return d.rows * d.out; }
 
+// A dense layer over DIEN's attention features (3.6 b): for batch row b and step t, the input is
+// c_bt = [qp_b; h_bt; qp_b - h_bt; qp_b * h_bt] (4H wide, AttentionFeaturesForward's rows
+// b*T + t) and pre = c W + b, y = act(pre) over B*T rows, W [4H, out].
+struct FeatureDenseDims {
+  int64_t batch = 0;
+  int time = 0;
+  int hidden = 0;
+  int out = 0;
+  Activation act = Activation::kNone;
+};
+inline DenseDims FeatureDenseAsDense(const FeatureDenseDims& d) {
+  return DenseDims{d.batch * d.time, 4 * d.hidden, d.out, d.act};
+}
+// Enough for every backend: the default (features materialised, then the dense layer) and the
+// cpu backend's (the four blocks of W folded into two products and a per-row one).
+inline int64_t FeatureDenseWorkspaceFloats(const FeatureDenseDims& d) {
+  const int64_t rows = d.batch * d.time;
+  return rows * 8 * d.hidden + rows * d.out + 2 * d.batch * d.out + 4 * int64_t{d.hidden} * d.out;
+}
+
 // Where an op's pointers must point: any host memory (reference, cpu) or device memory from
 // Backend::Allocate (cuda).
 enum class MemorySpace { kHost = 0, kDevice = 1 };
@@ -385,6 +405,36 @@ class Backend {
   virtual void AttentionFeaturesBackward(int64_t batch, int time, int hidden, const float* qp,
                                          const float* h, const float* dc, float* dqp,
                                          float* dh) = 0;
+
+  // The attention features and the dense layer that reads them, as one op (FeatureDenseDims): pre,
+  // y [B*T, out] as DenseForward's over the rows of AttentionFeaturesForward. A backend may
+  // compute it without materialising the features (the cpu backend: c W = qp (W_q + W_d') ...,
+  // half the products). The default does exactly AttentionFeaturesForward + DenseForward in
+  // `workspace` (FeatureDenseWorkspaceFloats).
+  virtual void FeatureDenseForward(const FeatureDenseDims& d, const float* qp, const float* h,
+                                   const float* w, const float* b, const float* slope, float* pre,
+                                   float* y, float* workspace) {
+    float* c = workspace;
+    AttentionFeaturesForward(d.batch, d.time, d.hidden, qp, h, c);
+    DenseForward(FeatureDenseAsDense(d), c, 4 * int64_t{d.hidden}, w, b, slope, pre, y);
+  }
+  // Its gradients given dy [B*T, out]: dqp [B,H] (+=, nullable), dh [B,T,H] (+=, nullable), dw,
+  // db (+=), dslope (+=, kPrelu only). The default recomputes the features, runs DenseBackward
+  // into a zeroed feature gradient and AttentionFeaturesBackward from it.
+  virtual void FeatureDenseBackward(const FeatureDenseDims& d, const float* qp, const float* h,
+                                    const float* w, const float* slope, const float* pre,
+                                    const float* y, const float* dy, float* dqp, float* dh,
+                                    float* dw, float* db, float* dslope, float* workspace) {
+    const int64_t rows = d.batch * d.time, width = 4 * int64_t{d.hidden};
+    float* c = workspace;
+    float* dc = c + rows * width;
+    float* ws = dc + rows * width;
+    AttentionFeaturesForward(d.batch, d.time, d.hidden, qp, h, c);
+    Fill(rows * width, 0.0f, dc);
+    DenseBackward(FeatureDenseAsDense(d), c, width, w, slope, pre, y, dy, dc, width, dw, db,
+                  dslope, ws);
+    AttentionFeaturesBackward(d.batch, d.time, d.hidden, qp, h, dc, dqp, dh);
+  }
 
   // ---- Recurrences (model-spec 3.6) ---------------------------------------------------------
   // Keras reset-after GRU from h_0 = 0 over all T steps (no masking): w_in [in,3H], w_rec [H,3H],

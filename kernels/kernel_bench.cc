@@ -200,6 +200,46 @@ std::vector<OpDef> Ops() {
     ops.push_back(DenseOp("dense" + dir + "_stage2", "stage-2 MLP 1", 1, 3 * kI + kH + kD, 200,
                           Activation::kPrelu, bwd));
   }
+  // ---- The attention MLP's first layer over the features, as the model runs it.
+  for (bool bwd : {false, true}) {
+    OpDef op;
+    op.name = bwd ? "feature_dense_backward" : "feature_dense_forward";
+    op.shape = [](int64_t B) {
+      return absl::StrFormat("DIEN attention MLP 1 on features: B=%d T=%d H=%d out=80", B, kTS, kH);
+    };
+    // Counted as the reference's layer (4H inputs), whatever a backend saves.
+    op.flops = [=](int64_t B) { return (bwd ? 4.0 : 2.0) * B * kTS * 4 * kH * 80; };
+    op.bytes = [=](int64_t B) { return 4.0 * B * kTS * (kH + (bwd ? 3 : 2) * 80); };
+    op.dot_len = bwd ? 80 * kTS : 4 * kH;
+    op.gemm = true;
+    op.bind = [=](Arena& a, int64_t B) {
+      const FeatureDenseDims d{B, kTS, kH, 80, Activation::kSigmoid};
+      Backend* be = &a.be();
+      float* qp = a.Floats(Uniform(B * kH, 131));
+      float* h = a.Floats(Uniform(B * kTS * kH, 132));
+      float* w = a.Floats(Uniform(4 * kH * 80, 133, -0.2f, 0.2f));
+      float* b = a.Floats(Uniform(80, 134, -0.1f, 0.1f));
+      float* pre = a.Zeros(B * kTS * 80);
+      float* y = a.Zeros(B * kTS * 80);
+      float* ws = a.Zeros(FeatureDenseWorkspaceFloats(d));
+      if (!bwd) {
+        return Bound{[=] { be->FeatureDenseForward(d, qp, h, w, b, nullptr, pre, y, ws); },
+                     {{"y", y, B * kTS * 80}}};
+      }
+      be->FeatureDenseForward(d, qp, h, w, b, nullptr, pre, y, ws);
+      float* dy = a.Floats(Uniform(B * kTS * 80, 135));
+      float* dqp = a.Zeros(B * kH);
+      float* dh = a.Zeros(B * kTS * kH);
+      float* dw = a.Zeros(4 * kH * 80);
+      float* db = a.Zeros(80);
+      return Bound{[=] {
+                     be->FeatureDenseBackward(d, qp, h, w, nullptr, pre, y, dy, dqp, dh, dw, db,
+                                              nullptr, ws);
+                   },
+                   {{"dqp", dqp, B * kH}, {"dh", dh, B * kTS * kH}, {"dw", dw, 4 * kH * 80}}};
+    };
+    ops.push_back(op);
+  }
   // ---- Recurrences.
   for (bool augru : {false, true}) {
     for (bool bwd : {false, true}) {

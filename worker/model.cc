@@ -249,11 +249,11 @@ class Model::Impl {
 
   // Activations [max_batch, ...].
   Buf q_, p_, x_long_, e_short_, e_neg_, hist_, hist_mask_, alpha_, rho_, alpha2_, z1_, z_;
-  Buf h_, gru_cache_, qp_pre_, qp_, c_, beta_, hs_, augru_cache_, aux_in_, aux_mask_;
+  Buf h_, gru_cache_, qp_pre_, qp_, beta_, hs_, augru_cache_, aux_in_, aux_mask_;
   const float* logit1_ = nullptr;
   const float* aux_logits_ = nullptr;  // [2N]: positives then negatives
   // Gradients.
-  Buf dq_, dp_, dx_long_, de_short_, de_neg_, dhist_, dz1_, dz_, dh_, dd_, dbeta_, dscores_, dc_;
+  Buf dq_, dp_, dx_long_, de_short_, de_neg_, dhist_, dz1_, dz_, dh_, dd_, dbeta_, dscores_;
   Buf dqp_, daux_in_, dlogit1_, dlogit2_, daux_logits_;
   Buf workspace_;
 };
@@ -301,6 +301,7 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
     query_slope_ = registry_.Add("query_dense/prelu_slope", {H_}, InitKind::kConstant, 0.1f);
     attention_mlp_.Build("attention_mlp", 4 * H_, config.attention_mlp, Activation::kSigmoid,
                          B * TS_, &registry_);
+    attention_mlp_.SetFeatureInput(TS_, H_);  // its input: the features of qp and every h_t
     ws = std::max(ws, attention_mlp_.WorkspaceFloats());
     augru_gw_ = registry_.Add("augru/gate_kernel", {2 * H_, 2 * H_}, InitKind::kGlorotUniform);
     augru_gb_ = registry_.Add("augru/gate_bias", {2 * H_}, InitKind::kConstant, 1.0f);
@@ -314,7 +315,6 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
     Alloc(&gru_cache_, kernels::GruCacheFloats(gru));
     Alloc(&qp_pre_, B * H_);
     Alloc(&qp_, B * H_);
-    Alloc(&c_, B * TS_ * 4 * H_);
     Alloc(&beta_, B * TS_);
     Alloc(&hs_, B * TS_ * H_);
     Alloc(&augru_cache_, kernels::AugruCacheFloats(augru));
@@ -325,7 +325,6 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
     Alloc(&dd_, B * H_);
     Alloc(&dbeta_, B * TS_);
     Alloc(&dscores_, B * TS_);
-    Alloc(&dc_, B * TS_ * 4 * H_);
     Alloc(&dqp_, B * H_);
     Alloc(&daux_in_, 2 * N * (H_ + I_));
     Alloc(&daux_logits_, 2 * N);
@@ -641,8 +640,8 @@ void Model::Impl::DienForward(const float* short_mask, float* dst, int64_t lddst
                   params + gru_b_rec_, h_.data(), gru_cache_.data(), workspace_.data());
   be_->DenseForward(DenseDims{B, I_, H_, Activation::kPrelu}, q_.data(), I_, params + query_w_,
                     params + query_b_, params + query_slope_, qp_pre_.data(), qp_.data());
-  be_->AttentionFeaturesForward(B, TS_, H_, qp_.data(), h_.data(), c_.data());
-  const float* scores = attention_mlp_.Forward(be_, B * TS_, c_.data(), 4 * H_, params);
+  const float* scores = attention_mlp_.ForwardFeatures(be_, B, qp_.data(), h_.data(), params,
+                                                       workspace_.data());
   be_->MaskedSoftmaxForward(B, TS_, scores, short_mask, beta_.data());
   be_->AugruForward(augru, h_.data(), beta_.data(), params + augru_gw_, params + augru_gb_,
                     params + augru_cw_, params + augru_cb_, hs_.data(), augru_cache_.data(),
@@ -785,12 +784,9 @@ void Model::Impl::DienBackward(const float* short_mask, float aux_scale) {
                      ws);
   be_->Fill(B * TS_, 0.0f, dscores_.data());
   be_->MaskedSoftmaxBackward(B, TS_, beta_.data(), short_mask, dbeta_.data(), dscores_.data());
-  be_->Fill(B * TS_ * 4 * H_, 0.0f, dc_.data());
-  attention_mlp_.Backward(be_, B * TS_, c_.data(), 4 * H_, params, dscores_.data(), grads,
-                          dc_.data(), 4 * H_, ws);
   be_->Fill(B * H_, 0.0f, dqp_.data());
-  be_->AttentionFeaturesBackward(B, TS_, H_, qp_.data(), h_.data(), dc_.data(), dqp_.data(),
-                                 dh_.data());
+  attention_mlp_.BackwardFeatures(be_, B, qp_.data(), h_.data(), params, dscores_.data(), grads,
+                                  dqp_.data(), dh_.data(), ws);
   be_->DenseBackward(DenseDims{B, I_, H_, Activation::kPrelu}, q_.data(), I_, params + query_w_,
                      params + query_slope_, qp_pre_.data(), qp_.data(), dqp_.data(), dq_.data(), I_,
                      grads + query_w_, grads + query_b_, grads + query_slope_, ws);

@@ -174,7 +174,78 @@ int64_t Mlp::WorkspaceFloats() const {
     d.rows = max_rows_;
     ws = std::max(ws, kernels::DenseWorkspaceFloats(d));
   }
+  if (feature_time_ > 0) {
+    ws = std::max(ws, kernels::FeatureDenseWorkspaceFloats(FeatureDims(max_rows_ / feature_time_)));
+  }
   return ws;
+}
+
+void Mlp::SetFeatureInput(int time, int hidden) {
+  feature_time_ = time;
+  feature_hidden_ = hidden;
+}
+
+kernels::FeatureDenseDims Mlp::FeatureDims(int64_t batch) const {
+  return kernels::FeatureDenseDims{batch, feature_time_, feature_hidden_, layers_[0].dims.out,
+                                   layers_[0].dims.act};
+}
+
+const float* Mlp::ForwardFrom(kernels::Backend* be, int64_t rows, const float* params) {
+  const float* in = layers_[0].y.empty() ? layers_[0].pre.floats() : layers_[0].y.floats();
+  int64_t ld = layers_[0].dims.out;
+  for (size_t i = 1; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    l.dims.rows = rows;
+    float* y = l.y.empty() ? l.pre.floats() : l.y.floats();
+    be->DenseForward(l.dims, in, ld, params + l.w, params + l.b,
+                     l.slope >= 0 ? params + l.slope : nullptr, l.pre.floats(), y);
+    in = y;
+    ld = l.dims.out;
+  }
+  return in;
+}
+
+const float* Mlp::ForwardFeatures(kernels::Backend* be, int64_t batch, const float* qp,
+                                  const float* h, const float* params, float* workspace) {
+  Layer& first = layers_[0];
+  first.dims.rows = batch * feature_time_;
+  float* y = first.y.empty() ? first.pre.floats() : first.y.floats();
+  be->FeatureDenseForward(FeatureDims(batch), qp, h, params + first.w, params + first.b,
+                          first.slope >= 0 ? params + first.slope : nullptr, first.pre.floats(),
+                          y, workspace);
+  return ForwardFrom(be, first.dims.rows, params);
+}
+
+const float* Mlp::BackwardTo(kernels::Backend* be, int64_t rows, const float* params,
+                             const float* dout, float* grads, float* workspace) {
+  const float* dy = dout;
+  for (size_t i = layers_.size(); i-- > 1;) {
+    Layer& l = layers_[i];
+    l.dims.rows = rows;
+    float* din = layers_[i - 1].dy.floats();
+    be->Fill(rows * layers_[i - 1].dims.out, 0.0f, din);
+    const float* y = l.y.empty() ? l.pre.floats() : l.y.floats();
+    be->DenseBackward(l.dims, layers_[i - 1].y.floats(), layers_[i - 1].dims.out, params + l.w,
+                      l.slope >= 0 ? params + l.slope : nullptr, l.pre.floats(), y, dy, din,
+                      layers_[i - 1].dims.out, grads + l.w, grads + l.b,
+                      l.slope >= 0 ? grads + l.slope : nullptr, workspace);
+    dy = din;
+  }
+  return dy;
+}
+
+void Mlp::BackwardFeatures(kernels::Backend* be, int64_t batch, const float* qp, const float* h,
+                           const float* params, const float* dout, float* grads, float* dqp,
+                           float* dh, float* workspace) {
+  const int64_t rows = batch * feature_time_;
+  const float* dy = BackwardTo(be, rows, params, dout, grads, workspace);
+  Layer& first = layers_[0];
+  first.dims.rows = rows;
+  const float* y = first.y.empty() ? first.pre.floats() : first.y.floats();
+  be->FeatureDenseBackward(FeatureDims(batch), qp, h, params + first.w,
+                           first.slope >= 0 ? params + first.slope : nullptr, first.pre.floats(),
+                           y, dy, dqp, dh, grads + first.w, grads + first.b,
+                           first.slope >= 0 ? grads + first.slope : nullptr, workspace);
 }
 
 }  // namespace sift::worker::internal

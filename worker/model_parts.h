@@ -66,6 +66,17 @@ class Mlp {
   void Backward(kernels::Backend* be, int64_t rows, const float* x, int64_t ldx,
                 const float* params, const float* dout, float* grads, float* dx, int64_t lddx,
                 float* workspace);
+  // The same over DIEN's attention features (kernels::FeatureDenseDims): the first layer reads
+  // c_bt = [qp_b; h_bt; qp_b - h_bt; qp_b * h_bt] through Backend::FeatureDenseForward (no
+  // materialised features), rows b*T + t; the MLP was built with in = 4 * hidden and max_rows =
+  // max batch * time. workspace: WorkspaceFloats() (after SetFeatureInput).
+  void SetFeatureInput(int time, int hidden);
+  const float* ForwardFeatures(kernels::Backend* be, int64_t batch, const float* qp, const float* h,
+                               const float* params, float* workspace);
+  // dqp [batch, hidden] += and dh [batch*time, hidden] += (both nullable).
+  void BackwardFeatures(kernels::Backend* be, int64_t batch, const float* qp, const float* h,
+                        const float* params, const float* dout, float* grads, float* dqp,
+                        float* dh, float* workspace);
   int64_t WorkspaceFloats() const;  // for max_rows
   int in() const { return in_; }
 
@@ -75,9 +86,16 @@ class Mlp {
     int64_t w = 0, b = 0, slope = -1;
     kernels::BackendBuffer pre, y, dy;  // [max_rows, out]; y, dy empty for the output layer
   };
+  // The layers after the first, forward (from its output) and backward (down to its dy).
+  const float* ForwardFrom(kernels::Backend* be, int64_t rows, const float* params);
+  const float* BackwardTo(kernels::Backend* be, int64_t rows, const float* params,
+                          const float* dout, float* grads, float* workspace);
+  kernels::FeatureDenseDims FeatureDims(int64_t batch) const;
+
   std::vector<Layer> layers_;
   int in_ = 0;
   int64_t max_rows_ = 0;
+  int feature_time_ = 0, feature_hidden_ = 0;  // SetFeatureInput
 };
 
 }  // namespace sift::worker::internal

@@ -687,6 +687,50 @@ void DeviceSimBackend::AttentionFeaturesBackward(int64_t batch, int time, int hi
   if (c.ok()) inner_->AttentionFeaturesBackward(batch, time, hidden, qp, h, dc, dqp, dh);
 }
 
+void DeviceSimBackend::FeatureDenseForward(const kernels::FeatureDenseDims& d, const float* qp,
+                                           const float* h, const float* w, const float* b,
+                                           const float* slope, float* pre, float* y,
+                                           float* workspace) {
+  Check c(*this, "FeatureDenseForward");
+  const int64_t rows = d.batch * d.time, out = rows * d.out;
+  c.Arg(qp, d.batch * d.hidden, "qp");
+  c.Arg(h, rows * d.hidden, "h");
+  c.Arg(w, 4 * int64_t{d.hidden} * d.out, "w");
+  c.Arg(b, d.out, "b");
+  if (d.act == kernels::Activation::kPrelu) c.Arg(slope, d.out, "slope");
+  c.Arg(pre, out, "pre");
+  c.Arg(y, out, "y");
+  c.Arg(workspace, kernels::FeatureDenseWorkspaceFloats(d), "workspace");
+  if (c.ok()) inner_->FeatureDenseForward(d, qp, h, w, b, slope, pre, y, workspace);
+}
+
+void DeviceSimBackend::FeatureDenseBackward(const kernels::FeatureDenseDims& d, const float* qp,
+                                            const float* h, const float* w, const float* slope,
+                                            const float* pre, const float* y, const float* dy,
+                                            float* dqp, float* dh, float* dw, float* db,
+                                            float* dslope, float* workspace) {
+  Check c(*this, "FeatureDenseBackward");
+  const int64_t rows = d.batch * d.time, out = rows * d.out;
+  const bool prelu = d.act == kernels::Activation::kPrelu;
+  c.Arg(qp, d.batch * d.hidden, "qp");
+  c.Arg(h, rows * d.hidden, "h");
+  c.Arg(w, 4 * int64_t{d.hidden} * d.out, "w");
+  if (prelu) c.Arg(slope, d.out, "slope");
+  c.Arg(pre, out, "pre");
+  c.Arg(y, out, "y");
+  c.Arg(dy, out, "dy");
+  c.Arg(dqp, d.batch * d.hidden, "dqp");
+  c.Arg(dh, rows * d.hidden, "dh");
+  c.Arg(dw, 4 * int64_t{d.hidden} * d.out, "dw");
+  c.Arg(db, d.out, "db");
+  if (prelu) c.Arg(dslope, d.out, "dslope");
+  c.Arg(workspace, kernels::FeatureDenseWorkspaceFloats(d), "workspace");
+  if (c.ok()) {
+    inner_->FeatureDenseBackward(d, qp, h, w, slope, pre, y, dy, dqp, dh, dw, db, dslope,
+                                 workspace);
+  }
+}
+
 void DeviceSimBackend::GruForward(const RnnDims& d, const float* x, const float* w_in,
                                   const float* w_rec, const float* b_in, const float* b_rec,
                                   float* h, float* cache, float* workspace) {

@@ -407,6 +407,50 @@ void MirroredBackend::AttentionFeaturesBackward(int64_t batch, int time, int hid
   c.Finish();
 }
 
+void MirroredBackend::FeatureDenseForward(const kernels::FeatureDenseDims& d, const float* qp,
+                                          const float* h, const float* w, const float* b,
+                                          const float* slope, float* pre, float* y,
+                                          float* workspace) {
+  Call c(*this, "FeatureDenseForward");
+  const int64_t rows = d.batch * d.time, out = rows * d.out;
+  const float* qp_ = c.In(qp, d.batch * d.hidden, "qp");
+  const float* h_ = c.In(h, rows * d.hidden, "h");
+  const float* w_ = c.In(w, 4 * int64_t{d.hidden} * d.out, "w");
+  const float* b_ = c.In(b, d.out, "b");
+  const float* s_ = c.In(slope, d.out, "slope");
+  float* pre_ = c.Out(pre, out, "pre");
+  float* y_ = c.Out(y, out, "y");
+  float* ws_ = c.Scratch(workspace, kernels::FeatureDenseWorkspaceFloats(d), "workspace");
+  if (c.ok()) inner_->FeatureDenseForward(d, qp_, h_, w_, b_, s_, pre_, y_, ws_);
+  c.Finish();
+}
+
+void MirroredBackend::FeatureDenseBackward(const kernels::FeatureDenseDims& d, const float* qp,
+                                           const float* h, const float* w, const float* slope,
+                                           const float* pre, const float* y, const float* dy,
+                                           float* dqp, float* dh, float* dw, float* db,
+                                           float* dslope, float* workspace) {
+  Call c(*this, "FeatureDenseBackward");
+  const int64_t rows = d.batch * d.time, out = rows * d.out;
+  const float* qp_ = c.In(qp, d.batch * d.hidden, "qp");
+  const float* h_ = c.In(h, rows * d.hidden, "h");
+  const float* w_ = c.In(w, 4 * int64_t{d.hidden} * d.out, "w");
+  const float* s_ = c.In(slope, d.out, "slope");
+  const float* pre_ = c.In(pre, out, "pre");
+  const float* y_ = c.In(y, out, "y");
+  const float* dy_ = c.In(dy, out, "dy");
+  float* dqp_ = c.Out(dqp, d.batch * d.hidden, "dqp");
+  float* dh_ = c.Out(dh, rows * d.hidden, "dh");
+  float* dw_ = c.Out(dw, 4 * int64_t{d.hidden} * d.out, "dw");
+  float* db_ = c.Out(db, d.out, "db");
+  float* ds_ = c.Out(dslope, d.out, "dslope");
+  float* ws_ = c.Scratch(workspace, kernels::FeatureDenseWorkspaceFloats(d), "workspace");
+  if (c.ok()) {
+    inner_->FeatureDenseBackward(d, qp_, h_, w_, s_, pre_, y_, dy_, dqp_, dh_, dw_, db_, ds_, ws_);
+  }
+  c.Finish();
+}
+
 void MirroredBackend::GruForward(const RnnDims& d, const float* x, const float* w_in,
                                  const float* w_rec, const float* b_in, const float* b_rec,
                                  float* h, float* cache, float* workspace) {

@@ -81,6 +81,13 @@ class MirroredBackend final : public kernels::Backend {
                                 const float* h, float* c) override;
   void AttentionFeaturesBackward(int64_t batch, int time, int hidden, const float* qp,
                                  const float* h, const float* dc, float* dqp, float* dh) override;
+  void FeatureDenseForward(const kernels::FeatureDenseDims& d, const float* qp, const float* h,
+                           const float* w, const float* b, const float* slope, float* pre,
+                           float* y, float* workspace) override;
+  void FeatureDenseBackward(const kernels::FeatureDenseDims& d, const float* qp, const float* h,
+                            const float* w, const float* slope, const float* pre, const float* y,
+                            const float* dy, float* dqp, float* dh, float* dw, float* db,
+                            float* dslope, float* workspace) override;
   void GruForward(const kernels::RnnDims& d, const float* x, const float* w_in, const float* w_rec,
                   const float* b_in, const float* b_rec, float* h, float* cache,
                   float* workspace) override;

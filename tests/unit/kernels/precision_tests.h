@@ -31,6 +31,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/reference/dense_ops.h"
+#include "kernels/reference/sequence_ops.h"
 #include "tests/unit/kernels/onednn_isa_env.h"
 #include "tests/unit/kernels/op_test_util.h"
 #include "tests/unit/kernels/sequence_ops_tests.h"
@@ -171,6 +172,41 @@ TEST_P(PrecisionOpsTest, DenseForwardBackwardWithinMantissaBound) {
     EXPECT_TRUE(AllClose(db, db_d, PrecisionTol(mode(), d.rows), kFloor));
     EXPECT_TRUE(AllClose(dslope, ds_d, PrecisionTol(mode(), d.rows), kFloor));
   }
+}
+
+// The attention MLP's first layer over the features (FeatureDense) at the model's widths: the 4H
+// = 384 products of an output (or their cpu regrouping into 2H + a per-row product) within the
+// bound for k = 4H, the weight gradient's R rows for k = R; normwise.
+TEST_P(PrecisionOpsTest, FeatureDenseWithinMantissaBound) {
+  const FeatureDenseDims d{7, 10, 96, 80, Activation::kSigmoid};
+  const int64_t R = d.batch * d.time, H = d.hidden, O = d.out, K = 4 * H;
+  const Vf qp = RandomFloats(d.batch * H, 61), h = RandomFloats(R * H, 62);
+  const Vf w = RandomFloats(K * O, 63, -0.2f, 0.2f), b = RandomFloats(O, 64, -0.1f, 0.1f);
+  Vf pre(R * O), y(R * O), ws(FeatureDenseWorkspaceFloats(d));
+  be_->FeatureDenseForward(d, qp.data(), h.data(), w.data(), b.data(), nullptr, pre.data(),
+                           y.data(), ws.data());
+  Vd c_d(R * K), pre_d(R * O), y_d(R * O);
+  ref::AttentionFeaturesForward<double>(d.batch, d.time, d.hidden, AsDouble(qp).data(),
+                                        AsDouble(h).data(), c_d.data());
+  reference::DenseForward<double>(FeatureDenseAsDense(d), c_d.data(), K, AsDouble(w).data(),
+                                  AsDouble(b).data(), nullptr, pre_d.data(), y_d.data());
+  EXPECT_LE(NormwiseError(pre, pre_d), PrecisionTol(mode(), K)) << "pre";
+  const Vf dy = RandomFloats(R * O, 65);
+  Vf dqp(d.batch * H), dh(R * H), dw(K * O), db(O);
+  be_->FeatureDenseBackward(d, qp.data(), h.data(), w.data(), nullptr, AsFloat(pre_d).data(),
+                            AsFloat(y_d).data(), dy.data(), dqp.data(), dh.data(), dw.data(),
+                            db.data(), nullptr, ws.data());
+  Vd dc_d(R * K, 0.0), dqp_d(dqp.size(), 0.0), dh_d(dh.size(), 0.0), dw_d(dw.size(), 0.0);
+  Vd db_d(O, 0.0), dws(DenseWorkspaceFloats(FeatureDenseAsDense(d)));
+  reference::DenseBackward<double>(FeatureDenseAsDense(d), c_d.data(), K, AsDouble(w).data(),
+                                   nullptr, pre_d.data(), y_d.data(), AsDouble(dy).data(),
+                                   dc_d.data(), K, dw_d.data(), db_d.data(), nullptr, dws.data());
+  ref::AttentionFeaturesBackward<double>(d.batch, d.time, d.hidden, AsDouble(qp).data(),
+                                         AsDouble(h).data(), dc_d.data(), dqp_d.data(),
+                                         dh_d.data());
+  EXPECT_LE(NormwiseError(dh, dh_d), PrecisionTol(mode(), O)) << "dh";
+  EXPECT_LE(NormwiseError(dqp, dqp_d), PrecisionTol(mode(), O * d.time)) << "dqp";
+  EXPECT_LE(NormwiseError(dw, dw_d), PrecisionTol(mode(), R)) << "dw";
 }
 
 // GRU and AUGRU at the model's widths (in + H = 128 and 192 products per gate) over T steps:

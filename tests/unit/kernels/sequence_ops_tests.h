@@ -17,6 +17,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/reference/dense_ops.h"
 #include "kernels/reference/sequence_ops.h"
 #include "tests/unit/kernels/backend_fixture.h"
 #include "tests/unit/kernels/op_test_util.h"
@@ -25,6 +26,7 @@ namespace sift::kernels::sequence_op_tests {
 
 using testing::AllClose;
 using testing::AsDouble;
+using testing::AsFloat;
 using testing::BitIdentical;
 using testing::RandomFloats;
 
@@ -290,6 +292,74 @@ inline double Sig(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 // ---- Every backend ----------------------------------------------------------------------------
 
 class SequenceOpsTest : public testing::BackendOpTest {};
+
+// FeatureDense (the attention MLP's first layer over the features) against the reference's
+// composition in double (AttentionFeaturesForward, then DenseForward / DenseBackward and
+// AttentionFeaturesBackward), every activation, gradients added to non-zero values, and the
+// nullable input gradients skipped. A backend may regroup the 4H products (the cpu backend folds
+// them into 2H + a per-row product): the error bound is the dense layers' (k = 4H products per
+// output, kMargin * u * k * max|c| max|w|), the gradients' as a fraction of their largest value.
+TEST_P(SequenceOpsTest, FeatureDenseMatchesFeaturesThenDense) {
+  for (Activation act : {Activation::kSigmoid, Activation::kPrelu, Activation::kNone}) {
+    const FeatureDenseDims d{7, 10, 96, 80, act};
+    SCOPED_TRACE(::testing::Message() << "act " << static_cast<int>(act));
+    const int64_t R = d.batch * d.time, H = d.hidden, O = d.out, K = 4 * H;
+    const std::vector<float> qp = RandomFloats(d.batch * H, 31), h = RandomFloats(R * H, 32);
+    const std::vector<float> w = RandomFloats(K * O, 33, -0.2f, 0.2f);
+    const std::vector<float> b = RandomFloats(O, 34, -0.1f, 0.1f);
+    const std::vector<float> slope = RandomFloats(O, 35, 0.0f, 0.3f);
+    std::vector<float> pre(R * O), y(R * O), ws(FeatureDenseWorkspaceFloats(d));
+    backend_->FeatureDenseForward(d, qp.data(), h.data(), w.data(), b.data(), slope.data(),
+                                  pre.data(), y.data(), ws.data());
+    std::vector<double> c_d(R * K), pre_d(R * O), y_d(R * O);
+    ref::AttentionFeaturesForward<double>(d.batch, d.time, d.hidden, AsDouble(qp).data(),
+                                          AsDouble(h).data(), c_d.data());
+    reference::DenseForward<double>(FeatureDenseAsDense(d), c_d.data(), K, AsDouble(w).data(),
+                                    AsDouble(b).data(), AsDouble(slope).data(), pre_d.data(),
+                                    y_d.data());
+    // |c| <= 2 (qp - h), |w| <= 0.2.
+    const double tol = kMargin * DotError(K, 2.0 * 0.2) + kFastActivationError;
+    EXPECT_TRUE(AllClose(pre, pre_d, tol, 1.0)) << "pre";
+    EXPECT_TRUE(AllClose(y, y_d, tol, 1.0)) << "y";
+
+    // Backward from the reference's forward values into non-zero gradients.
+    const std::vector<float> pre_f = AsFloat(pre_d), y_f = AsFloat(y_d);
+    const std::vector<float> dy = RandomFloats(R * O, 36);
+    std::vector<float> dqp = RandomFloats(d.batch * H, 37), dh = RandomFloats(R * H, 38);
+    std::vector<float> dw = RandomFloats(K * O, 39), db = RandomFloats(O, 40);
+    std::vector<float> dslope = RandomFloats(O, 41);
+    std::vector<double> dqp_d = AsDouble(dqp), dh_d = AsDouble(dh), dw_d = AsDouble(dw);
+    std::vector<double> db_d = AsDouble(db), ds_d = AsDouble(dslope);
+    backend_->FeatureDenseBackward(d, qp.data(), h.data(), w.data(), slope.data(), pre_f.data(),
+                                   y_f.data(), dy.data(), dqp.data(), dh.data(), dw.data(),
+                                   db.data(), dslope.data(), ws.data());
+    std::vector<double> dc_d(R * K, 0.0), dws(DenseWorkspaceFloats(FeatureDenseAsDense(d)));
+    reference::DenseBackward<double>(FeatureDenseAsDense(d), c_d.data(), K, AsDouble(w).data(),
+                                     AsDouble(slope).data(), AsDouble(pre_f).data(),
+                                     AsDouble(y_f).data(), AsDouble(dy).data(), dc_d.data(), K,
+                                     dw_d.data(), db_d.data(), ds_d.data(), dws.data());
+    ref::AttentionFeaturesBackward<double>(d.batch, d.time, d.hidden, AsDouble(qp).data(),
+                                           AsDouble(h).data(), dc_d.data(), dqp_d.data(),
+                                           dh_d.data());
+    // dh and dqp sum O products (and dqp T steps of them); dw sums R rows.
+    const double gtol = kMargin * DotError(std::max<int64_t>(O * d.time, R), 2.0) + 1e-6;
+    EXPECT_TRUE(AllClose(dqp, dqp_d, gtol, GradScale(dqp_d))) << "dqp";
+    EXPECT_TRUE(AllClose(dh, dh_d, gtol, GradScale(dh_d))) << "dh";
+    EXPECT_TRUE(AllClose(dw, dw_d, gtol, GradScale(dw_d))) << "dw";
+    EXPECT_TRUE(AllClose(db, db_d, gtol, GradScale(db_d))) << "db";
+    if (act == Activation::kPrelu) {
+      EXPECT_TRUE(AllClose(dslope, ds_d, gtol, GradScale(ds_d))) << "dslope";
+    }
+    // Nullable input gradients: only the weights' are computed, and they are the same.
+    std::vector<float> dw2 = RandomFloats(K * O, 39), db2 = RandomFloats(O, 40);
+    std::vector<float> dslope2 = RandomFloats(O, 41);
+    backend_->FeatureDenseBackward(d, qp.data(), h.data(), w.data(), slope.data(), pre_f.data(),
+                                   y_f.data(), dy.data(), nullptr, nullptr, dw2.data(),
+                                   db2.data(), dslope2.data(), ws.data());
+    EXPECT_TRUE(BitIdentical(dw2, dw));
+    EXPECT_TRUE(BitIdentical(db2, db));
+  }
+}
 
 TEST_P(SequenceOpsTest, AttentionFeaturesMatchReferenceAndAccumulate) {
   const int64_t B = 7, T = 10, H = 96;
