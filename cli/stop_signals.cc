@@ -1,13 +1,14 @@
 #include "cli/stop_signals.h"
 
 #include <atomic>
+#include <thread>
 
 #include "common/stop_request.h"
 
 namespace sift::cli {
 namespace {
 
-// Threads that exist before StopSignals (OpenBLAS starts its pool when the library loads) do not
+// Threads that exist before StopSignals (a library may start threads when it loads) do not
 // block the stop signals, so the kernel may hand one to them; with the default action it would
 // kill the process (exit 143). Instead (the phase is an atomic: async-signal-safe):
 //   before Wait()  the role is starting: the signal is forwarded to the waiting thread (pending
@@ -27,6 +28,24 @@ void OnRoleStopSignal(int sig) {
   pthread_kill(g_stop_waiter, sig);
 }
 
+// The process-directed stop signals, taken by a thread of their own (it inherits the blocked mask
+// and sigwaits for them), with the same phases as the handler above. Without it a signal sent
+// while every thread blocks it (no library started a thread before StopSignals) stays pending
+// until Wait(), and a start-up loop (a worker registering with an absent coordinator) would never
+// see RequestStop(). It forwards to the waiting thread, whose own sigwait in Wait() takes only
+// those thread-directed copies. Detached: it blocks in sigwait until the process exits.
+void WatchStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    OnRoleStopSignal(sig);
+  }
+}
+
 }  // namespace
 
 StopSignals::StopSignals() : waiter_(pthread_self()) {
@@ -42,6 +61,7 @@ StopSignals::StopSignals() : waiter_(pthread_self()) {
   handler.sa_flags = SA_RESTART;
   sigemptyset(&handler.sa_mask);
   for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &handler, nullptr);
+  std::thread(WatchStopSignals).detach();
 }
 
 const char* StopSignals::Wait() {

@@ -1,6 +1,7 @@
 // StopSignals: how a long-running role (coordinator, embedding server, worker) waits for SIGINT
 // or SIGTERM. Construct it before any thread starts: it blocks both signals in the calling
-// thread, so every thread started later inherits the mask and only Wait() receives them.
+// thread, so every thread started later inherits the mask and only Wait() receives them (through
+// a watcher thread of its own that takes the process-directed signals and forwards them).
 // A stop signal before Wait() is kept for it (and sets common/stop_request.h's flag, which makes
 // start-up loops give up); once the role stops, repeated SIGINT/SIGTERM are ignored
 // (stop_signals.cc says why). SIGUSR2 is Finish()'s:

@@ -259,7 +259,7 @@ MUTATIONS = [  # (file, old, new, expected message fragment)
     ("Dockerfile.cpu", "USER 10001:10001", "USER 0:0", "numeric non-root uid"),
     ("Dockerfile.cpu", "USER 10001:10001\n", "", "no USER"),
     ("Dockerfile.cpu", " libgrpc++1.51", "", "libgrpc++.so.1.51"),
-    ("Dockerfile.cpu", " libopenblas0-pthread", "", "libopenblas"),
+    ("Dockerfile.cpu", " libdnnl2", "", "libdnnl"),
     ("Dockerfile.cpu", "libgloo0", "libglooo0", "no Debian 12 package"),
     ("Dockerfile.cpu", "RUN make build", "RUN make all-of-it", "make build"),
     ("Dockerfile.cuda", "COPY --from=build /build/sift", "COPY --from=build /build",

@@ -71,7 +71,7 @@ TEST(Cli, RoleFlagsComeFromTheEnvironment) {
 }
 
 // A second (and third) SIGTERM while a role drains must not kill it: Kubernetes, systemd and Slurm
-// send more than one. Threads that existed before the role blocked the signals (OpenBLAS's pool)
+// send more than one. Threads that existed before the role blocked the signals (a library's pool)
 // would otherwise take one with the default action (exit 143).
 TEST(Cli, RepeatedStopSignalsStillExitCleanly) {
   testing::TempDir dir;

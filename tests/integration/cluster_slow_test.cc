@@ -155,7 +155,13 @@ TEST_F(ClusterTest, WorkersMatchSingleProcessTraining) {
     ASSERT_FALSE(want.empty());
     EXPECT_EQ(got, want);
   }
-  // Two workers: the single-process test AUC within 0.01 (k = 0) / 0.02 (k = 1, timing-dependent).
+  // Two workers: the single-process test AUC within 0.02 (k = 0) / 0.03 (k = 1, timing-dependent).
+  // Not the same computation: each rank's push is its own server-side Adam step, so the two runs
+  // follow different trajectories, and after 160 steps the AUC still climbs ~0.03 per 80 steps.
+  // Their difference is of the order of the AUC's standard error on the 4,000 test samples
+  // (sqrt(A (1 - A) / 2000) ~ 0.009 at A = 0.81): measured 0.0023 with OpenBLAS's summation
+  // orders and 0.0101 with oneDNN's for the same seed. 2 standard errors (3 at k = 1, whose
+  // prefetched pulls add staleness); a broken allreduce or push costs far more (AUC ~0.5-0.7).
   const TestJob single = Job("two_single", 1, 0, 80);
   TrainSingleProcess(single);
   auto records = ReadDllLogFile(single.results_dir + "/log.json");
@@ -177,7 +183,7 @@ TEST_F(ClusterTest, WorkersMatchSingleProcessTraining) {
     EXPECT_EQ(done.workers_size(), 2);
     std::printf("2 workers, k = %d: test AUC %.4f (single process %.4f)\n", staleness,
                 FinalTestAuc(done), want_auc);
-    EXPECT_NEAR(FinalTestAuc(done), want_auc, staleness == 0 ? 0.01 : 0.02) << cluster.Logs(id);
+    EXPECT_NEAR(FinalTestAuc(done), want_auc, staleness == 0 ? 0.02 : 0.03) << cluster.Logs(id);
     // k = 0 is deterministic for a fixed world size: the second run repeats the first exactly.
     if (staleness == 0 && first_k0_curve.empty()) {
       first_k0_curve = Curve(j.results_dir);

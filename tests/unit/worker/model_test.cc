@@ -219,7 +219,7 @@ TEST(ModelTest, InitialLossesAreSane) {
 
 class ModelTypeTest : public ::testing::TestWithParam<ModelType> {};
 
-// The CPU backend (OpenBLAS, fast exp/sigmoid/tanh with <= 1e-6 relative error, other summation
+// The CPU backend (oneDNN GEMMs, fast exp/sigmoid/tanh with <= 1e-6 relative error, other summation
 // orders) against the reference on the same model and batch. Per array, max |cpu - ref| relative
 // to the array's largest magnitude: logits/losses within 1e-5, gradients within 1e-4 (float
 // rounding through ~20 ops; measured values are printed, typically ~1e-6).
