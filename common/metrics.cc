@@ -1,8 +1,11 @@
 #include "common/metrics.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
-
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,7 +28,6 @@
 #include "prometheus/check_names.h"
 #include "prometheus/client_metric.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/text_serializer.h"
@@ -113,7 +115,69 @@ MetricsExposer::MetricsExposer(std::string bind_address,
                                std::shared_ptr<prometheus::Registry> registry)
     : bind_address_(std::move(bind_address)), registry_(std::move(registry)) {}
 
-MetricsExposer::~MetricsExposer() = default;
+namespace {
+
+// Binds a listening TCP socket to `bind_address` ("host:port" or "port"; no host = all
+// interfaces). Returns the fd; UNAVAILABLE naming the address when nothing could be bound.
+StatusOr<int> Listen(const std::string& bind_address) {
+  const size_t colon = bind_address.rfind(':');
+  std::string host = colon == std::string::npos ? "" : bind_address.substr(0, colon);
+  const std::string port =
+      colon == std::string::npos ? bind_address : bind_address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* addrs = nullptr;
+  const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &addrs);
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics address '", bind_address, "': ", gai_strerror(rc)));
+  }
+  std::string error = "no address";
+  int fd = -1;
+  for (addrinfo* a = addrs; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // not SO_REUSEPORT
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
+      error = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(addrs);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("metrics address '", bind_address,
+                                               "': cannot listen: ", error,
+                                               " (port in use or address not local?)"));
+  }
+  return fd;
+}
+
+// Writes all of `data` (false on an error or timeout).
+bool SendAll(int fd, absl::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace
+
+MetricsExposer::~MetricsExposer() {
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+    thread_.join();
+  }
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
 
 StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
     const std::string& bind_address, std::shared_ptr<prometheus::Registry> registry) {
@@ -123,22 +187,91 @@ StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
   }
   SIFT_RETURN_IF_ERROR(CheckBindAddress(bind_address));
   std::unique_ptr<MetricsExposer> exposer(new MetricsExposer(bind_address, std::move(registry)));
-  // civetweb throws when it cannot listen (port in use, address not local).
-  try {
-    exposer->exposer_ = std::make_unique<prometheus::Exposer>(bind_address, kExposerThreads);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("metrics address '", bind_address,
-                                               "': cannot listen: ", e.what(),
-                                               " (port in use or address not local?)"));
-  }
-  const std::vector<int> ports = exposer->exposer_->GetListeningPorts();
-  if (ports.empty()) {
+  SIFT_ASSIGN_OR_RETURN(exposer->listen_fd_, Listen(bind_address));
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getsockname(exposer->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     return absl::UnavailableError(
-        absl::StrCat("metrics address '", bind_address, "': no listening port"));
+        absl::StrCat("metrics address '", bind_address, "': getsockname: ", std::strerror(errno)));
   }
-  exposer->port_ = ports.front();
-  exposer->exposer_->RegisterCollectable(exposer->registry_);
+  exposer->port_ =
+      ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                       : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  exposer->wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  if (exposer->wake_fd_ < 0) {
+    return absl::InternalError(absl::StrCat("metrics: eventfd: ", std::strerror(errno)));
+  }
+  exposer->thread_ = std::thread([e = exposer.get()] { e->Serve(); });
   return exposer;
+}
+
+void MetricsExposer::Serve() {
+  for (;;) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents != 0) return;  // the destructor
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    const timeval timeout{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    Answer(fd);
+    ::close(fd);
+  }
+}
+
+std::string MetricsExposer::Exposition() {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& c : collectables_) {
+      std::vector<prometheus::MetricFamily> more = c->Collect();
+      families.insert(families.end(), std::make_move_iterator(more.begin()),
+                      std::make_move_iterator(more.end()));
+    }
+  }
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families);
+  return out.str();
+}
+
+void MetricsExposer::Answer(int fd) {
+  // The request head: up to the blank line, at most 16 KiB.
+  std::string head;
+  char buf[4096];
+  while (head.find("\r\n\r\n") == std::string::npos && head.size() < (16 << 10)) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    head.append(buf, static_cast<size_t>(n));
+  }
+  const size_t line_end = head.find("\r\n");
+  std::vector<std::string> parts = absl::StrSplit(head.substr(0, line_end), ' ', absl::SkipEmpty());
+  auto reply = [fd](absl::string_view status, absl::string_view type, absl::string_view body,
+                    bool send_body) {
+    const std::string header =
+        absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
+                     "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n");
+    if (SendAll(fd, header) && send_body) SendAll(fd, body);
+  };
+  if (line_end == std::string::npos || parts.size() != 3 || parts[2].rfind("HTTP/1.", 0) != 0) {
+    reply("400 Bad Request", "text/plain", "bad request\n", true);
+    return;
+  }
+  if (parts[0] != "GET" && parts[0] != "HEAD") {
+    reply("405 Method Not Allowed", "text/plain", "only GET and HEAD\n", true);
+    return;
+  }
+  const std::string path = parts[1].substr(0, parts[1].find('?'));
+  if (path != "/metrics") {
+    reply("404 Not Found", "text/plain", "not found: try /metrics\n", true);
+    return;
+  }
+  const std::string body = Exposition();
+  reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", body, parts[0] == "GET");
 }
 
 Status MetricsExposer::AddCollectable(std::shared_ptr<prometheus::Collectable> collectable) {
@@ -147,8 +280,7 @@ Status MetricsExposer::AddCollectable(std::shared_ptr<prometheus::Collectable> c
         absl::StrCat("metrics on '", bind_address_, "': null collectable"));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  exposer_->RegisterCollectable(collectable);
-  collectables_.push_back(std::move(collectable));  // the exposer holds a weak_ptr only
+  collectables_.push_back(std::move(collectable));
   return absl::OkStatus();
 }
 

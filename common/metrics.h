@@ -22,23 +22,24 @@
 #include "common/status.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 
 namespace sift {
 
-// Serves `registry` (and collectables added later) at http://<bind_address>/metrics with
-// prometheus-cpp's own exposer (civetweb, kExposerThreads threads; other paths 404). Its scrape
-// adds prometheus-cpp's exposer_* series (scrapes, bytes, request latencies). Keeps the registry
-// and every added collectable alive (prometheus-cpp holds weak_ptrs only). Thread-safe.
-// (Until issue 15 this was a hand-written HTTP server: civetweb's fixed 100 KiB thread stacks
-// could not hold the static TLS OpenBLAS brought into the one binary, ~60 KiB, and a scrape
-// overflowed them. With oneDNN instead every library's static TLS together is under 1 KiB.)
+// Serves `registry` (and collectables added later) at http://<bind_address>/metrics (GET or HEAD;
+// other paths 404). Owns a small HTTP/1.1 server: one thread, one connection at a time,
+// `Connection: close`, 5 s socket timeouts (Prometheus scrapes every few seconds at most). It is
+// not prometheus-cpp's civetweb Exposer on purpose: Debian's civetweb starts its threads with a
+// fixed 100 KiB stack, and glibc carves every loaded library's static TLS out of it. OpenBLAS
+// took 60 KiB (a scrape overflowed the stack and killed the process); it is gone since issue 15,
+// but a build with the CUDA target links cuBLASLt, whose static TLS alone is 92 KiB (cuBLAS,
+// NCCL and cudart add 28 KiB: readelf -l), and civetweb then cannot even start (mg_start fails,
+// "null context when constructing CivetServer", seen in `make demo`). Keeps the registry and
+// every added collectable alive. Thread-safe.
 class MetricsExposer {
  public:
-  static constexpr size_t kExposerThreads = 2;
   // bind_address: "host:port" or "port" ("0.0.0.0:9464", "127.0.0.1:0" for an ephemeral port).
   // A malformed address is INVALID_ARGUMENT; an address that cannot be bound (port in use,
   // host not local) is UNAVAILABLE. Both name the address.
@@ -60,10 +61,16 @@ class MetricsExposer {
 
   const std::string bind_address_;
   int port_ = 0;
-  std::mutex mu_;  // guards collectables_ and the exposer's registrations
+  void Serve();              // the server thread
+  void Answer(int fd);       // one connection
+  std::string Exposition();  // every family, in the text format
+
+  std::mutex mu_;  // guards collectables_
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;
   const std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;  // destroyed first: stops serving
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  // an eventfd: written by the destructor to end Serve()
+  std::thread thread_;
 };
 
 // Histogram bucket bounds start, start*factor, ..., start*factor^(count-1).
