@@ -74,11 +74,12 @@ Status RunBenchKernels(const BenchKernelsFlags& f) {
               kernels::OneDnnGemm::Version().c_str(), kernels::OneDnnGemm::EffectiveIsa().c_str());
   std::printf("  build:      %s\n", SIFT_BUILD_TYPE);
   std::printf("  peak:       %s\n", peak.Describe().c_str());
-  std::printf("  check:      each op at batch %lld against the reference backend (max |error| / "
-              "max |expected|, tolerance from the op's error bound)%s\n",
-              static_cast<long long>(o.check_batch), o.check ? "" : " -- off (--no-check)");
-  std::printf("\n  %-28s %-44s %-11s %-5s %10s %9s %7s %8s  %s\n", "op", "shape", "backend",
-              "prec", "time", "GFLOP/s", "%peak", "GB/s", "check");
+  std::printf(
+      "  check:      each op at batch %lld against the reference backend (max |error| / "
+      "max |expected|, tolerance from the op's error bound)%s\n",
+      static_cast<long long>(o.check_batch), o.check ? "" : " -- off (--no-check)");
+  std::printf("\n  %-28s %-44s %-11s %-5s %10s %9s %7s %8s  %s\n", "op", "shape", "backend", "prec",
+              "time", "GFLOP/s", "%peak", "GB/s", "check");
   std::fflush(stdout);
   std::string last_describe;
   const auto print = [&](const kernels::KernelBenchResult& r) {
@@ -96,9 +97,9 @@ Status RunBenchKernels(const BenchKernelsFlags& f) {
         !r.checked ? "-"
                    : absl::StrFormat("%s %.1e %s %.1e (%s)", r.ok ? "ok" : "FAIL", r.max_error,
                                      r.ok ? "<=" : ">", r.tolerance, r.note);
-    std::printf("  %-28s %-44s %-11s %-5s %10s %9s %7s %8.1f  %s\n", r.op.c_str(),
-                r.shape.c_str(), r.backend.c_str(), r.precision.c_str(), time.c_str(),
-                gf.c_str(), pct.c_str(), r.gbytes_per_s, check.c_str());
+    std::printf("  %-28s %-44s %-11s %-5s %10s %9s %7s %8.1f  %s\n", r.op.c_str(), r.shape.c_str(),
+                r.backend.c_str(), r.precision.c_str(), time.c_str(), gf.c_str(), pct.c_str(),
+                r.gbytes_per_s, check.c_str());
     std::fflush(stdout);
   };
   std::vector<std::string> skipped;

@@ -29,8 +29,9 @@ void AddDevice(CLI::App* app, Action* action) {
                       ? "native (precision auto = bf16)"
                       : "emulated (no AVX512-BF16 / AMX; precision auto = fp32)");
       if (isa == kernels::CpuIsa::kGeneric) {
-        std::printf("warning: the cpu kernels fall back to generic x86-64 code: this CPU lacks %s\n",
-                    kernels::MissingCpuFeatures(kernels::CpuIsa::kAvx2).c_str());
+        std::printf(
+            "warning: the cpu kernels fall back to generic x86-64 code: this CPU lacks %s\n",
+            kernels::MissingCpuFeatures(kernels::CpuIsa::kAvx2).c_str());
       }
 #ifdef SIFT_HAVE_CUDA
       SIFT_ASSIGN_OR_RETURN(auto devices, sift::cuda::QueryDevices());

@@ -431,8 +431,8 @@ class Backend {
     float* ws = dc + rows * width;
     AttentionFeaturesForward(d.batch, d.time, d.hidden, qp, h, c);
     Fill(rows * width, 0.0f, dc);
-    DenseBackward(FeatureDenseAsDense(d), c, width, w, slope, pre, y, dy, dc, width, dw, db,
-                  dslope, ws);
+    DenseBackward(FeatureDenseAsDense(d), c, width, w, slope, pre, y, dy, dc, width, dw, db, dslope,
+                  ws);
     AttentionFeaturesBackward(d.batch, d.time, d.hidden, qp, h, dc, dqp, dh);
   }
 

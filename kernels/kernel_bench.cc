@@ -16,11 +16,11 @@ namespace sift::kernels {
 namespace {
 
 // SIM's default dims (model-spec 0).
-constexpr int kD = 16;          // embedding dim
-constexpr int kI = 32;          // item vector: 2 features x D
-constexpr int kH = 96;          // GRU / AUGRU hidden
-constexpr int kTL = 90;         // long history
-constexpr int kTS = 10;         // short history
+constexpr int kD = 16;   // embedding dim
+constexpr int kI = 32;   // item vector: 2 features x D
+constexpr int kH = 96;   // GRU / AUGRU hidden
+constexpr int kTL = 90;  // long history
+constexpr int kTS = 10;  // short history
 constexpr int kTopK = 50;
 constexpr int64_t kDenseParams = 223212;
 
@@ -246,9 +246,7 @@ std::vector<OpDef> Ops() {
       OpDef op;
       const int in = augru ? kH : kI;
       op.name = std::string(augru ? "augru" : "gru") + (bwd ? "_backward" : "_forward");
-      op.shape = [=](int64_t B) {
-        return absl::StrFormat("B=%d T=%d in=%d H=%d", B, kTS, in, kH);
-      };
+      op.shape = [=](int64_t B) { return absl::StrFormat("B=%d T=%d in=%d H=%d", B, kTS, in, kH); };
       const double macs_per_row = augru ? 3.0 * (in + kH) * kH : 3.0 * (in + kH) * kH;
       op.flops = [=](int64_t B) { return (bwd ? 4.0 : 2.0) * B * kTS * macs_per_row; };
       op.bytes = [=](int64_t B) { return 4.0 * B * kTS * (in + 5.0 * kH); };
@@ -279,8 +277,8 @@ std::vector<OpDef> Ops() {
           float* db_in = a.Zeros(3 * kH);
           float* db_rec = a.Zeros(3 * kH);
           return Bound{[=] {
-                         be->GruBackward(d, x, w_in, w_rec, h, cache, dh, dx, dw_in, dw_rec,
-                                         db_in, db_rec, ws);
+                         be->GruBackward(d, x, w_in, w_rec, h, cache, dh, dx, dw_in, dw_rec, db_in,
+                                         db_rec, ws);
                        },
                        {{"dx", dx, B * kTS * in},
                         {"dw_in", dw_in, int64_t{in} * 3 * kH},
@@ -403,8 +401,7 @@ std::vector<OpDef> Ops() {
       float* mask = a.Floats(RowMask(B, kTS, 72));
       float* p = a.Zeros(B * kTS);
       if (!bwd) {
-        return Bound{[=] { be->MaskedSoftmaxForward(B, kTS, s, mask, p); },
-                     {{"p", p, B * kTS}}};
+        return Bound{[=] { be->MaskedSoftmaxForward(B, kTS, s, mask, p); }, {{"p", p, B * kTS}}};
       }
       be->MaskedSoftmaxForward(B, kTS, s, mask, p);
       float* dp = a.Floats(Uniform(B * kTS, 73));
@@ -505,7 +502,9 @@ std::vector<OpDef> Ops() {
   {
     OpDef op;
     op.name = "adam_update";
-    op.shape = [](int64_t) { return absl::StrFormat("n=%d (SIM's dense parameters)", kDenseParams); };
+    op.shape = [](int64_t) {
+      return absl::StrFormat("n=%d (SIM's dense parameters)", kDenseParams);
+    };
     op.flops = [](int64_t) { return 0.0; };
     op.bytes = [](int64_t) { return 28.0 * kDenseParams; };
     op.fast_math = false;
@@ -524,7 +523,9 @@ std::vector<OpDef> Ops() {
   {
     OpDef op;
     op.name = "fill";
-    op.shape = [](int64_t B) { return absl::StrFormat("n=%d (the long history's gradient)", B * kTL * kI); };
+    op.shape = [](int64_t B) {
+      return absl::StrFormat("n=%d (the long history's gradient)", B * kTL * kI);
+    };
     op.flops = [](int64_t) { return 0.0; };
     op.bytes = [](int64_t B) { return 4.0 * B * kTL * kI; };
     op.fast_math = false;
@@ -596,8 +597,8 @@ StatusOr<std::vector<KernelBenchResult>> RunKernelBenchmarks(
     }
   }
   if (ops.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("no kernel benchmark matches '",
-                                                   options.filter, "' (ops: gemm, dense_*, gru_*, "
+    return absl::InvalidArgumentError(absl::StrCat("no kernel benchmark matches '", options.filter,
+                                                   "' (ops: gemm, dense_*, gru_*, "
                                                    "augru_*, dot_attention_*, ...)"));
   }
   if (options.batch < 1 || options.check_batch < 1) {

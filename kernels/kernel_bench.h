@@ -43,14 +43,14 @@ struct KernelBenchResult {
   std::string precision;  // "fp32", "bf16", ...
   std::string describe;   // Backend::Describe() of the instance that ran it
   int64_t iters = 0;
-  double seconds = 0;     // median time of one call
-  double gflops = 0;      // 0 for memory-bound ops
+  double seconds = 0;  // median time of one call
+  double gflops = 0;   // 0 for memory-bound ops
   double gbytes_per_s = 0;
   bool checked = false;
-  double max_error = 0;   // largest |got - want| / max |want| over the op's outputs
+  double max_error = 0;  // largest |got - want| / max |want| over the op's outputs
   double tolerance = 0;
-  bool ok = true;         // !checked || max_error <= tolerance
-  std::string note;       // why a check was skipped, or where the error was largest
+  bool ok = true;    // !checked || max_error <= tolerance
+  std::string note;  // why a check was skipped, or where the error was largest
 };
 
 // Runs every matching op on every backend x precision; `progress` (nullable) gets each result as

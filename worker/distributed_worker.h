@@ -34,9 +34,9 @@ struct DistributedWorkerOptions {
   // The address peers reach this worker at: Gloo binds and advertises it, /metrics listens on
   // it, and it is the address registered with the coordinator.
   std::string advertise_host = "127.0.0.1";
-  int threads = -1;       // backend and loader threads; -1 = the job's threads_per_worker
+  int threads = -1;              // backend and loader threads; -1 = the job's threads_per_worker
   std::string cpu_isa = "auto";  // the cpu backend's kernel variant (TrainerOptions::cpu_isa)
-  int metrics_port = -1;  // /metrics port: -1 off, 0 any free port
+  int metrics_port = -1;         // /metrics port: -1 off, 0 any free port
   absl::Duration register_timeout = absl::Seconds(60);
   double collective_timeout_s = 120;  // Gloo rendezvous and every collective
   std::string version = "dev";        // sift_build_info

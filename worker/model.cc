@@ -640,8 +640,8 @@ void Model::Impl::DienForward(const float* short_mask, float* dst, int64_t lddst
                   params + gru_b_rec_, h_.data(), gru_cache_.data(), workspace_.data());
   be_->DenseForward(DenseDims{B, I_, H_, Activation::kPrelu}, q_.data(), I_, params + query_w_,
                     params + query_b_, params + query_slope_, qp_pre_.data(), qp_.data());
-  const float* scores = attention_mlp_.ForwardFeatures(be_, B, qp_.data(), h_.data(), params,
-                                                       workspace_.data());
+  const float* scores =
+      attention_mlp_.ForwardFeatures(be_, B, qp_.data(), h_.data(), params, workspace_.data());
   be_->MaskedSoftmaxForward(B, TS_, scores, short_mask, beta_.data());
   be_->AugruForward(augru, h_.data(), beta_.data(), params + augru_gw_, params + augru_gb_,
                     params + augru_cw_, params + augru_cb_, hs_.data(), augru_cache_.data(),

@@ -211,8 +211,8 @@ const float* Mlp::ForwardFeatures(kernels::Backend* be, int64_t batch, const flo
   first.dims.rows = batch * feature_time_;
   float* y = first.y.empty() ? first.pre.floats() : first.y.floats();
   be->FeatureDenseForward(FeatureDims(batch), qp, h, params + first.w, params + first.b,
-                          first.slope >= 0 ? params + first.slope : nullptr, first.pre.floats(),
-                          y, workspace);
+                          first.slope >= 0 ? params + first.slope : nullptr, first.pre.floats(), y,
+                          workspace);
   return ForwardFrom(be, first.dims.rows, params);
 }
 
@@ -243,8 +243,8 @@ void Mlp::BackwardFeatures(kernels::Backend* be, int64_t batch, const float* qp,
   first.dims.rows = rows;
   const float* y = first.y.empty() ? first.pre.floats() : first.y.floats();
   be->FeatureDenseBackward(FeatureDims(batch), qp, h, params + first.w,
-                           first.slope >= 0 ? params + first.slope : nullptr, first.pre.floats(),
-                           y, dy, dqp, dh, grads + first.w, grads + first.b,
+                           first.slope >= 0 ? params + first.slope : nullptr, first.pre.floats(), y,
+                           dy, dqp, dh, grads + first.w, grads + first.b,
                            first.slope >= 0 ? grads + first.slope : nullptr, workspace);
 }
 

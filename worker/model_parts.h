@@ -75,8 +75,8 @@ class Mlp {
                                const float* params, float* workspace);
   // dqp [batch, hidden] += and dh [batch*time, hidden] += (both nullable).
   void BackwardFeatures(kernels::Backend* be, int64_t batch, const float* qp, const float* h,
-                        const float* params, const float* dout, float* grads, float* dqp,
-                        float* dh, float* workspace);
+                        const float* params, const float* dout, float* grads, float* dqp, float* dh,
+                        float* workspace);
   int64_t WorkspaceFloats() const;  // for max_rows
   int in() const { return in_; }
 

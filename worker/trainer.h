@@ -139,11 +139,11 @@ struct RunResult {
   int64_t dense_params = 0;
   int threads = 0;
   std::string backend;
-  std::string precision;      // the resolved MathMode's name
-  std::string compute;        // Backend::Describe(): what actually computed (ISA, library, ...)
+  std::string precision;  // the resolved MathMode's name
+  std::string compute;    // Backend::Describe(): what actually computed (ISA, library, ...)
   std::vector<std::string> warnings;  // Backend::Warnings() after the run (fallbacks, emulation)
-  bool deterministic = true;  // the backend's deterministic() (host backends: always true)
-  int64_t skipped_steps = 0;  // fp16: steps skipped for a gradient overflow (loss scaling)
+  bool deterministic = true;          // the backend's deterministic() (host backends: always true)
+  int64_t skipped_steps = 0;          // fp16: steps skipped for a gradient overflow (loss scaling)
 };
 
 // One step as the TrainerEnv sees it (every rank reports its own; the losses are the mean over

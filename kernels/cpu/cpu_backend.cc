@@ -8,8 +8,8 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& opt
   const CpuIsa isa = options.isa.value_or(BestCpuIsa());
   if (!CpuSupports(isa)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cpu backend: this CPU (", CpuModelName(), ") cannot run the ", CpuIsaName(isa),
-                     " kernels: it lacks ", MissingCpuFeatures(isa)));
+        absl::StrCat("cpu backend: this CPU (", CpuModelName(), ") cannot run the ",
+                     CpuIsaName(isa), " kernels: it lacks ", MissingCpuFeatures(isa)));
   }
   const CpuBackendConfig config{options.threads, isa};
   switch (isa) {

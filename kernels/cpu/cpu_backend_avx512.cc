@@ -4,7 +4,8 @@
 
 #if defined(__x86_64__)
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,bmi,bmi2,lzcnt,movbe,popcnt,sse4.2,avx512f,avx512bw,avx512cd,avx512dq,avx512vl,prefer-vector-width=512")
+#pragma GCC target( \
+    "avx2,fma,f16c,bmi,bmi2,lzcnt,movbe,popcnt,sse4.2,avx512f,avx512bw,avx512cd,avx512dq,avx512vl,prefer-vector-width=512")
 #define SIFT_CPU_ISA_NS avx512
 #include SIFT_CPU_BACKEND_VARIANT_BODY
 #undef SIFT_CPU_ISA_NS

@@ -6,8 +6,8 @@
 // variant's own namespace) is compiled for the wider ISA.
 #pragma once
 
-#include <xmmintrin.h>
 #include <pmmintrin.h>
+#include <xmmintrin.h>
 
 #include <algorithm>
 #include <bit>

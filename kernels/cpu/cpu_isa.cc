@@ -120,10 +120,14 @@ std::string CpuModelName() {
 }
 
 std::string CpuVectorFeatures() {
-  const Feature shown[] = {{"avx2", "avx2"},         {"fma", "fma"},
-                           {"avx512f", "avx512f"},   {"avx512bw", "avx512bw"},
-                           {"avx512vl", "avx512vl"}, {"avx512bf16", "avx512_bf16"},
-                           {"avx512fp16", "avx512_fp16"}, {"amx-bf16", "amx_bf16"}};
+  const Feature shown[] = {{"avx2", "avx2"},
+                           {"fma", "fma"},
+                           {"avx512f", "avx512f"},
+                           {"avx512bw", "avx512bw"},
+                           {"avx512vl", "avx512vl"},
+                           {"avx512bf16", "avx512_bf16"},
+                           {"avx512fp16", "avx512_fp16"},
+                           {"amx-bf16", "amx_bf16"}};
   std::vector<std::string> have;
   for (const Feature& f : shown) {
     if (Supports(f.builtin)) have.push_back(f.shown);

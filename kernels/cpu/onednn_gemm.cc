@@ -18,7 +18,8 @@ namespace {
 dnnl_engine_t Engine() {
   static dnnl_engine_t engine = [] {
     dnnl_engine_t e = nullptr;
-    if (dnnl_engine_create(&e, dnnl_cpu, 0) != dnnl_success) return static_cast<dnnl_engine_t>(nullptr);
+    if (dnnl_engine_create(&e, dnnl_cpu, 0) != dnnl_success)
+      return static_cast<dnnl_engine_t>(nullptr);
     return e;
   }();
   return engine;
@@ -66,12 +67,12 @@ Status Fail(const GemmProblem& p, const char* what, dnnl_status_t s) {
                                           " failed: ", StatusName(s)));
 }
 
-#define SIFT_DNNL_OR_RETURN(p, call)              \
-  do {                                            \
-    const dnnl_status_t dnnl_status__ = (call);   \
-    if (dnnl_status__ != dnnl_success) {          \
-      return Fail((p), #call, dnnl_status__);     \
-    }                                             \
+#define SIFT_DNNL_OR_RETURN(p, call)            \
+  do {                                          \
+    const dnnl_status_t dnnl_status__ = (call); \
+    if (dnnl_status__ != dnnl_success) {        \
+      return Fail((p), #call, dnnl_status__);   \
+    }                                           \
   } while (0)
 
 }  // namespace
@@ -118,14 +119,16 @@ StatusOr<OneDnnGemm::Entry*> OneDnnGemm::Find(const GemmProblem& p) {
   }
   auto e = std::make_unique<Entry>();
   const dnnl_data_type_t in_type = p.type == GemmInputType::kBf16 ? dnnl_bf16 : dnnl_f32;
-  // Logical A [m,k], B [k,n], C [m,n]; a transposed operand is the same memory with swapped strides.
+  // Logical A [m,k], B [k,n], C [m,n]; a transposed operand is the same memory with swapped
+  // strides.
   const dnnl_dims_t a_dims = {p.m, p.k}, b_dims = {p.k, p.n}, c_dims = {p.m, p.n};
   const dnnl_dims_t a_strides = {p.trans_a ? 1 : p.lda, p.trans_a ? p.lda : 1};
   const dnnl_dims_t b_strides = {p.trans_b ? 1 : p.ldb, p.trans_b ? p.ldb : 1};
   const dnnl_dims_t c_strides = {p.ldc, 1};
   SIFT_DNNL_OR_RETURN(p, dnnl_memory_desc_init_by_strides(&e->a_md, 2, a_dims, in_type, a_strides));
   SIFT_DNNL_OR_RETURN(p, dnnl_memory_desc_init_by_strides(&e->b_md, 2, b_dims, in_type, b_strides));
-  SIFT_DNNL_OR_RETURN(p, dnnl_memory_desc_init_by_strides(&e->c_md, 2, c_dims, dnnl_f32, c_strides));
+  SIFT_DNNL_OR_RETURN(p,
+                      dnnl_memory_desc_init_by_strides(&e->c_md, 2, c_dims, dnnl_f32, c_strides));
   dnnl_matmul_desc_t desc;
   SIFT_DNNL_OR_RETURN(p, dnnl_matmul_desc_init(&desc, &e->a_md, &e->b_md, nullptr, &e->c_md));
 
@@ -134,7 +137,8 @@ StatusOr<OneDnnGemm::Entry*> OneDnnGemm::Find(const GemmProblem& p) {
   dnnl_post_ops_t post_ops = nullptr;
   dnnl_primitive_desc_t pd = nullptr;
   Status status = [&]() -> Status {
-    SIFT_DNNL_OR_RETURN(p, dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+    SIFT_DNNL_OR_RETURN(p,
+                        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
     if (p.alpha != 1.0f) {
       SIFT_DNNL_OR_RETURN(p, dnnl_primitive_attr_set_output_scales(attr, 1, 0, &p.alpha));
     }
@@ -147,7 +151,8 @@ StatusOr<OneDnnGemm::Entry*> OneDnnGemm::Find(const GemmProblem& p) {
     const char* impl = nullptr;
     SIFT_DNNL_OR_RETURN(p, dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
     e->impl = impl != nullptr ? impl : "?";
-    const dnnl_memory_desc_t* scratch_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    const dnnl_memory_desc_t* scratch_md =
+        dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     e->scratch_bytes = scratch_md != nullptr ? dnnl_memory_desc_get_size(scratch_md) : 0;
     SIFT_DNNL_OR_RETURN(p, dnnl_primitive_create(&e->primitive, pd));
     return absl::OkStatus();
@@ -181,8 +186,9 @@ Status OneDnnGemm::Run(const GemmProblem& p, const void* a, const void* b, float
     ts.scratch = std::aligned_alloc(64, ts.scratch_bytes);
     if (ts.scratch == nullptr) {
       ts.scratch_bytes = 0;
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "oneDNN matmul (", DescribeGemmProblem(p), "): ", e->scratch_bytes, " bytes of scratchpad"));
+      return absl::ResourceExhaustedError(absl::StrCat("oneDNN matmul (", DescribeGemmProblem(p),
+                                                       "): ", e->scratch_bytes,
+                                                       " bytes of scratchpad"));
     }
   }
   dnnl_memory_t mem[4] = {nullptr, nullptr, nullptr, nullptr};

@@ -1,6 +1,7 @@
 // Fast, branch-free float exp / sigmoid / tanh for the CPU kernels: inline scalar functions written
 // so that a loop calling them over a contiguous array vectorises (inlined into the cpu backend's
-// ISA variants; -fno-trapping-math lets the selects if-convert), plus array helpers. Pure functions; thread-safe. Accuracy (checked by tests/unit/kernels/vector_math_test):
+// ISA variants; -fno-trapping-math lets the selects if-convert), plus array helpers. Pure
+// functions; thread-safe. Accuracy (checked by tests/unit/kernels/vector_math_test):
 // - FastExp(x): relative error <= 4e-7 for x in [-87, 88]; exactly 0 for x < -87 (the true value is
 //   < 1.7e-38, so the absolute error is below that); x > 88 returns FastExp(88). Not
 //   NaN-preserving.

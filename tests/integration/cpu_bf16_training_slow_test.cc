@@ -28,8 +28,7 @@ class CpuBf16TrainingTest : public testing::TinyDatasetSuite<1> {
     StatusOr<RunResult> r = RunTrainer(o, RunMode::kTrain);
     if (r.ok() && !r->epochs.empty()) {
       std::printf("tiny, sim, cpu %s (%s): test AUC %.4f after %lld steps\n", precision.c_str(),
-                  r->compute.c_str(), r->epochs.back().test_auc,
-                  static_cast<long long>(r->steps));
+                  r->compute.c_str(), r->epochs.back().test_auc, static_cast<long long>(r->steps));
     }
     return r;
   }

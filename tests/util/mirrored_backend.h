@@ -82,8 +82,8 @@ class MirroredBackend final : public kernels::Backend {
   void AttentionFeaturesBackward(int64_t batch, int time, int hidden, const float* qp,
                                  const float* h, const float* dc, float* dqp, float* dh) override;
   void FeatureDenseForward(const kernels::FeatureDenseDims& d, const float* qp, const float* h,
-                           const float* w, const float* b, const float* slope, float* pre,
-                           float* y, float* workspace) override;
+                           const float* w, const float* b, const float* slope, float* pre, float* y,
+                           float* workspace) override;
   void FeatureDenseBackward(const kernels::FeatureDenseDims& d, const float* qp, const float* h,
                             const float* w, const float* slope, const float* pre, const float* y,
                             const float* dy, float* dqp, float* dh, float* dw, float* db,

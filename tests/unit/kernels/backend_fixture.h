@@ -1,9 +1,9 @@
 // The fixture of the op tests parameterised over backends (dense_ops_tests.h,
 // sequence_ops_tests.h): the parameter is a backend spec of sift::testing::CreateTestBackend
-// ("reference", "cpu", "cpu-mirrored", "cpu-avx2", "cuda-mirrored", ...). A cuda spec that cannot be created
-// because this machine has no device (FAILED_PRECONDITION) or this build has no CUDA backend
-// (INVALID_ARGUMENT) skips the test; any other creation failure fails it. After each test the
-// backend's Synchronize() must be OK (a MirroredBackend reports its failed copies there).
+// ("reference", "cpu", "cpu-mirrored", "cpu-avx2", "cuda-mirrored", ...). A cuda spec that cannot
+// be created because this machine has no device (FAILED_PRECONDITION) or this build has no CUDA
+// backend (INVALID_ARGUMENT) skips the test; any other creation failure fails it. After each test
+// the backend's Synchronize() must be OK (a MirroredBackend reports its failed copies there).
 // Header-only; one instance per test.
 #pragma once
 

@@ -39,8 +39,8 @@ TEST(CpuMathModeTest, AcceptsFp32AndBf16Only) {
   bool warned = false;
   for (const std::string& w : be->Warnings()) warned |= absl::StrContains(w, "emulated");
   EXPECT_EQ(warned, !OneDnnGemm::Bf16Native());
-  EXPECT_TRUE(absl::StrContains(be->Describe(),
-                                OneDnnGemm::Bf16Native() ? "bf16 native" : "bf16 emulated"))
+  EXPECT_TRUE(
+      absl::StrContains(be->Describe(), OneDnnGemm::Bf16Native() ? "bf16 native" : "bf16 emulated"))
       << be->Describe();
 }
 

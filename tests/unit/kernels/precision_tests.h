@@ -81,7 +81,8 @@ class PrecisionOpsTest : public ::testing::TestWithParam<PrecisionParam> {
   void SetUp() override {
     const std::string& spec = std::get<0>(GetParam());
     auto b = sift::testing::CreateTestBackend(spec, 2);
-    if (!b.ok() && (absl::IsFailedPrecondition(b.status()) || absl::IsInvalidArgument(b.status()))) {
+    if (!b.ok() &&
+        (absl::IsFailedPrecondition(b.status()) || absl::IsInvalidArgument(b.status()))) {
       GTEST_SKIP() << spec << " cannot run here: " << b.status();
     }
     ASSERT_TRUE(b.ok()) << b.status();

@@ -354,8 +354,8 @@ TEST_P(SequenceOpsTest, FeatureDenseMatchesFeaturesThenDense) {
     std::vector<float> dw2 = RandomFloats(K * O, 39), db2 = RandomFloats(O, 40);
     std::vector<float> dslope2 = RandomFloats(O, 41);
     backend_->FeatureDenseBackward(d, qp.data(), h.data(), w.data(), slope.data(), pre_f.data(),
-                                   y_f.data(), dy.data(), nullptr, nullptr, dw2.data(),
-                                   db2.data(), dslope2.data(), ws.data());
+                                   y_f.data(), dy.data(), nullptr, nullptr, dw2.data(), db2.data(),
+                                   dslope2.data(), ws.data());
     EXPECT_TRUE(BitIdentical(dw2, dw));
     EXPECT_TRUE(BitIdentical(db2, db));
   }
