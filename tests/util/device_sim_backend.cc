@@ -158,7 +158,7 @@ class DeviceSimBackend::Check {
       return;
     }
     ok_ = false;
-    be_.Fail(op_, what, be_.Describe(p, bytes));
+    be_.Fail(op_, what, be_.DescribeMemory(p, bytes));
   }
   bool ok() {
     if (!ok_) return false;
@@ -200,7 +200,7 @@ bool DeviceSimBackend::IsTracked(const void* p, int64_t bytes) const {
   return Addr(p) < end && bytes >= 0 && static_cast<uintptr_t>(bytes) <= end - Addr(p);
 }
 
-std::string DeviceSimBackend::Describe(const void* p, int64_t bytes) const {
+std::string DeviceSimBackend::DescribeMemory(const void* p, int64_t bytes) const {
   auto it = Enclosing(state_->regions, p);
   if (it == state_->regions.end() || Addr(p) >= it->first + static_cast<uintptr_t>(it->second)) {
     return absl::StrCat(bytes, " bytes at 0x", absl::Hex(Addr(p)),
@@ -347,7 +347,7 @@ class DeviceSimBackend::SimChannel final : public kernels::CopyChannel {
     }
     if (backend_side == nullptr || !be_.IsTracked(backend_side, bytes)) {
       be_.Fail(op, backend_name,
-               backend_side == nullptr ? "null" : be_.Describe(backend_side, bytes));
+               backend_side == nullptr ? "null" : be_.DescribeMemory(backend_side, bytes));
       return absl::InvalidArgumentError(absl::StrCat(op, ": bad pointers (see the failures)"));
     }
     const uintptr_t start = Enclosing(be_.state_->regions, backend_side)->first;
@@ -450,7 +450,7 @@ Status DeviceSimBackend::CopyToBackend(const void* src, void* dst, int64_t bytes
     ok = false;
   }
   if (dst == nullptr || !IsTracked(dst, bytes)) {
-    Fail("CopyToBackend", "dst", dst == nullptr ? "null" : Describe(dst, bytes));
+    Fail("CopyToBackend", "dst", dst == nullptr ? "null" : DescribeMemory(dst, bytes));
     ok = false;
   }
   if (!ok) return absl::InvalidArgumentError("CopyToBackend: bad pointers (see the failures)");
@@ -470,7 +470,7 @@ Status DeviceSimBackend::CopyToHost(const void* src, void* dst, int64_t bytes) {
   ++state_->stats.copies_to_host;
   bool ok = true;
   if (src == nullptr || !IsTracked(src, bytes)) {
-    Fail("CopyToHost", "src", src == nullptr ? "null" : Describe(src, bytes));
+    Fail("CopyToHost", "src", src == nullptr ? "null" : DescribeMemory(src, bytes));
     ok = false;
   }
   if (dst == nullptr || IsTracked(dst, 1)) {

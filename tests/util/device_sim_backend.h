@@ -170,7 +170,7 @@ class DeviceSimBackend final : public kernels::Backend {
   class Check;
   class SimChannel;
   void Fail(absl::string_view op, absl::string_view what, absl::string_view why);
-  std::string Describe(const void* p, int64_t bytes) const;
+  std::string DescribeMemory(const void* p, int64_t bytes) const;
 
   std::unique_ptr<kernels::Backend> inner_;
   std::string name_;
