@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/stop_signals.h"
 #include "common/file_util.h"
+#include "common/job_spec.h"
 #include "server/coordinator/client.h"
 #include "server/coordinator/service.h"
 
@@ -85,6 +86,19 @@ void AddCoordinator(CLI::App* app, Action* action) {
                   "A job that recovers more often than this fails")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
+  cmd->add_option("--max-servers", o.coordinator.max_servers,
+                  "Refuse jobs asking for more embedding servers than this")
+      ->capture_default_str()
+      ->check(CLI::Range(1, static_cast<int>(JobSpecLimits::kMaxClusterSize)));
+  cmd->add_option("--max-workers", o.coordinator.max_workers,
+                  "Refuse jobs asking for more workers than this")
+      ->capture_default_str()
+      ->check(CLI::Range(1, static_cast<int>(JobSpecLimits::kMaxClusterSize)));
+  cmd->add_option("--pending-timeout-ms", o.coordinator.pending_timeout_ms,
+                  "A job at the head of the queue that waits this long for its members fails "
+                  "(0: wait forever)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{30} * 86400000));
   cmd->callback([flags, action] { *action = [flags] { return RunCoordinator(*flags); }; });
 }
 

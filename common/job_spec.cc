@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
+#include "common/text.h"
 #include "yaml-cpp/yaml.h"
 
 namespace sift {
@@ -20,6 +21,7 @@ namespace {
 
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+using L = JobSpecLimits;
 
 const std::vector<std::string> kModelTypes = {"sim", "dien", "din"};
 const std::vector<std::string> kOptimizers = {"adam"};
@@ -135,10 +137,10 @@ class Parser {
       return absl::OkStatus();
     };
   }
-  Handler Int(int* out, int64_t min) const {
-    return [this, out, min](const Entry& e) -> Status {
+  Handler Int(int* out, int64_t min, int64_t max) const {
+    return [this, out, min, max](const Entry& e) -> Status {
       int64_t v = 0;
-      SIFT_RETURN_IF_ERROR(Int(&v, min, kIntMax)(e));
+      SIFT_RETURN_IF_ERROR(Int(&v, min, std::min(max, kIntMax))(e));
       *out = static_cast<int>(v);
       return absl::OkStatus();
     };
@@ -155,14 +157,16 @@ class Parser {
       return absl::OkStatus();
     };
   }
-  Handler PositiveFloat(double* out) const {
-    return [this, out](const Entry& e) -> Status {
+  Handler Float(double* out, double min, double max) const {
+    return [this, out, min, max](const Entry& e) -> Status {
       double v = 0;
       // Decimal notation only (strtod would also take hex floats such as 0x10).
       const bool decimal = e.value.IsScalar() && e.value.Scalar().find_first_not_of(
                                                      "0123456789+-.eE") == std::string::npos;
-      if (!decimal || !absl::SimpleAtod(e.value.Scalar(), &v) || !std::isfinite(v) || v <= 0) {
-        return Error(e, absl::StrCat("must be a finite number > 0, got ", Describe(e.value)));
+      if (!decimal || !absl::SimpleAtod(e.value.Scalar(), &v) || !std::isfinite(v) || v < min ||
+          v > max) {
+        return Error(
+            e, absl::StrCat("must be a number in [", min, ", ", max, "], got ", Describe(e.value)));
       }
       *out = v;
       return absl::OkStatus();
@@ -178,12 +182,21 @@ class Parser {
       return absl::OkStatus();
     };
   }
-  Handler String(std::string* out) const {
-    return [this, out](const Entry& e) -> Status {
+  // A string of at most `max_bytes` bytes of UTF-8 without control characters.
+  Handler String(std::string* out, size_t max_bytes) const {
+    return [this, out, max_bytes](const Entry& e) -> Status {
       if (!e.value.IsScalar()) {
         return Error(e, absl::StrCat("must be a string (\"\" for none), got ", Describe(e.value)));
       }
-      *out = e.value.Scalar();
+      const std::string& v = e.value.Scalar();
+      if (v.size() > max_bytes) {
+        return Error(e, absl::StrCat("must be at most ", max_bytes, " bytes, got ", v.size()));
+      }
+      if (const size_t bad = FindUnprintable(v); bad != absl::string_view::npos) {
+        return Error(e, absl::StrCat("must be UTF-8 text without control characters; byte ", bad,
+                                     " is not"));
+      }
+      *out = v;
       return absl::OkStatus();
     };
   }
@@ -207,15 +220,19 @@ class Parser {
       if (!e.value.IsSequence() || e.value.size() == 0) {
         return Error(e, absl::StrCat(what, "; got ", Describe(e.value)));
       }
+      if (e.value.size() > L::kMaxMlpLayers) {
+        return Error(e,
+                     absl::StrCat("at most ", L::kMaxMlpLayers, " layers, got ", e.value.size()));
+      }
       std::vector<int> dims;
       for (size_t i = 0; i < e.value.size(); ++i) {
         const YAML::Node item = e.value[i];
         int64_t v = 0;
-        if (!item.IsScalar() || !absl::SimpleAtoi(item.Scalar(), &v) || v < 1 || v > kIntMax) {
+        if (!item.IsScalar() || !absl::SimpleAtoi(item.Scalar(), &v) || v < 1 || v > L::kMaxWidth) {
           const int line = item.Mark().line >= 0 ? item.Mark().line : e.line();
-          return Error(
-              line, absl::StrCat(e.field, "[", i, "]"),
-              absl::StrCat("must be an integer ", Range(1, kIntMax), ", got ", Describe(item)));
+          return Error(line, absl::StrCat(e.field, "[", i, "]"),
+                       absl::StrCat("must be an integer ", Range(1, L::kMaxWidth), ", got ",
+                                    Describe(item)));
         }
         dims.push_back(static_cast<int>(v));
       }
@@ -281,54 +298,54 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
   JobSpec::Checkpoint& k = spec.checkpoint;
   bool has_dataset = false;
   const FieldTable table = {
-      {"name", p.String(&spec.name)},
+      {"name", p.String(&spec.name, L::kMaxNameBytes)},
       {"dataset",
        [&](const Entry& e) -> Status {
-         SIFT_RETURN_IF_ERROR(p.String(&spec.dataset)(e));
+         SIFT_RETURN_IF_ERROR(p.String(&spec.dataset, L::kMaxPathBytes)(e));
          if (spec.dataset.empty()) return p.Error(e, "must not be empty (a sift dataset path)");
          has_dataset = true;
          return absl::OkStatus();
        }},
       {"model", p.Section({
                     {"type", p.Enum(&m.type, kModelTypes)},
-                    {"embedding_dim", p.Int(&m.embedding_dim, 1)},
-                    {"long_seq_length", p.Int(&m.long_seq_length, 1)},
-                    {"short_seq_length", p.Int(&m.short_seq_length, 1)},
-                    {"top_k", p.Int(&m.top_k, 1)},
-                    {"gru_hidden", p.Int(&m.gru_hidden, 0)},
+                    {"embedding_dim", p.Int(&m.embedding_dim, 1, L::kMaxWidth)},
+                    {"long_seq_length", p.Int(&m.long_seq_length, 1, L::kMaxSeqLength)},
+                    {"short_seq_length", p.Int(&m.short_seq_length, 1, L::kMaxSeqLength)},
+                    {"top_k", p.Int(&m.top_k, 1, L::kMaxSeqLength)},
+                    {"gru_hidden", p.Int(&m.gru_hidden, 0, L::kMaxWidth)},
                     {"stage_one_mlp_dims", p.Dims(&m.stage_one_mlp_dims)},
                     {"stage_two_mlp_dims", p.Dims(&m.stage_two_mlp_dims)},
                     {"aux_mlp_dims", p.Dims(&m.aux_mlp_dims)},
                     {"attention_mlp_dims", p.Dims(&m.attention_mlp_dims)},
                 })},
       {"training", p.Section({
-                       {"epochs", p.Int(&t.epochs, 1)},
-                       {"batch_size", p.Int(&t.batch_size, 1, kInt64Max)},
-                       {"eval_batch_size", p.Int(&t.eval_batch_size, 0, kInt64Max)},
-                       {"lr", p.PositiveFloat(&t.lr)},
+                       {"epochs", p.Int(&t.epochs, 1, L::kMaxEpochs)},
+                       {"batch_size", p.Int(&t.batch_size, 1, L::kMaxBatchSize)},
+                       {"eval_batch_size", p.Int(&t.eval_batch_size, 0, L::kMaxBatchSize)},
+                       {"lr", p.Float(&t.lr, L::kMinLr, L::kMaxLr)},
                        {"optimizer", p.Enum(&t.optimizer, kOptimizers)},
                        {"sparse_optimizer", p.Enum(&t.sparse_optimizer, kSparseOptimizers)},
-                       {"staleness", p.Int(&t.staleness, 0, kInt64Max)},
+                       {"staleness", p.Int(&t.staleness, 0, L::kMaxStaleness)},
                        {"seed", p.Uint(&t.seed)},
                        {"order", p.Enum(&t.order, kOrders)},
-                       {"train_eval_samples", p.Int(&t.train_eval_samples, 0, kInt64Max)},
-                       {"max_steps_per_epoch", p.Int(&t.max_steps_per_epoch, 0, kInt64Max)},
+                       {"train_eval_samples", p.Int(&t.train_eval_samples, 0, L::kMaxSamples)},
+                       {"max_steps_per_epoch", p.Int(&t.max_steps_per_epoch, 0, L::kMaxSamples)},
                    })},
       {"cluster", p.Section({
-                      {"servers", p.Int(&c.servers, 1)},
-                      {"workers", p.Int(&c.workers, 1)},
+                      {"servers", p.Int(&c.servers, 1, L::kMaxClusterSize)},
+                      {"workers", p.Int(&c.workers, 1, L::kMaxClusterSize)},
                       {"backend", p.Enum(&c.backend, kBackends)},
                       {"precision", p.Enum(&c.precision, kPrecisions)},
                       {"deterministic", p.Bool(&c.deterministic)},
                       {"collectives", p.Enum(&c.collectives, kCollectives)},
-                      {"threads_per_worker", p.Int(&c.threads_per_worker, 0)},
+                      {"threads_per_worker", p.Int(&c.threads_per_worker, 0, L::kMaxThreads)},
                   })},
       {"checkpoint", p.Section({
-                         {"dir", p.String(&k.dir)},
-                         {"every_steps", p.Int(&k.every_steps, 0, kInt64Max)},
+                         {"dir", p.String(&k.dir, L::kMaxPathBytes)},
+                         {"every_steps", p.Int(&k.every_steps, 0, L::kMaxSamples)},
                          {"every_epoch", p.Bool(&k.every_epoch)},
                      })},
-      {"results_dir", p.String(&spec.results_dir)},
+      {"results_dir", p.String(&spec.results_dir, L::kMaxPathBytes)},
   };
   if (!root.IsMap()) {
     return p.Error(
@@ -375,6 +392,11 @@ void EmitDims(YAML::Emitter& out, const char* key, const std::vector<int>& dims)
 }  // namespace
 
 StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, const std::string& source_name) {
+  if (yaml_text.size() > L::kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": the job spec is ",
+                                                   yaml_text.size(), " bytes; at most ",
+                                                   L::kMaxSpecBytes, " are accepted"));
+  }
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(yaml_text));

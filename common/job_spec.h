@@ -82,6 +82,26 @@ struct JobSpec {
   bool operator==(const JobSpec&) const = default;
 };
 
+// The ranges ParseJobSpec enforces beyond the field comments above, so that a spec that parses
+// is one the cluster can run (and a message names the spec's field, never a worker's flag). The
+// coordinator may lower the cluster sizes (`sift coordinator --max-servers/--max-workers`).
+struct JobSpecLimits {
+  static constexpr int64_t kMaxEpochs = 100000;
+  static constexpr int64_t kMaxBatchSize = int64_t{1} << 24;  // batch_size, eval_batch_size
+  static constexpr double kMinLr = 1e-30;                     // lr is a float on the workers
+  static constexpr double kMaxLr = 1000;
+  static constexpr int64_t kMaxStaleness = 1024;
+  static constexpr int64_t kMaxSamples = int64_t{1} << 40;  // train_eval_samples, max_steps
+  static constexpr int64_t kMaxClusterSize = 4096;          // servers, workers
+  static constexpr int64_t kMaxThreads = 4096;              // threads_per_worker
+  static constexpr int64_t kMaxWidth = 65536;  // embedding_dim, gru_hidden, every MLP width
+  static constexpr int64_t kMaxSeqLength = int64_t{1} << 20;  // long/short_seq_length, top_k
+  static constexpr size_t kMaxMlpLayers = 64;
+  static constexpr size_t kMaxNameBytes = 256;      // name: UTF-8, no control characters
+  static constexpr size_t kMaxPathBytes = 4096;     // dataset, checkpoint.dir, results_dir
+  static constexpr size_t kMaxSpecBytes = 1 << 20;  // the whole YAML text
+};
+
 // Parses and validates a job spec; `source_name` (e.g. "job.yaml") prefixes every error message.
 // Absent keys keep their defaults; `dataset` is required. An empty section (`cluster:`) means all
 // defaults.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/perf_stats.h"
+#include "common/text.h"
 #include "kernels/backend.h"
 #include "server/coordinator/coordinator_kv_store.h"
 #include "worker/gloo_collectives.h"
@@ -433,7 +434,9 @@ void DistributedWorker::RunAssignment(const cpb::Assignment& a) {
       req.set_job_id(a.job_id());
       req.set_generation(a.generation());
       req.set_rank(a.rank());
-      req.set_message(std::string(s.message()));
+      // Valid UTF-8 and bounded: a report of raw bytes (a file's content in a parse error)
+      // would make the RPC itself fail.
+      req.set_message(SanitizeUtf8(s.message(), 16384));
       req.set_fatal(fatal);
       const Status r = client_->ReportFailure(req);
       Log(a, absl::StrCat(fatal ? "failed (fatal): " : "failed (recoverable): ", s.message(),

@@ -807,7 +807,9 @@ StatusOr<EvalResult> Trainer::Evaluate(data::Split split, int64_t max_samples, i
   loader->StartEpoch(0);
   EvalPredictions p;
   const int64_t n = loader->samples_per_epoch();
-  const int64_t want = max_samples > 0 ? std::min((max_samples + world_ - 1) / world_, n) : n;
+  // Each rank's share, rounded up (without overflow for any max_samples).
+  const int64_t share = max_samples / world_ + (max_samples % world_ != 0 ? 1 : 0);
+  const int64_t want = max_samples > 0 ? std::min(share, n) : n;
   ProgressBar bar(o_.progress, absl::StrCat("eval ", data::SplitName(split)), want);
   BatchKeys keys;
   double unused_s = 0;

@@ -18,6 +18,7 @@
 #include "common/auc.h"
 #include "common/file_util.h"
 #include "common/hash.h"
+#include "common/text.h"
 #include "server/coordinator/client.h"
 
 namespace sift::coordinator {
@@ -60,6 +61,28 @@ std::string JobNameFor(const JobSpec& spec, const std::string& source_name) {
   return base;
 }
 
+// Sorted indices as ranges, "0-3, 7, 9-99999", at most 8 of them then "and N more".
+std::string RangesText(const std::vector<int>& sorted) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  int ranges = 0;
+  while (i < sorted.size()) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    if (++ranges > 8) {
+      parts.push_back(absl::StrCat("and ", sorted.size() - i, " more"));
+      break;
+    }
+    if (j == i + 1) {  // two: "3, 4"
+      parts.push_back(absl::StrCat(sorted[i], ", ", sorted[j]));
+    } else {
+      parts.push_back(i == j ? absl::StrCat(sorted[i]) : absl::StrCat(sorted[i], "-", sorted[j]));
+    }
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
@@ -78,6 +101,16 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions opti
   if (options.max_recoveries < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-recoveries ", options.max_recoveries, " < 0"));
+  }
+  if (options.max_servers < 1 || options.max_servers > JobSpecLimits::kMaxClusterSize ||
+      options.max_workers < 1 || options.max_workers > JobSpecLimits::kMaxClusterSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-servers and --max-workers must be in [1, ", JobSpecLimits::kMaxClusterSize,
+        "], got ", options.max_servers, " and ", options.max_workers));
+  }
+  if (options.pending_timeout_ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pending-timeout-ms ", options.pending_timeout_ms, " < 0"));
   }
   if (!options.clock) options.clock = [] { return absl::Now(); };
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
@@ -309,6 +342,7 @@ void Coordinator::Schedule() {
     if (job == nullptr) return;
     const pb::JobState state = job->rec.info.state();
     if (state != pb::PENDING && state != pb::RECOVERING) return;
+    if (state == pb::PENDING && job->head_since == absl::InfinitePast()) job->head_since = Now();
 
     const int S = job->spec.cluster.servers;
     const int W = job->spec.cluster.workers;
@@ -324,14 +358,14 @@ void Coordinator::Schedule() {
       }
     }
     std::vector<std::string> missing;
-    std::vector<std::string> missing_shards;
+    std::vector<int> missing_shards;
     for (int i = 0; i < S; ++i) {
-      if (servers[i] == nullptr) missing_shards.push_back(absl::StrCat(i));
+      if (servers[i] == nullptr) missing_shards.push_back(i);
     }
     if (!missing_shards.empty()) {
       missing.push_back(absl::StrCat("waiting for embedding server shard",
                                      missing_shards.size() > 1 ? "s " : " ",
-                                     absl::StrJoin(missing_shards, ", "), " of ", S));
+                                     RangesText(missing_shards), " of ", S));
     }
     if (static_cast<int>(idle.size()) < W) {
       const int more = W - static_cast<int>(idle.size());
@@ -342,6 +376,14 @@ void Coordinator::Schedule() {
       // A recovering job keeps saying why it recovers.
       if (state == pb::RECOVERING && !job->recover_reason.empty()) {
         message = absl::StrCat(job->recover_reason, "; ", message);
+      }
+      const absl::Duration waited = Now() - job->head_since;
+      if (state == pb::PENDING && options_.pending_timeout_ms > 0 &&
+          waited >= absl::Milliseconds(options_.pending_timeout_ms)) {
+        Complain(Finish(job, pb::FAILED,
+                        absl::StrCat("not scheduled within ", options_.pending_timeout_ms / 1000,
+                                     " s (coordinator --pending-timeout-ms): ", message)));
+        continue;  // the next job may run
       }
       job->rec.info.set_message(message);
       return;
@@ -429,6 +471,14 @@ Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& 
 StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobRequest& request) {
   const std::string source = request.source_name().empty() ? "job.yaml" : request.source_name();
   SIFT_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(request.spec_yaml(), source));
+  if (spec.cluster.servers > options_.max_servers || spec.cluster.workers > options_.max_workers) {
+    const bool servers = spec.cluster.servers > options_.max_servers;
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": cluster.", servers ? "servers" : "workers", ": ",
+        servers ? spec.cluster.servers : spec.cluster.workers,
+        " is more than this coordinator runs (", servers ? "--max-servers " : "--max-workers ",
+        servers ? options_.max_servers : options_.max_workers, ")"));
+  }
   SIFT_RETURN_IF_ERROR(CheckClusterJob(spec, source));
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
@@ -902,7 +952,8 @@ StatusOr<pb::ReportFailureResponse> Coordinator::ReportFailure(
   absl::MutexLock lock(&mu_);
   SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
-  const std::string why = absl::StrCat("rank ", request.rank(), ": ", request.message());
+  const std::string why =
+      absl::StrCat("rank ", request.rank(), ": ", SanitizeUtf8(request.message(), 16384));
   SIFT_RETURN_IF_ERROR(request.fatal() ? Finish(job, pb::FAILED, why) : Recover(job, why));
   Schedule();
   return pb::ReportFailureResponse();

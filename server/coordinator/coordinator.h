@@ -51,7 +51,15 @@ struct CoordinatorOptions {
   int64_t lease_ms = 3000;     // a member unheard of this long is dead (>= 1)
   int64_t heartbeat_ms = 250;  // the interval members are told to heartbeat at (>= 1)
   int max_recoveries = 10;     // a job recovering more often than this FAILS (>= 0)
-  Clock clock;                 // null: absl::Now
+  // Submitted specs asking for more are refused (INVALID_ARGUMENT naming the field), so a job
+  // that can never be scheduled never blocks the queue (<= JobSpecLimits::kMaxClusterSize).
+  int max_servers = 256;
+  int max_workers = 1024;
+  // A job at the head of the queue that has waited this long for its members without starting
+  // FAILS with what it was waiting for, and the next job may run (0 = wait forever). A job that
+  // has run (RECOVERING) waits forever.
+  int64_t pending_timeout_ms = 30 * 60 * 1000;
+  Clock clock;                                // null: absl::Now
   std::string dll_log_filename = "log.json";  // in the job's results_dir
 };
 
@@ -152,6 +160,8 @@ class Coordinator {
     std::map<std::tuple<int64_t, int, int>, EvalPart> eval;  // (epoch, split, rank)
     std::unique_ptr<DLLogger> dll;                           // results_dir/log.json
     std::string recover_reason;  // why it is RECOVERING (kept in front of "waiting for ...")
+    // When it became the head of the queue, PENDING (not persisted; absl::InfinitePast = not).
+    absl::Time head_since = absl::InfinitePast();
   };
 
   explicit Coordinator(CoordinatorOptions options);

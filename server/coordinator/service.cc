@@ -14,6 +14,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_server_util.h"
 #include "common/grpc_status.h"
 #include "common/metrics.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -291,6 +292,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  AddNonEmptyStatusInterceptor(&builder);
   const std::string address = absl::StrCat(options.bind_address, ":", options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());

@@ -13,6 +13,7 @@
 #include <grpcpp/support/proto_buffer_writer.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_server_util.h"
 #include "common/grpc_status.h"
 #include "common/metrics.h"
 #include "common/thread_pool.h"
@@ -285,6 +286,7 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  AddNonEmptyStatusInterceptor(&builder);
   const std::string address = absl::StrCat(options.bind_address, ":", options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());

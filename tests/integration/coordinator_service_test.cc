@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/numbers.h"
@@ -176,6 +177,54 @@ TEST_F(CoordinatorServiceTest, AJobRunsToCompletionOverGrpc) {
   if (!testing::PromtoolAvailable()) GTEST_SKIP() << "promtool not on PATH";
   auto lint = testing::PromtoolCheckMetrics(*text);
   EXPECT_TRUE(lint.ok()) << lint.status() << "\n" << *text;
+}
+
+// Issue 16 row 13: bytes that are not the method's message get INTERNAL with a message saying
+// so (gRPC's own answer has none), and a client whose server does not serve the method (`sift
+// submit` to an embedding server's port) says what that means.
+TEST_F(CoordinatorServiceTest, UndecodableRequestsAndWrongServersGetAMessage) {
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  const auto call = [&](const std::string& method, const std::string& bytes) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                   [&](grpc::Status st) { done.set_value(st); });
+    return done.get_future().get();
+  };
+  const grpc::Status garbage = call("/sift.coordinator.v1.CoordinatorService/SubmitJob",
+                                    std::string("\xff\xff\xff\x07junk", 8));
+  EXPECT_EQ(garbage.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(
+      garbage.error_message(),
+      HasSubstr("/sift.coordinator.v1.CoordinatorService/SubmitJob: the request could not be "
+                "decoded"));
+  // A string field holding invalid UTF-8 (field 2, source_name): not decodable either.
+  const grpc::Status utf8 =
+      call("/sift.coordinator.v1.CoordinatorService/SubmitJob", std::string("\x12\x02\xc3\x28", 4));
+  EXPECT_EQ(utf8.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_FALSE(utf8.error_message().empty());
+
+  // A server of another kind: only the health service.
+  grpc::ServerBuilder builder;
+  int port = 0;
+  grpc::health::v1::Health::Service health;  // every method UNIMPLEMENTED; the sync service
+  builder.RegisterService(&health);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  std::unique_ptr<grpc::Server> other = builder.BuildAndStart();
+  ASSERT_NE(other, nullptr);
+  std::unique_ptr<CoordinatorClient> wrong = Connect(port);
+  ASSERT_NE(wrong, nullptr);
+  StatusOr<std::string> submitted = wrong->SubmitJob(kSpec, "job.yaml");
+  ASSERT_EQ(submitted.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(submitted.status().message(),
+              HasSubstr("SubmitJob: UNIMPLEMENTED: the server does not serve this method (is "
+                        "the address the right kind of sift server"));
+  other->Shutdown();
 }
 
 TEST_F(CoordinatorServiceTest, KvGetBlocksUntilAnotherThreadSets) {

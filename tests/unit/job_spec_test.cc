@@ -181,7 +181,7 @@ TEST(JobSpecTest, RoundTripThroughCanonicalYaml) {
   ExpectRoundTrip(*example);
 
   JobSpec odd;
-  odd.name = "a \"quoted\": name # not a comment\nsecond line";
+  odd.name = "a \"quoted\": name # not a comment\tafter a tab, caf\xc3\xa9";
   odd.dataset = "/path with spaces/and: colon";
   odd.results_dir = "null";  // a string that YAML would read as null unless quoted
   odd.checkpoint.dir = "123";
@@ -192,7 +192,7 @@ TEST(JobSpecTest, RoundTripThroughCanonicalYaml) {
   odd.model.stage_one_mlp_dims = {1, 2, 3, 4};
   odd.training.lr = 0.1 + 0.2;  // needs 17 significant digits
   odd.training.seed = 18446744073709551615ull;
-  odd.training.batch_size = int64_t{1} << 40;
+  odd.training.batch_size = JobSpecLimits::kMaxBatchSize;
   odd.training.sparse_optimizer = "sgd";
   odd.training.order = "reference";
   odd.cluster.backend = "cuda";
@@ -269,11 +269,11 @@ TEST(JobSpecTest, UnknownKeysAreErrors) {
 
 TEST(JobSpecTest, WrongTypes) {
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 2\n  batch_size: abc\n"),
-            "job.yaml:4: training.batch_size: must be an integer >= 1, got 'abc'");
+            "job.yaml:4: training.batch_size: must be an integer in [1, 16777216], got 'abc'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 2.5\n"),
-            "job.yaml:3: training.epochs: must be an integer in [1, 2147483647], got '2.5'");
+            "job.yaml:3: training.epochs: must be an integer in [1, 100000], got '2.5'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  lr: fast\n"),
-            "job.yaml:3: training.lr: must be a finite number > 0, got 'fast'");
+            "job.yaml:3: training.lr: must be a number in [1e-30, 1000], got 'fast'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  seed: [1]\n"),
             "job.yaml:3: training.seed: must be an integer in [0, 18446744073709551615], got a "
             "list");
@@ -292,47 +292,96 @@ TEST(JobSpecTest, WrongTypes) {
             "long_seq_length, short_seq_length, top_k, gru_hidden, stage_one_mlp_dims, "
             "stage_two_mlp_dims, aux_mlp_dims, attention_mlp_dims, got 'sim'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs:\n"),
-            "job.yaml:3: training.epochs: must be an integer in [1, 2147483647], got an empty "
+            "job.yaml:3: training.epochs: must be an integer in [1, 100000], got an empty "
             "value");
   EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  servers: {n: 1}\n"),
-            "job.yaml:3: cluster.servers: must be an integer in [1, 2147483647], got a mapping");
+            "job.yaml:3: cluster.servers: must be an integer in [1, 4096], got a mapping");
 }
 
 TEST(JobSpecTest, OutOfRangeValues) {
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {epochs: 0}\n"),
-            "job.yaml:2: training.epochs: must be an integer in [1, 2147483647], got '0'");
+            "job.yaml:2: training.epochs: must be an integer in [1, 100000], got '0'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {batch_size: -5}\n"),
-            "job.yaml:2: training.batch_size: must be an integer >= 1, got '-5'");
+            "job.yaml:2: training.batch_size: must be an integer in [1, 16777216], got '-5'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: 0}\n"),
-            "job.yaml:2: training.lr: must be a finite number > 0, got '0'");
+            "job.yaml:2: training.lr: must be a number in [1e-30, 1000], got '0'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: -0.1}\n"),
-            "job.yaml:2: training.lr: must be a finite number > 0, got '-0.1'");
+            "job.yaml:2: training.lr: must be a number in [1e-30, 1000], got '-0.1'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: inf}\n"),
-            "job.yaml:2: training.lr: must be a finite number > 0, got 'inf'");
+            "job.yaml:2: training.lr: must be a number in [1e-30, 1000], got 'inf'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: nan}\n"),
-            "job.yaml:2: training.lr: must be a finite number > 0, got 'nan'");
+            "job.yaml:2: training.lr: must be a number in [1e-30, 1000], got 'nan'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: 0x10}\n"),
-            "job.yaml:2: training.lr: must be a finite number > 0, got '0x10'");
+            "job.yaml:2: training.lr: must be a number in [1e-30, 1000], got '0x10'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: 1e999}\n"),
-            "job.yaml:2: training.lr: must be a finite number > 0, got '1e999'");
+            "job.yaml:2: training.lr: must be a number in [1e-30, 1000], got '1e999'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {staleness: -1}\n"),
-            "job.yaml:2: training.staleness: must be an integer >= 0, got '-1'");
+            "job.yaml:2: training.staleness: must be an integer in [0, 1024], got '-1'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {seed: -1}\n"),
             "job.yaml:2: training.seed: must be an integer in [0, 18446744073709551615], got "
             "'-1'");
   EXPECT_EQ(ErrorOf("dataset: d\ncluster: {servers: 0}\n"),
-            "job.yaml:2: cluster.servers: must be an integer in [1, 2147483647], got '0'");
+            "job.yaml:2: cluster.servers: must be an integer in [1, 4096], got '0'");
   EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  workers: 0\n"),
-            "job.yaml:3: cluster.workers: must be an integer in [1, 2147483647], got '0'");
+            "job.yaml:3: cluster.workers: must be an integer in [1, 4096], got '0'");
   EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  workers: 99999999999\n"),
-            "job.yaml:3: cluster.workers: must be an integer in [1, 2147483647], got "
+            "job.yaml:3: cluster.workers: must be an integer in [1, 4096], got "
             "'99999999999'");
   EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  embedding_dim: 0\n"),
-            "job.yaml:3: model.embedding_dim: must be an integer in [1, 2147483647], got '0'");
+            "job.yaml:3: model.embedding_dim: must be an integer in [1, 65536], got '0'");
   EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  gru_hidden: -1\n"),
-            "job.yaml:3: model.gru_hidden: must be an integer in [0, 2147483647], got '-1'");
-  EXPECT_EQ(ErrorOf("dataset: d\ncheckpoint:\n  dir: /c\n  every_steps: -3\n"),
-            "job.yaml:4: checkpoint.every_steps: must be an integer >= 0, got '-3'");
+            "job.yaml:3: model.gru_hidden: must be an integer in [0, 65536], got '-1'");
+  EXPECT_EQ(
+      ErrorOf("dataset: d\ncheckpoint:\n  dir: /c\n  every_steps: -3\n"),
+      "job.yaml:4: checkpoint.every_steps: must be an integer in [0, 1099511627776], got '-3'");
+}
+
+// Issue 16: every numeric field has a range a cluster can run, named by the spec's field
+// (rows 9, 10, 12: train_eval_samples 2^63-1 trained to a NaN loss; 100,000 servers blocked the
+// queue; lr 1e300 failed on the worker naming --lr).
+TEST(JobSpecTest, RangesAClusterCanRun) {
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {train_eval_samples: 9223372036854775807}\n"),
+            "job.yaml:2: training.train_eval_samples: must be an integer in [0, 1099511627776], "
+            "got '9223372036854775807'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster: {servers: 100000, workers: 100000}\n"),
+            "job.yaml:2: cluster.servers: must be an integer in [1, 4096], got '100000'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: 1e300}\n"),
+            "job.yaml:2: training.lr: must be a number in [1e-30, 1000], got '1e300'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr: 1e-300}\n"),
+            "job.yaml:2: training.lr: must be a number in [1e-30, 1000], got '1e-300'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncluster: {threads_per_worker: 100000}\n"),
+            "job.yaml:2: cluster.threads_per_worker: must be an integer in [0, 4096], got "
+            "'100000'");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {batch_size: 16777217}\n"),
+            "job.yaml:2: training.batch_size: must be an integer in [1, 16777216], got "
+            "'16777217'");
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel: {long_seq_length: 1048577}\n"),
+            "job.yaml:2: model.long_seq_length: must be an integer in [1, 1048576], got "
+            "'1048577'");
+  // The bounds themselves are accepted.
+  StatusOr<JobSpec> edge = ParseJobSpec(
+      "dataset: d\ntraining: {train_eval_samples: 1099511627776, lr: 1000, epochs: 100000}\n"
+      "cluster: {servers: 4096, workers: 4096}\n",
+      "job.yaml");
+  ASSERT_TRUE(edge.ok()) << edge.status();
+  EXPECT_EQ(edge->training.train_eval_samples, int64_t{1} << 40);
+}
+
+// Row 4: a 50 MB job name was stored; names and paths are bounded, UTF-8, printable.
+TEST(JobSpecTest, StringsAreBoundedPrintableUtf8) {
+  EXPECT_EQ(ErrorOf(absl::StrCat("dataset: d\nname: ", std::string(257, 'a'), "\n")),
+            "job.yaml:2: name: must be at most 256 bytes, got 257");
+  EXPECT_EQ(ErrorOf(absl::StrCat("dataset: ", std::string(4097, 'p'), "\n")),
+            "job.yaml:1: dataset: must be at most 4096 bytes, got 4097");
+  EXPECT_EQ(ErrorOf("dataset: d\nname: \"a\\tb\\nc\"\n"),
+            "job.yaml:2: name: must be UTF-8 text without control characters; byte 3 is not");
+  EXPECT_EQ(ErrorOf("dataset: \"d\\0\"\n"),
+            "job.yaml:1: dataset: must be UTF-8 text without control characters; byte 1 is not");
+  ASSERT_TRUE(ParseJobSpec("dataset: d\nname: \"caf\xc3\xa9 run\"\n", "job.yaml").ok());
+  const std::string big(JobSpecLimits::kMaxSpecBytes + 1, '#');
+  StatusOr<JobSpec> s = ParseJobSpec(big, "job.yaml");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("at most 1048576 are accepted"));
 }
 
 TEST(JobSpecTest, MlpDims) {
@@ -343,10 +392,10 @@ TEST(JobSpecTest, MlpDims) {
             "job.yaml:3: model.aux_mlp_dims: must be a non-empty list of integers >= 1, e.g. "
             "[200, 80]; got '100'");
   EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  attention_mlp_dims:\n    - 80\n    - 0\n"),
-            "job.yaml:5: model.attention_mlp_dims[1]: must be an integer in [1, 2147483647], got "
+            "job.yaml:5: model.attention_mlp_dims[1]: must be an integer in [1, 65536], got "
             "'0'");
   EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  stage_one_mlp_dims: [200, x]\n"),
-            "job.yaml:3: model.stage_one_mlp_dims[1]: must be an integer in [1, 2147483647], got "
+            "job.yaml:3: model.stage_one_mlp_dims[1]: must be an integer in [1, 65536], got "
             "'x'");
 }
 

@@ -12,6 +12,7 @@
 #include "common/auc.h"
 #include "common/dllogger.h"
 #include "common/rng.h"
+#include "common/text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
@@ -43,6 +44,9 @@ class CoordinatorTest : public ::testing::Test {
     o.lease_ms = 3000;
     o.heartbeat_ms = 250;
     o.max_recoveries = max_recoveries_;
+    o.max_servers = 8;
+    o.max_workers = 16;
+    o.pending_timeout_ms = pending_timeout_ms_;
     o.clock = [this] { return now_; };
     auto c = Coordinator::Open(o);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -154,6 +158,7 @@ class CoordinatorTest : public ::testing::Test {
   testing::TempDir dir_;
   absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
   int max_recoveries_ = 10;
+  int64_t pending_timeout_ms_ = 0;
   std::unique_ptr<Coordinator> c_;
   std::vector<std::string> servers_;
 };
@@ -353,6 +358,22 @@ TEST_F(CoordinatorTest, ARestartedOrLostServerRecoversTheJob) {
   EXPECT_EQ(Job(job).recoveries(), 2);
 }
 
+// Row 11: a failure report is stored as valid, bounded UTF-8 whatever its bytes.
+TEST_F(CoordinatorTest, AFailureReportOfAnyBytesIsKeptAsBoundedUtf8) {
+  const std::string job = Submit(SpecYaml(1, 2, 1));
+  std::vector<std::string> w = Cluster(1);
+  Assigned(w[0], job, 1);
+  std::string junk = "feature_spec.yaml:1: bad \xff\xfe\x80 bytes ";
+  junk += std::string(100000, 'x');
+  ASSERT_TRUE(Fail(job, 1, 0, junk, true).ok());
+  const pb::JobInfo info = Job(job);
+  EXPECT_EQ(info.state(), pb::FAILED);
+  EXPECT_TRUE(IsValidUtf8(info.message()));
+  EXPECT_LE(info.message().size(), 16384u + 16);
+  EXPECT_THAT(info.message(), HasSubstr("rank 0: feature_spec.yaml:1: bad \xef\xbf\xbd"));
+  EXPECT_THAT(info.message(), HasSubstr("bytes cut)"));
+}
+
 TEST_F(CoordinatorTest, FatalFailureFailsAndTheNextJobRuns) {
   const std::string first = Submit(SpecYaml(2, 2, 1));
   const std::string second = Submit(SpecYaml(2, 2, 1));
@@ -377,6 +398,45 @@ TEST_F(CoordinatorTest, FatalFailureFailsAndTheNextJobRuns) {
   Assigned(w[1]);
   EXPECT_EQ(Job(second).state(), pb::RUNNING);
   EXPECT_EQ(Assigned(w[1]).job_id(), second);
+}
+
+// Issue 16 row 10: a spec asking for more members than the coordinator runs is refused at
+// submit; one that waits at the head of the queue past --pending-timeout-ms fails with what it
+// waited for (a bounded message) and the job behind it runs.
+TEST_F(CoordinatorTest, AnUnschedulableJobNeverBlocksTheQueue) {
+  pb::SubmitJobRequest q;
+  q.set_spec_yaml(SpecYaml(2, 9, 1));
+  StatusOr<pb::SubmitJobResponse> r = c_->SubmitJob(q);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "job.yaml: cluster.servers: 9 is more than this coordinator runs (--max-servers 8)");
+  q.set_spec_yaml(SpecYaml(17, 2, 1));
+  EXPECT_THAT(std::string(c_->SubmitJob(q).status().message()),
+              HasSubstr("cluster.workers: 17 is more than this coordinator runs (--max-workers "
+                        "16)"));
+
+  pending_timeout_ms_ = 60'000;
+  Reopen();
+  const std::string big = Submit(SpecYaml(2, 8, 1));  // 8 shards: none will come
+  const std::string next = Submit(SpecYaml(2, 2, 1));
+  std::vector<std::string> w = Cluster(2);  // 2 shards and 2 workers: enough for `next`
+  Advance(1000);
+  c_->Tick();
+  EXPECT_EQ(Job(big).state(), pb::PENDING);
+  EXPECT_EQ(Job(big).message(), "waiting for embedding server shards 0-7 of 8");
+  EXPECT_EQ(Job(next).message(), absl::StrCat("queued behind ", big));
+  for (int i = 0; i < 59; ++i) {
+    Advance(1000);
+    BeatServers();
+    for (const std::string& id : w) ASSERT_TRUE(Beat(id).ok());
+    c_->Tick();
+  }
+  pb::JobInfo info = Job(big);
+  EXPECT_EQ(info.state(), pb::FAILED);
+  EXPECT_EQ(info.message(),
+            "not scheduled within 60 s (coordinator --pending-timeout-ms): waiting for embedding "
+            "server shards 0-7 of 8");
+  EXPECT_EQ(Job(next).state(), pb::RUNNING);
 }
 
 TEST_F(CoordinatorTest, TooManyRecoveriesFailTheJob) {
