@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
@@ -12,6 +13,7 @@
 #include "cli/stop_signals.h"
 #include "common/file_util.h"
 #include "common/shard_index.h"
+#include "common/sysinfo.h"
 #include "common/thread_pool.h"
 #include "server/coordinator/member_session.h"
 #include "server/embedding/service.h"
@@ -60,18 +62,26 @@ Status RunEmbeddingServer(ServerFlags flags) {
   SIFT_RETURN_IF_ERROR(MakeDirs(flags.options.shard.snapshot_dir));
   if (flags.options.shard.threads <= 0) flags.options.shard.threads = AvailableCpus();
   flags.options.shard.version = SIFT_VERSION;
+  if (flags.options.shard.memory_budget_bytes < 0) {
+    // auto: 80% of what this process may use (the rest: gRPC buffers, snapshots in flight).
+    flags.options.shard.memory_budget_bytes = AvailableMemoryBytes() / 10 * 8;
+  }
   StopSignals stop;  // before any thread starts
 
   SIFT_ASSIGN_OR_RETURN(auto server, embedding::EmbeddingServer::Start(flags.options));
   const auto& o = flags.options;
   std::printf(
       "sift embedding-server: shard %u of %u serving on %s:%d, metrics %s, snapshots in %s, "
-      "%d threads\n",
+      "%d threads, table memory budget %s, |gradient| <= %g\n",
       o.shard.shard, o.shard.num_shards, o.bind_address.c_str(), server->port(),
       server->metrics_port() >= 0
           ? absl::StrCat(o.bind_address, ":", server->metrics_port(), "/metrics").c_str()
           : "off",
-      o.shard.snapshot_dir.c_str(), o.shard.threads);
+      o.shard.snapshot_dir.c_str(), o.shard.threads,
+      o.shard.memory_budget_bytes > 0
+          ? absl::StrCat(o.shard.memory_budget_bytes >> 20, " MiB").c_str()
+          : "unlimited",
+      static_cast<double>(o.shard.max_abs_gradient));
   std::fflush(stdout);
   if (!flags.port_file.empty()) {
     // Written after the ports are bound: a launcher waiting for this file can connect at once.
@@ -132,6 +142,17 @@ void AddEmbeddingServer(CLI::App* app, Action* action) {
                   "gRPC message size limit, both directions")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1024}, uint64_t{2047} << 20));
+  o.shard.memory_budget_bytes = -1;
+  cmd->add_option("--table-memory-budget", o.shard.memory_budget_bytes,
+                  "Bytes all tables' rows may take; a pull that needs a new row beyond it is "
+                  "refused with RESOURCE_EXHAUSTED naming the table (-1: 80% of the memory this "
+                  "process may use, cgroup limit or MemTotal; 0: unlimited)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
+  cmd->add_option("--max-abs-gradient", o.shard.max_abs_gradient,
+                  "Pushes with a gradient component beyond +-this are refused whole")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-30f, 3e38f));
   cmd->add_option("--stripes", o.shard.num_stripes, "Lock stripes per table")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));

@@ -1,6 +1,7 @@
 // Facts about this machine that every benchmark prints beside its numbers.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace sift {
@@ -12,5 +13,9 @@ struct MachineInfo {
 };
 
 MachineInfo GetMachineInfo();
+
+// The memory this process may use, in bytes: the cgroup's limit (v2 memory.max, v1
+// memory.limit_in_bytes) when there is one below the machine's, else MemTotal; 0 if unreadable.
+int64_t AvailableMemoryBytes();
 
 }  // namespace sift

@@ -243,6 +243,18 @@ Status AddShardCollectables(EmbeddingShard* shard, MetricsExposer* exposer) {
       {"sift_ps_pushed_keys_total", "Keys updated by Push, per table.",
        CallbackCollectable::Type::kCounter,
        make([](const T& t) { return static_cast<double>(t.pushed_keys); })},
+      {"sift_ps_refused_pushes_total",
+       "Pushes refused whole for a non-finite or out-of-range gradient, per table.",
+       CallbackCollectable::Type::kCounter,
+       make([](const T& t) { return static_cast<double>(t.refused_pushes); })},
+      {"sift_ps_refused_rows_total",
+       "Rows a push left unchanged because the update would have been non-finite, per table.",
+       CallbackCollectable::Type::kCounter,
+       make([](const T& t) { return static_cast<double>(t.refused_rows); })},
+      {"sift_ps_refused_pulls_total",
+       "Pulls refused because the table memory budget is used up, per table.",
+       CallbackCollectable::Type::kCounter,
+       make([](const T& t) { return static_cast<double>(t.refused_pulls); })},
   };
   for (const Spec& spec : specs) {
     SIFT_ASSIGN_OR_RETURN(auto collectable,

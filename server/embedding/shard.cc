@@ -173,7 +173,8 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingShard::MakeStore(
     tables.push_back(std::move(c));
   }
   return EmbeddingStore::Create(
-      std::move(tables), StoreOptions{config.seed(), options_.num_stripes, options_.threads});
+      std::move(tables), StoreOptions{config.seed(), options_.num_stripes, options_.threads,
+                                      options_.max_abs_gradient, options_.memory_budget_bytes});
 }
 
 Status EmbeddingShard::InstallLocked(const pb::ConfigureRequest& config,
@@ -455,7 +456,8 @@ std::vector<EmbeddingShard::TableMetrics> EmbeddingShard::Metrics() const {
   for (const TableStats& s : store_->Stats()) {
     const Counters& c = *counters_.at(s.table_id);
     out.push_back({s.name, s.rows, s.total_bytes, c.pulled.load(std::memory_order_relaxed),
-                   c.pushed.load(std::memory_order_relaxed)});
+                   c.pushed.load(std::memory_order_relaxed), s.refused_pushes, s.refused_rows,
+                   s.refused_pulls});
   }
   return out;
 }

@@ -42,6 +42,8 @@ struct ShardOptions {
   uint64_t max_keys_per_request = uint64_t{1} << 20;  // over all tables of one Pull/Push
   uint64_t max_message_bytes = uint64_t{64} << 20;    // reported to clients; gRPC enforces it
   std::string version;                                // reported by Stats
+  float max_abs_gradient = kDefaultMaxAbsGradient;    // StoreOptions::max_abs_gradient
+  int64_t memory_budget_bytes = 0;                    // StoreOptions (0 = unlimited)
 };
 
 // How many (client_id, sequence) pairs of applied pushes the shard remembers for retries (all
@@ -101,6 +103,9 @@ class EmbeddingShard {
     int64_t total_bytes = 0;
     uint64_t pulled_keys = 0;
     uint64_t pushed_keys = 0;
+    uint64_t refused_pushes = 0;  // TableStats' refusal counters
+    uint64_t refused_rows = 0;
+    uint64_t refused_pulls = 0;
   };
   std::vector<TableMetrics> Metrics() const;
 

@@ -60,6 +60,18 @@ bool AllFinite(absl::Span<const float> x) {
   return bad == 0;
 }
 
+// True when every value is finite and within [-bound, bound] (NaN fails the comparison).
+bool AllWithin(absl::Span<const float> x, float bound) {
+  constexpr size_t kBlock = 16;
+  uint32_t bad = 0;
+  size_t i = 0;
+  for (; i + kBlock <= x.size(); i += kBlock) {
+    for (size_t j = 0; j < kBlock; ++j) bad |= std::fabs(x[i + j]) <= bound ? 0u : 1u;
+  }
+  for (; i < x.size(); ++i) bad |= std::fabs(x[i]) <= bound ? 0u : 1u;
+  return bad == 0;
+}
+
 bool StrictlyAscending(absl::Span<const uint64_t> ids) {
   for (size_t i = 1; i < ids.size(); ++i) {
     if (ids[i] <= ids[i - 1]) return false;
@@ -83,7 +95,14 @@ struct EmbeddingStore::Table {
   int row_floats = 0;  // dim + state_floats: [value | optimizer state]
   std::unique_ptr<Stripe[]> stripes;
   std::atomic<int64_t> last_step{-1};
+  std::atomic<uint64_t> refused_pushes{0}, refused_rows{0}, refused_pulls{0};
 };
+
+// A new row's share of the memory budget: its floats and its hash-map slot.
+int64_t RowBudgetBytes(int row_floats) {
+  return static_cast<int64_t>(row_floats) * static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(sizeof(std::pair<const uint64_t, uint32_t>) + 1);
+}
 
 double InitBound(uint64_t cardinality) {
   return 1.0 / std::sqrt(static_cast<double>(cardinality) + 1.0);
@@ -135,8 +154,18 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Create(std::vector<Tab
     return absl::InvalidArgumentError(
         absl::StrCat("embedding store: threads ", options.threads, " not in [1, 1024]"));
   }
+  if (!(options.max_abs_gradient > 0) || !std::isfinite(options.max_abs_gradient)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedding store: max_abs_gradient ", options.max_abs_gradient, " must be finite and > 0"));
+  }
+  if (options.memory_budget_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding store: memory_budget_bytes ", options.memory_budget_bytes, " < 0"));
+  }
   std::unique_ptr<EmbeddingStore> store(
       new EmbeddingStore(options.seed, options.num_stripes, options.threads));
+  store->max_abs_gradient_ = options.max_abs_gradient;
+  store->memory_budget_bytes_ = options.memory_budget_bytes;
   for (TableConfig& config : tables) {
     const std::string label = TableLabel(config.table_id, config.name);
     if (config.name.empty()) {
@@ -198,8 +227,8 @@ void EmbeddingStore::GroupByStripe(uint32_t table_id, absl::Span<const uint64_t>
   for (size_t i = 0; i < ids.size(); ++i) order[next[stripe_of[i]]++] = static_cast<uint32_t>(i);
 }
 
-StatusOr<float*> EmbeddingStore::FindOrCreateRow(const Table& table, Stripe& stripe,
-                                                 uint64_t id) const {
+StatusOr<float*> EmbeddingStore::FindOrCreateRow(const Table& table, Stripe& stripe, uint64_t id,
+                                                 bool budgeted) const {
   const size_t row_floats = static_cast<size_t>(table.row_floats);
   auto it = stripe.index.find(id);
   if (it != stripe.index.end()) {
@@ -209,6 +238,15 @@ StatusOr<float*> EmbeddingStore::FindOrCreateRow(const Table& table, Stripe& str
   if (stripe.rows == std::numeric_limits<uint32_t>::max()) {
     return absl::ResourceExhaustedError(
         absl::StrCat(table.label, ": a lock stripe is full (2^32 - 1 rows); use more stripes"));
+  }
+  const int64_t cost = RowBudgetBytes(table.row_floats);
+  const int64_t used = row_bytes_.fetch_add(cost, std::memory_order_relaxed) + cost;
+  if (budgeted && memory_budget_bytes_ > 0 && used > memory_budget_bytes_) {
+    row_bytes_.fetch_sub(cost, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        table.label, ": no room for new rows: this server's tables hold ", used - cost,
+        " bytes of their memory budget of ", memory_budget_bytes_,
+        " (embedding-server --table-memory-budget); rows already held are still served"));
   }
   const uint32_t r = stripe.rows;
   if (r % kRowsPerBlock == 0) {
@@ -231,16 +269,21 @@ Status EmbeddingStore::Pull(uint32_t table_id, absl::Span<const uint64_t> ids,
       CheckBatchShape(table->label, "pull", ids.size(), dim, out.size(), "output"));
   std::vector<uint32_t> order, offsets;
   GroupByStripe(table_id, ids, order, offsets);
-  return ForEachStripe(offsets, [&](int s) -> Status {
+  const Status status = ForEachStripe(offsets, [&](int s) -> Status {
     Stripe& stripe = table->stripes[s];
     std::lock_guard<std::mutex> lock(stripe.mu);
     for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
       const uint32_t i = order[k];
-      SIFT_ASSIGN_OR_RETURN(const float* row, FindOrCreateRow(*table, stripe, ids[i]));
-      std::copy(row, row + dim, out.data() + i * dim);
+      StatusOr<float*> row = FindOrCreateRow(*table, stripe, ids[i], /*budgeted=*/true);
+      if (!row.ok()) return row.status();
+      std::copy(*row, *row + dim, out.data() + i * dim);
     }
     return absl::OkStatus();
   });
+  if (absl::IsResourceExhausted(status)) {
+    table->refused_pulls.fetch_add(1, std::memory_order_relaxed);
+  }
+  return status;
 }
 
 Status EmbeddingStore::Lookup(uint32_t table_id, absl::Span<const uint64_t> ids,
@@ -305,8 +348,9 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
     GroupByStripe(push.table_id, push.ids, plan.order, plan.offsets);
     // The usual push (a client's sorted, summed keys; finite gradients) is valid at a glance;
     // anything else goes through the per-stripe checks, which name the first offender.
-    if (StrictlyAscending(push.ids) && AllFinite(push.grads)) continue;
-    SIFT_RETURN_IF_ERROR(ForEachStripe(plan.offsets, [&](int s) -> Status {
+    const float bound = max_abs_gradient_;
+    if (StrictlyAscending(push.ids) && AllWithin(push.grads, bound)) continue;
+    const Status validated = ForEachStripe(plan.offsets, [&](int s) -> Status {
       std::vector<std::pair<uint64_t, uint32_t>> sorted;
       sorted.reserve(plan.offsets[s + 1] - plan.offsets[s]);
       for (uint32_t k = plan.offsets[s]; k < plan.offsets[s + 1]; ++k) {
@@ -317,6 +361,12 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
             return absl::InvalidArgumentError(absl::StrCat(table->label, ": non-finite gradient ",
                                                            push.grads[j], " for id ", push.ids[i],
                                                            " component ", j % dim));
+          }
+          if (!(std::fabs(push.grads[j]) <= bound)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(table->label, ": gradient ", push.grads[j], " for id ", push.ids[i],
+                             " component ", j % dim, " is beyond +-", bound,
+                             " (embedding-server --max-abs-gradient); the push is refused whole"));
           }
         }
       }
@@ -329,7 +379,11 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
         }
       }
       return absl::OkStatus();
-    }));
+    });
+    if (!validated.ok()) {
+      table->refused_pushes.fetch_add(1, std::memory_order_relaxed);
+      return validated;
+    }
   }
   for (size_t p = 0; p < pushes.size(); ++p) {
     const TablePush& push = pushes[p];
@@ -337,7 +391,9 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
     Table* table = plan.table;
     const TableConfig& c = table->config;
     const size_t dim = static_cast<size_t>(c.dim);
-    SIFT_RETURN_IF_ERROR(ForEachStripe(plan.offsets, [&](int s) -> Status {
+    const size_t row_floats = static_cast<size_t>(table->row_floats);
+    std::atomic<uint64_t> unchanged{0};
+    const Status applied = ForEachStripe(plan.offsets, [&](int s) -> Status {
       Stripe& stripe = table->stripes[s];
       std::lock_guard<std::mutex> lock(stripe.mu);
       const uint32_t begin = plan.offsets[s], end = plan.offsets[s + 1];
@@ -349,15 +405,37 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
         const uint32_t i = plan.order[k];
         __builtin_prefetch(grads + i * dim);
         __builtin_prefetch(grads + (i + 1) * dim - 1);
-        SIFT_ASSIGN_OR_RETURN(rows[k - begin], FindOrCreateRow(*table, stripe, push.ids[i]));
+        SIFT_ASSIGN_OR_RETURN(rows[k - begin],
+                              FindOrCreateRow(*table, stripe, push.ids[i], /*budgeted=*/false));
       }
+      // Each update is computed on a copy and written only when every weight and state stays
+      // finite: a row is never left holding inf or NaN (which would freeze it for good).
+      thread_local std::vector<float> scratch;
+      scratch.resize(row_floats);
+      uint64_t first_bad = 0, bad = 0;
       for (uint32_t k = begin; k < end; ++k) {
         const uint32_t i = plan.order[k];
         float* row = rows[k - begin];
-        ApplyOptimizer(c.optimizer, c.dim, grads + i * dim, row, row + c.dim);
+        std::copy(row, row + row_floats, scratch.data());
+        ApplyOptimizer(c.optimizer, c.dim, grads + i * dim, scratch.data(), scratch.data() + c.dim);
+        if (AllFinite(scratch)) {
+          std::copy(scratch.begin(), scratch.end(), row);
+        } else if (bad++ == 0) {
+          first_bad = push.ids[i];
+        }
       }
-      return absl::OkStatus();
-    }));
+      if (bad == 0) return absl::OkStatus();
+      unchanged.fetch_add(bad, std::memory_order_relaxed);
+      return absl::InvalidArgumentError(absl::StrCat("id ", first_bad));
+    });
+    if (!applied.ok()) {
+      const uint64_t n = unchanged.load();
+      table->refused_rows.fetch_add(n, std::memory_order_relaxed);
+      return absl::InvalidArgumentError(absl::StrCat(
+          table->label, ": ", n, " row(s) left unchanged (first: ", applied.message(),
+          "): the update would have made a weight or optimizer state non-finite; the other rows "
+          "of the push were applied"));
+    }
     int64_t prev = table->last_step.load(std::memory_order_relaxed);
     while (prev < step && !table->last_step.compare_exchange_weak(prev, step)) {
     }
@@ -422,7 +500,7 @@ Status EmbeddingStore::LoadRows(uint32_t table_id, int row_floats, absl::Span<co
     std::lock_guard<std::mutex> lock(stripe.mu);
     for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
       const uint32_t i = order[k];
-      SIFT_ASSIGN_OR_RETURN(float* row, FindOrCreateRow(*table, stripe, ids[i]));
+      SIFT_ASSIGN_OR_RETURN(float* row, FindOrCreateRow(*table, stripe, ids[i], false));
       std::copy_n(data.data() + i * rf, rf, row);
     }
   }
@@ -454,6 +532,9 @@ std::vector<TableStats> EmbeddingStore::Stats() const {
         blocks * kRowsPerBlock * table->row_floats * static_cast<int64_t>(sizeof(float));
     st.total_bytes = st.arena_bytes + st.map_bytes;
     st.last_step = table->last_step.load();
+    st.refused_pushes = table->refused_pushes.load(std::memory_order_relaxed);
+    st.refused_rows = table->refused_rows.load(std::memory_order_relaxed);
+    st.refused_pulls = table->refused_pulls.load(std::memory_order_relaxed);
     result.push_back(std::move(st));
   }
   std::sort(result.begin(), result.end(),

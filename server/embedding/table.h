@@ -43,12 +43,24 @@ struct TableConfig {
   OptimizerConfig optimizer;  // validated by Create
 };
 
+// Pushes with a gradient component beyond +-this are refused whole (issue 16: one FLT_MAX
+// gradient made adam's second moment infinite and froze the row for good). Embedding gradients
+// of a sane model are many orders of magnitude below it.
+inline constexpr float kDefaultMaxAbsGradient = 1e6f;
+
 struct StoreOptions {
   uint64_t seed = 0;     // the job seed of the deterministic init
   int num_stripes = 64;  // lock stripes per table, in [1, 65536]
   // Threads one Pull/Push call spreads its stripes over (1 = the caller only). Results
   // do not depend on it: stripes hold disjoint rows.
   int threads = 1;
+  // Finite and > 0: the bound on |gradient| of every push (INVALID_ARGUMENT beyond it).
+  float max_abs_gradient = kDefaultMaxAbsGradient;
+  // The bytes all tables' rows may take (row floats plus the hash-map slot of each row; 0 = no
+  // limit). A Pull that would create a row beyond it is RESOURCE_EXHAUSTED naming the table;
+  // the rows already held are still served and updated. Push, Lookup and LoadRows never refuse
+  // for it (a push creates rows only for ids it did not pull first, and stays all-or-nothing).
+  int64_t memory_budget_bytes = 0;
 };
 
 // Memory accounting of one table (bytes). value/state count live rows only; arena counts the
@@ -66,6 +78,12 @@ struct TableStats {
   int64_t map_bytes = 0;
   int64_t total_bytes = 0;  // arena_bytes + map_bytes
   int64_t last_step = -1;   // largest `step` pushed so far, -1 before any push
+  // Refusals (issue 16): pushes refused whole for a non-finite or out-of-range gradient; rows
+  // a push left unchanged because the update would have made them non-finite; pulls refused
+  // because the memory budget is used up.
+  uint64_t refused_pushes = 0;
+  uint64_t refused_rows = 0;
+  uint64_t refused_pulls = 0;
 };
 
 // The init bound 1/sqrt(cardinality + 1), in double.
@@ -95,8 +113,10 @@ class EmbeddingStore {
   // Applies the table's optimizer to each row ids[i] with gradient grads[i*dim .. (i+1)*dim),
   // creating missing rows first. `step` is the worker's global step (>= 0): recorded for stats and
   // checkpoints, not used by the optimizers (adam's bias correction uses the row's own count).
-  // REQUIRES: grads.size() == ids.size() * dim; ids unique; grads finite (else INVALID_ARGUMENT,
-  // nothing applied).
+  // REQUIRES: grads.size() == ids.size() * dim; ids unique; grads finite and within
+  // +-max_abs_gradient (else INVALID_ARGUMENT, nothing applied). A row whose update would hold a
+  // non-finite weight or optimizer state is not written (the others are): INVALID_ARGUMENT
+  // naming the first such id and the count.
   Status Push(uint32_t table_id, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
               int64_t step);
 
@@ -144,7 +164,9 @@ class EmbeddingStore {
                        const std::function<Status(int)>& fn) const;
 
   StatusOr<Table*> GetTable(uint32_t table_id, absl::string_view op) const;
-  StatusOr<float*> FindOrCreateRow(const Table& table, Stripe& stripe, uint64_t id) const;
+  // `budgeted`: refuse a new row beyond memory_budget_bytes (RESOURCE_EXHAUSTED).
+  StatusOr<float*> FindOrCreateRow(const Table& table, Stripe& stripe, uint64_t id,
+                                   bool budgeted) const;
   uint32_t StripeOf(uint32_t table_id, uint64_t id) const;
   // Indices of `ids` grouped by stripe: order[offsets[s] .. offsets[s+1]) are those in stripe s.
   void GroupByStripe(uint32_t table_id, absl::Span<const uint64_t> ids,
@@ -152,7 +174,10 @@ class EmbeddingStore {
 
   const uint64_t seed_;
   const int num_stripes_;
-  std::unique_ptr<ThreadPool> pool_;                              // null when threads == 1
+  float max_abs_gradient_ = kDefaultMaxAbsGradient;
+  int64_t memory_budget_bytes_ = 0;
+  mutable std::atomic<int64_t> row_bytes_{0};  // what new rows have taken, against the budget
+  std::unique_ptr<ThreadPool> pool_;           // null when threads == 1
   absl::flat_hash_map<uint32_t, std::unique_ptr<Table>> tables_;  // immutable after Create
 };
 

@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/grpc_status.h"
 #include "common/hash.h"
 #include "common/rng.h"
 #include "common/sharding.h"
@@ -100,6 +101,7 @@ struct ServerSpec {
   uint64_t max_bytes = uint64_t{64} << 20;
   bool metrics = false;
   int threads = 2;
+  int64_t memory_budget = 0;  // ShardOptions::memory_budget_bytes
 };
 
 std::unique_ptr<EmbeddingServer> StartServer(const ServerSpec& spec) {
@@ -111,6 +113,7 @@ std::unique_ptr<EmbeddingServer> StartServer(const ServerSpec& spec) {
   o.shard.max_keys_per_request = spec.max_keys;
   o.shard.max_message_bytes = spec.max_bytes;
   o.shard.version = "1.2.3-test";
+  o.shard.memory_budget_bytes = spec.memory_budget;
   o.bind_address = "127.0.0.1";
   o.port = 0;
   o.metrics_port = spec.metrics ? 0 : -1;
@@ -1008,6 +1011,94 @@ TEST(EmbeddingServiceTest, MetricsCountRowsKeysAndCodesAndPassPromtool) {
 
 // ---------------------------------------------------------------------------------------------
 // 7. Health.
+
+// Issue 16 row 1: a finite but huge gradient (FLT_MAX) used to be accepted and froze the row for
+// good (adam's second moment became inf). Now it is refused whole, nothing is written, the row
+// keeps training, and the refusal is counted.
+TEST(EmbeddingServiceTest, HugeGradientsAreRefusedWholeAndRowsStayTrainable) {
+  ServerSpec spec;
+  spec.metrics = true;
+  auto servers = StartServers(1, spec);
+  auto client = Connect(servers);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Configure(kSeed, Tables()).ok());
+  const std::vector<uint64_t> keys = {7, 8};
+  const std::vector<float> before = PullRows(*client, kItem, keys);
+  auto rpc = pb::EmbeddingService::NewStub(Channel(*servers[0]));
+  const auto push = [&](float g) {
+    std::vector<float> grads(16, 0.25f);
+    grads[11] = g;  // key 8, component 3
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::PushResponse r;
+    return rpc->Push(&ctx, PushReq({{kItem, keys, grads}}), &r);
+  };
+  ExpectGrpcError(push(std::numeric_limits<float>::max()), grpc::StatusCode::INVALID_ARGUMENT,
+                  {"table 'item'", "for id 8 component 3 is beyond +-1e+06", "--max-abs-gradient",
+                   "refused whole"});
+  ExpectGrpcError(push(-2e6f), grpc::StatusCode::INVALID_ARGUMENT, {"beyond +-1e+06"});
+  ExpectGrpcError(push(std::numeric_limits<float>::quiet_NaN()), grpc::StatusCode::INVALID_ARGUMENT,
+                  {"non-finite gradient"});
+  EXPECT_EQ(PullRows(*client, kItem, keys), before);  // nothing written, not even key 7
+  // The rows still learn: a push of 0.5 moves every component (adam: by about lr).
+  ASSERT_TRUE(push(0.5f).ok());
+  const std::vector<float> after = PullRows(*client, kItem, keys);
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_NEAR(after[i], before[i] - 0.01f, 1e-4f) << i;
+  }
+  ASSERT_TRUE(push(1e6f).ok());  // the bound itself is accepted
+  const auto m = Scrape(*servers[0]);
+  EXPECT_EQ(ValueOf(m, TableSeries("sift_ps_refused_pushes_total", "item")), 3);
+  EXPECT_EQ(ValueOf(m, TableSeries("sift_ps_refused_pushes_total", "user")), 0);
+  EXPECT_EQ(ValueOf(m, TableSeries("sift_ps_refused_rows_total", "item")), 0);
+}
+
+// Row 3: pulling millions of new ids grew the server without limit. With a table memory budget
+// the pulls that need rows beyond it are RESOURCE_EXHAUSTED naming the table; memory stays
+// within the budget; the rows already held are still served and trained.
+TEST(EmbeddingServiceTest, ATableMemoryBudgetBoundsRowsAndRefusesNewOnes) {
+  ServerSpec spec;
+  spec.metrics = true;
+  spec.memory_budget = 1 << 20;  // 1 MiB; an item row (dim 8, adam) takes 8*3+1 floats + 17 B
+  auto servers = StartServers(1, spec);
+  auto client = Connect(servers);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Configure(kSeed, Tables()).ok());
+  const std::vector<uint64_t> held = {1, 2, 3};
+  const std::vector<float> first = PullRows(*client, kItem, held);
+  auto rpc = pb::EmbeddingService::NewStub(Channel(*servers[0]));
+  Status refused;
+  uint64_t next = 1000;
+  for (int round = 0; round < 100 && refused.ok(); ++round) {  // at most 100 x 1000 ids
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < 1000; ++i) ids.push_back(next++);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::PullResponse r;
+    refused = FromGrpc(rpc->Pull(&ctx, PullReq({{kItem, ids}}), &r), "pull");
+  }
+  ASSERT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("table 'item' (id 7): no room for new rows"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("budget of 1048576"));
+  const int64_t row_bytes = (8 * 3 + 1) * 4 + 17;
+  pb::StatsResponse stats;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    ASSERT_TRUE(rpc->Stats(&ctx, pb::StatsRequest(), &stats).ok());
+  }
+  int64_t rows = 0;
+  for (const auto& t : stats.tables()) rows += t.rows();
+  EXPECT_LE(rows * row_bytes, 1 << 20);
+  EXPECT_GT(rows * row_bytes, (1 << 20) - 1000 * row_bytes);
+  // Held rows: still served, still trained.
+  EXPECT_EQ(PullRows(*client, kItem, held), first);
+  ASSERT_TRUE(PushRows(*client, kItem, held, Fill(24, 0.5f)).ok());
+  EXPECT_NE(PullRows(*client, kItem, held), first);
+  const auto m = Scrape(*servers[0]);
+  EXPECT_GE(ValueOf(m, TableSeries("sift_ps_refused_pulls_total", "item")), 1);
+}
 
 TEST(EmbeddingServiceTest, HealthIsServingUntilShutdown) {
   auto servers = StartServers(1);

@@ -380,3 +380,67 @@ TEST(EmbeddingStore, LookupReadsInitOrStoredRowsAndCreatesNothing) {
 
 }  // namespace
 }  // namespace sift::embedding
+
+namespace sift::embedding {
+namespace {
+
+// Issue 16 row 1, in the store: gradients beyond the bound or non-finite refuse the whole push
+// (counted); an update that would leave a non-finite weight or state is not written (a row
+// restored with an inf weight stays as it was, the push's other rows are applied, counted).
+TEST(EmbeddingStore, RowsStayFiniteAndRefusalsAreCounted) {
+  StoreOptions o{42, 4};
+  o.max_abs_gradient = 100.0f;
+  auto created = EmbeddingStore::Create({Table(1, "t", 2, 10)}, o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EmbeddingStore& store = **created;
+  const std::vector<float> before = PullOrDie(store, 1, {5, 6}, 2);
+  Status s = store.Push(1, std::vector<uint64_t>{5, 6}, std::vector<float>{1, 1, 1, 100.5f}, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("gradient 100.5 for id 6 component 1 is beyond +-100"));
+  EXPECT_EQ(PullOrDie(store, 1, {5, 6}, 2), before);  // nothing applied
+  EXPECT_TRUE(store.Push(1, std::vector<uint64_t>{5, 6}, std::vector<float>{1, 1, 1, 100}, 1).ok());
+
+  const float inf = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(store.LoadRows(1, 2, std::vector<uint64_t>{7}, std::vector<float>{inf, 0}).ok());
+  const std::vector<float> six = PullOrDie(store, 1, {6}, 2);
+  s = store.Push(1, std::vector<uint64_t>{6, 7}, std::vector<float>{1, 1, 1, 1}, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("1 row(s) left unchanged (first: id 7)"));
+  EXPECT_EQ(PullOrDie(store, 1, {7}, 2), (std::vector<float>{inf, 0}));  // not written
+  EXPECT_NE(PullOrDie(store, 1, {6}, 2), six);                           // applied
+  const TableStats st = store.Stats()[0];
+  EXPECT_EQ(st.refused_pushes, 1u);
+  EXPECT_EQ(st.refused_rows, 1u);
+  EXPECT_EQ(st.refused_pulls, 0u);
+  StoreOptions bad = o;
+  bad.max_abs_gradient = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(EmbeddingStore::Create({Table(1, "t", 2, 10)}, bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Row 3, in the store: a budget of N rows' bytes holds N rows; the next new row of a pull is
+// RESOURCE_EXHAUSTED naming the table; held rows are still pulled; pushes are not refused.
+TEST(EmbeddingStore, TheMemoryBudgetRefusesNewRowsOnly) {
+  StoreOptions o{42, 1};
+  // sgd, dim 2: no state; plus the map slot (key, row) and its control byte.
+  const int64_t row = 2 * 4 + sizeof(std::pair<const uint64_t, uint32_t>) + 1;
+  o.memory_budget_bytes = 10 * row;
+  auto created = EmbeddingStore::Create({Table(3, "items", 2, 10)}, o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EmbeddingStore& store = **created;
+  std::vector<uint64_t> ten(10);
+  std::iota(ten.begin(), ten.end(), 0);
+  const std::vector<float> held = PullOrDie(store, 3, ten, 2);
+  std::vector<float> out(2);
+  const Status s = store.Pull(3, std::vector<uint64_t>{99}, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("table 'items' (id 3): no room for new rows"));
+  EXPECT_EQ(PullOrDie(store, 3, ten, 2), held);
+  EXPECT_TRUE(store.Push(3, std::vector<uint64_t>{100}, std::vector<float>{1, 1}, 1).ok());
+  EXPECT_EQ(store.Stats()[0].rows, 11);
+  EXPECT_EQ(store.Stats()[0].refused_pulls, 1u);
+}
+
+}  // namespace
+}  // namespace sift::embedding
