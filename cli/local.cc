@@ -23,6 +23,7 @@
 #include "cli/job_view.h"
 #include "cli/local_cluster.h"
 #include "common/data/dataset.h"
+#include "common/dir_lock.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
 #include "common/subprocess.h"
@@ -33,6 +34,7 @@ namespace {
 
 constexpr char kDefaultDataset[] = "out/local/tiny";
 constexpr char kWorkDirMarker[] = ".sift-local";
+constexpr char kWorkDirLock[] = ".sift-local.lock";
 
 struct LocalFlags {
   std::string spec_path;  // "" = the embedded default job
@@ -95,19 +97,30 @@ JobSpec DefaultJob(const std::string& dataset, const std::string& work_dir) {
   return spec;
 }
 
-// Makes `dir` a fresh work directory: a new one, an empty one, or one a previous `sift local`
-// used (marked), whose run subdirectories are cleared. Refuses anything else.
-Status PrepareWorkDir(const std::string& dir) {
+// OK when `dir` may be a work directory: absent, empty (but for the lock file), or one a
+// previous `sift local` used (marked). Refuses anything else, before anything is written there.
+Status CheckWorkDir(const std::string& dir) {
   std::error_code ec;
-  if (std::filesystem::exists(dir, ec)) {
-    const bool ours = PathExists(JoinPath(dir, kWorkDirMarker));
-    if (!ours && !std::filesystem::is_empty(dir, ec)) {
+  if (!std::filesystem::exists(dir, ec)) return absl::OkStatus();
+  if (PathExists(JoinPath(dir, kWorkDirMarker))) return absl::OkStatus();
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().filename() != kWorkDirLock) {
       return WithExitCode(absl::InvalidArgumentError(
                               absl::StrCat("--work-dir ", dir,
                                            " exists, is not empty and was not made by sift local; "
                                            "choose another directory")),
                           kExitUsage);
     }
+  }
+  return absl::OkStatus();
+}
+
+// Makes `dir` a fresh work directory (CheckWorkDir first): a previous run's subdirectories are
+// cleared. REQUIRES: this process holds the directory's lock.
+Status PrepareWorkDir(const std::string& dir) {
+  SIFT_RETURN_IF_ERROR(CheckWorkDir(dir));
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec)) {
     for (const char* sub : {"state", "snapshots", "checkpoints", "logs", "ports", "results"}) {
       std::filesystem::remove_all(JoinPath(dir, sub), ec);
       if (ec) return absl::InternalError(absl::StrCat(JoinPath(dir, sub), ": ", ec.message()));
@@ -196,6 +209,15 @@ Status RunLocal(const LocalFlags& f) {
     // Everything runs on this machine: a missing dataset is known before starting anything.
     return WithExitCode(absl::NotFoundError(absl::StrCat(f.spec_path, ": dataset ", spec.dataset,
                                                          " does not exist")),
+                        kExitUsage);
+  }
+  // One `sift local` per work directory: a second one would delete the first one's logs and
+  // write the same checkpoint and snapshot names. Held until this run ends (or dies).
+  SIFT_RETURN_IF_ERROR(CheckWorkDir(work_dir));
+  StatusOr<DirLock> work_lock = DirLock::Acquire(work_dir, "sift local", kWorkDirLock);
+  if (!work_lock.ok()) {
+    return WithExitCode(Status(work_lock.status().code(),
+                               absl::StrCat("--work-dir ", work_lock.status().message())),
                         kExitUsage);
   }
   SIFT_RETURN_IF_ERROR(PrepareWorkDir(work_dir));

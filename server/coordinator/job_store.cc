@@ -238,7 +238,8 @@ int64_t JobNumber(absl::string_view job_id) {
 
 StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& state_dir, Loaded* loaded) {
   if (state_dir.empty()) return absl::InvalidArgumentError("--state-dir is required");
-  std::unique_ptr<JobStore> store(new JobStore(state_dir));
+  SIFT_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(state_dir, "a coordinator"));
+  std::unique_ptr<JobStore> store(new JobStore(state_dir, std::move(lock)));
   const std::string jobs_dir = JoinPath(state_dir, "jobs");
   SIFT_RETURN_IF_ERROR(MakeDirs(jobs_dir));
   *loaded = Loaded();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/dir_lock.h"
 #include "common/status.h"
 #include "proto/coordinator.pb.h"
 
@@ -68,8 +69,10 @@ class JobStore {
   std::string LogPath(const std::string& job_id) const;
 
  private:
-  explicit JobStore(std::string state_dir) : state_dir_(std::move(state_dir)) {}
+  JobStore(std::string state_dir, DirLock lock)
+      : state_dir_(std::move(state_dir)), lock_(std::move(lock)) {}
   std::string state_dir_;
+  DirLock lock_;  // one coordinator per state directory
 };
 
 }  // namespace sift::coordinator

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <grpcpp/support/proto_buffer_writer.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/dir_lock.h"
 #include "common/grpc_server_util.h"
 #include "common/grpc_status.h"
 #include "common/metrics.h"
@@ -184,6 +186,7 @@ class EmbeddingService final : public RawService {
 
 class EmbeddingServer::Impl {
  public:
+  std::optional<DirLock> snapshot_lock;  // this shard's claim on --snapshot-dir
   std::unique_ptr<EmbeddingShard> shard;
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<GrpcServerMetrics> grpc_metrics;
@@ -279,6 +282,15 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
     return absl::InvalidArgumentError("--max-message-bytes must be < 2 GiB");
   }
   auto impl = std::make_unique<Impl>();
+  if (!options.shard.snapshot_dir.empty()) {
+    // Shards share the directory (a restore reads every shard's files); one server per shard.
+    const ShardOptions& so = options.shard;
+    SIFT_ASSIGN_OR_RETURN(
+        impl->snapshot_lock,
+        DirLock::Acquire(so.snapshot_dir,
+                         absl::StrCat("embedding server shard ", so.shard, " of ", so.num_shards),
+                         absl::StrCat(".shard-", so.shard, "-of-", so.num_shards, ".lock")));
+  }
   SIFT_ASSIGN_OR_RETURN(impl->shard, EmbeddingShard::Create(options.shard));
   KeepFreedHeapMemory();
   impl->registry = std::make_shared<prometheus::Registry>();

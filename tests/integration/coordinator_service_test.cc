@@ -227,6 +227,19 @@ TEST_F(CoordinatorServiceTest, UndecodableRequestsAndWrongServersGetAMessage) {
   other->Shutdown();
 }
 
+// Row 7: one coordinator per --state-dir; a second is refused naming the first.
+TEST_F(CoordinatorServiceTest, ASecondCoordinatorOnTheStateDirIsRefused) {
+  CoordinatorServerOptions o;
+  o.bind_address = "127.0.0.1";
+  o.port = 0;
+  o.metrics_port = -1;
+  o.coordinator.state_dir = dir_.Sub("state");
+  auto second = CoordinatorServer::Start(o);
+  ASSERT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr(dir_.Sub("state") + " is in use by a coordinator (pid "));
+}
+
 TEST_F(CoordinatorServiceTest, KvGetBlocksUntilAnotherThreadSets) {
   auto waiter = std::async(std::launch::async, [this] {
     return client_->KvGet({"job-1/g1/a", "job-1/g1/b"}, absl::Seconds(30));

@@ -397,7 +397,12 @@ TEST(EmbeddingServiceTest, BadRequestsGetTheirCodesAndTheServerKeepsServing) {
     pb::RestoreResponse rr;
     ExpectGrpcError(rpc->Restore(&ctx2, rreq, &rr), grpc::StatusCode::INVALID_ARGUMENT, {"'name'"});
   }
-  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  // Nothing written but the shard's lock file.
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(e.path().filename().string());
+  }
+  EXPECT_THAT(names, ::testing::ElementsAre(".shard-0-of-1.lock"));
   expect_serving("bad snapshot names");
 
   // A multi-table push whose second table is bad changes nothing in the first one.
@@ -1098,6 +1103,25 @@ TEST(EmbeddingServiceTest, ATableMemoryBudgetBoundsRowsAndRefusesNewOnes) {
   EXPECT_NE(PullRows(*client, kItem, held), first);
   const auto m = Scrape(*servers[0]);
   EXPECT_GE(ValueOf(m, TableSeries("sift_ps_refused_pulls_total", "item")), 1);
+}
+
+// Row 7: shards share a --snapshot-dir, but each shard has one server.
+TEST(EmbeddingServiceTest, OneServerPerShardOfASnapshotDir) {
+  testing::TempDir dir;
+  ServerSpec spec;
+  spec.snapshot_dir = dir.Sub("snap");
+  auto two = StartServers(2, spec);  // shards 0 and 1 of 2 share it
+  ASSERT_NE(two[1], nullptr);
+  embedding::EmbeddingServerOptions o;
+  o.shard.shard = 1;
+  o.shard.num_shards = 2;
+  o.shard.snapshot_dir = spec.snapshot_dir;
+  o.bind_address = "127.0.0.1";
+  o.metrics_port = -1;
+  auto again = EmbeddingServer::Start(o);
+  ASSERT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(again.status().message()),
+              HasSubstr("is in use by embedding server shard 1 of 2 (pid "));
 }
 
 TEST(EmbeddingServiceTest, HealthIsServingUntilShutdown) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/dir_lock.h"
 #include "common/file_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -57,6 +58,31 @@ TEST(Local, BadUseExitsTwoAndStartsNothing) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--work-dir " + foreign));
   EXPECT_EQ(testing::ReadAll(foreign + "/precious.txt"), "keep me\n");
+}
+
+// Issue 16 row 7: a work directory has one owner. While another process holds it (here the
+// test, through the same lock a running `sift local` holds), a second `sift local` is refused
+// at once, names the owner, and deletes nothing; once released, the directory is usable.
+TEST(Local, ASecondRunOnTheSameWorkDirIsRefused) {
+  testing::TempDir dir;
+  const std::string work = dir.Sub("work");
+  const std::string good = dir.Sub("good.yaml");
+  testing::WriteAll(good, "dataset: " + dir.path() + "\n");
+  ASSERT_TRUE(MakeDirs(work + "/logs").ok());
+  testing::WriteAll(work + "/.sift-local", "sift local work directory\n");
+  testing::WriteAll(work + "/logs/first-run.log", "the first run's log\n");
+  {
+    StatusOr<DirLock> held = DirLock::Acquire(work, "sift local", ".sift-local.lock");
+    ASSERT_TRUE(held.ok()) << held.status();
+    auto r = RunSift({"local", good, "--work-dir", work});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr("--work-dir " + work + " is in use by sift local (pid " +
+                                 std::to_string(getpid()) + ")"));
+    EXPECT_EQ(testing::ReadAll(work + "/logs/first-run.log"), "the first run's log\n");
+  }
+  // Released: the next run takes it (and fails later, on the dataset, which is not one).
+  auto r = RunSift({"local", good, "--work-dir", work});
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("is in use by")));
 }
 
 TEST(Local, RunsAJobPrintsTheTableAndLeavesNoProcess) {
