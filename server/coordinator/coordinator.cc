@@ -213,6 +213,7 @@ void Coordinator::DropKvPrefix(const std::string& prefix) {
     // "job-1/g1" must not take "job-1/g10/..." with it.
     const bool ours =
         it->first.size() == prefix.size() || !absl::ascii_isdigit(it->first[prefix.size()]);
+    if (ours) kv_bytes_ -= static_cast<int64_t>(it->first.size() + it->second.size());
     it = ours ? kv_.erase(it) : std::next(it);
   }
 }
@@ -643,9 +644,26 @@ StatusOr<pb::HeartbeatResponse> Coordinator::Heartbeat(const pb::HeartbeatReques
 
 StatusOr<pb::KvSetResponse> Coordinator::KvSet(const pb::KvSetRequest& request) {
   if (request.key().empty()) return absl::InvalidArgumentError("key is empty");
+  if (request.key().size() > kMaxKvKeyBytes || request.value().size() > kMaxKvValueBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvSet: key of ", request.key().size(), " bytes and value of ",
+                     request.value().size(), " bytes; at most ", kMaxKvKeyBytes, " and ",
+                     kMaxKvValueBytes, " (the store holds rendezvous addresses, not data)"));
+  }
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   SIFT_RETURN_IF_ERROR(FenceKvKey(request.key()));
+  auto it = kv_.find(request.key());
+  const int64_t old_bytes =
+      it == kv_.end() ? 0 : static_cast<int64_t>(it->first.size() + it->second.size());
+  const int64_t new_bytes = static_cast<int64_t>(request.key().size() + request.value().size());
+  if (kv_bytes_ - old_bytes + new_bytes > kMaxKvTotalBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("KvSet: the key-value store holds ", kv_bytes_,
+                                                     " bytes; this value would "
+                                                     "take it past its limit of ",
+                                                     kMaxKvTotalBytes));
+  }
+  kv_bytes_ += new_bytes - old_bytes;
   kv_[request.key()] = request.value();
   return pb::KvSetResponse();
 }

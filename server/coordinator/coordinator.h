@@ -46,6 +46,11 @@ namespace sift::coordinator {
 // The coordinator's notion of "now". Tests pass a fake one.
 using Clock = std::function<absl::Time()>;
 
+// Bounds of the rendezvous key-value store (KvSet): per key, per value, all together.
+inline constexpr size_t kMaxKvKeyBytes = 1024;
+inline constexpr size_t kMaxKvValueBytes = size_t{1} << 20;
+inline constexpr int64_t kMaxKvTotalBytes = int64_t{64} << 20;
+
 struct CoordinatorOptions {
   std::string state_dir;       // required: job records and logs (job_store.h)
   int64_t lease_ms = 3000;     // a member unheard of this long is dead (>= 1)
@@ -220,6 +225,7 @@ class Coordinator {
   std::map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
   int64_t next_member_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
+  int64_t kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // keys and values of kv_
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -439,6 +439,34 @@ TEST_F(CoordinatorTest, AnUnschedulableJobNeverBlocksTheQueue) {
   EXPECT_EQ(Job(next).state(), pb::RUNNING);
 }
 
+// Row 4: 60 x 3 MB KvSet values were stored; values, keys and the whole store are bounded.
+TEST_F(CoordinatorTest, TheKvStoreIsBounded) {
+  const auto set = [&](const std::string& key, size_t bytes) {
+    pb::KvSetRequest q;
+    q.set_key(key);
+    q.set_value(std::string(bytes, 'v'));
+    return c_->KvSet(q).status();
+  };
+  EXPECT_TRUE(set("a", kMaxKvValueBytes).ok());
+  Status big = set("b", kMaxKvValueBytes + 1);
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(big.message()), HasSubstr("value of 1048577 bytes; at most"));
+  EXPECT_EQ(set(std::string(kMaxKvKeyBytes + 1, 'k'), 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Filling the store: refused once the total would pass the limit; overwriting a key frees.
+  int stored = 1;
+  Status s;
+  for (int i = 0; i < 100 && s.ok(); ++i) {
+    s = set(absl::StrCat("fill/", i), kMaxKvValueBytes - 16);
+    if (s.ok()) ++stored;
+  }
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("past its limit of 67108864"));
+  EXPECT_EQ(stored, 64);
+  EXPECT_TRUE(set("a", 10).ok());  // smaller: frees room
+  EXPECT_TRUE(set("fill/x", kMaxKvValueBytes - 16).ok());
+}
+
 TEST_F(CoordinatorTest, TooManyRecoveriesFailTheJob) {
   max_recoveries_ = 2;
   Reopen();
