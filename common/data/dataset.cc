@@ -80,7 +80,12 @@ StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, bool ve
         absl::StrCat(spec_path, ": source_spec: unknown source type '", type, "' (expected ",
                      kSourceTimeline, " or ", kSourceSamples, ")"));
   }
-  if (verify) SIFT_RETURN_IF_ERROR(VerifyIds(*d));
+  // Every id within its table's cardinality, always (not only under `verify`): an id beyond it
+  // (a corrupted file, a spec whose cardinality is below the data's) would otherwise train to
+  // COMPLETED with a worse AUC. One pass over the id arrays at memory speed (the small preset's
+  // 18 MB of events: measured in README "Reliability"), which also warms the page cache that
+  // training reads next.
+  SIFT_RETURN_IF_ERROR(VerifyIds(*d));
   return d;
 }
 

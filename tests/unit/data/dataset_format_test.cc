@@ -104,8 +104,14 @@ TEST_F(DatasetFormatTest, TrailingBytes) {
 }
 
 TEST_F(DatasetFormatTest, CorruptPayloadCaughtByVerify) {
-  Edit(kEventsFile, [](std::string& b) { b[64 + 17] ^= 0x01; });
-  // The fast open checks only headers and sizes...
+  // Two different ids swapped: every id stays valid, the checksum no longer matches.
+  Edit(kEventsFile, [](std::string& b) {
+    size_t j = 72;  // the same feature of a later event (2 features: 8 bytes per event)
+    while (j + 4 <= b.size() && std::memcmp(b.data() + 64, b.data() + j, 4) == 0) j += 8;
+    ASSERT_LT(j + 4, b.size());
+    for (int k = 0; k < 4; ++k) std::swap(b[64 + k], b[j + k]);
+  });
+  // The fast open checks headers, sizes and ids, not checksums...
   EXPECT_TRUE(Dataset::Open(dir_.path(), false).ok());
   // ...the full verification reads every byte.
   EXPECT_THAT(OpenError(/*verify=*/true),
@@ -115,9 +121,10 @@ TEST_F(DatasetFormatTest, CorruptPayloadCaughtByVerify) {
   EXPECT_FALSE((*ds)->Verify().ok());
 }
 
-TEST_F(DatasetFormatTest, VerifyChecksIdsAgainstCardinality) {
-  // A well-formed file (valid checksums) holding an id beyond the table: only --verify reads
-  // every id, and it names the file, the event and the feature.
+TEST_F(DatasetFormatTest, EveryOpenChecksIdsAgainstCardinality) {
+  // A well-formed file (valid checksums) holding an id beyond the table (issue 16 row 8: it
+  // trained to COMPLETED): every open reads every id, and names the file, the event and the
+  // feature.
   Edit(kEventsFile, [](std::string& b) {
     int32_t bad = 999999;
     std::memcpy(b.data() + 64 + 4 * 5, &bad, 4);  // event 2, category
@@ -126,10 +133,21 @@ TEST_F(DatasetFormatTest, VerifyChecksIdsAgainstCardinality) {
     uint32_t hcrc = Crc32c(b.data(), 60);
     std::memcpy(b.data() + 60, &hcrc, 4);
   });
-  EXPECT_TRUE(Dataset::Open(dir_.path(), false).ok());
-  EXPECT_THAT(OpenError(/*verify=*/true),
-              AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("event 2"),
-                    HasSubstr("item_feat_1_trgt id 999999 outside [1, 7]")));
+  for (bool verify : {false, true}) {
+    EXPECT_THAT(OpenError(verify), AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("event 2"),
+                                         HasSubstr("item_feat_1_trgt id 999999 outside [1, 7]")));
+  }
+}
+
+TEST_F(DatasetFormatTest, ASpecWhoseCardinalityIsBelowTheDataIsRefusedAtOpen) {
+  Edit(kFeatureSpecFile, [](std::string& b) {
+    // Every feature of the item table (target, histories) says 1; the data's ids go to 300.
+    ASSERT_NE(b.find("cardinality: 300"), std::string::npos) << b;
+    for (size_t at; (at = b.find("cardinality: 300")) != std::string::npos;) {
+      b.replace(at, 16, "cardinality: 1");
+    }
+  });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("outside [1, 1]")));
 }
 
 TEST_F(DatasetFormatTest, UnsupportedVersion) {
