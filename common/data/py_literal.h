@@ -24,6 +24,8 @@ namespace sift::data {
 
 inline constexpr int kMaxPyDepth = 200;
 
+struct PyDictEntry;
+
 struct PyValue {
   enum class Kind { kNone, kBool, kInt, kFloat, kString, kBytes, kList, kTuple, kSet, kDict };
 
@@ -31,9 +33,9 @@ struct PyValue {
   bool bool_value = false;
   int64_t int_value = 0;
   double float_value = 0;
-  std::string str;                                   // kString (UTF-8) and kBytes
-  std::vector<PyValue> items;                        // kList, kTuple, kSet (source order)
-  std::vector<std::pair<PyValue, PyValue>> entries;  // kDict (source order, duplicates kept)
+  std::string str;                   // kString (UTF-8) and kBytes
+  std::vector<PyValue> items;        // kList, kTuple, kSet (source order)
+  std::vector<PyDictEntry> entries;  // kDict (source order, duplicates kept)
 
   bool is_string() const { return kind == Kind::kString; }
   bool is_list() const { return kind == Kind::kList; }
@@ -41,6 +43,14 @@ struct PyValue {
   // For a dict: the value of the last entry whose key is the string `key` (Python keeps the
   // last of duplicate keys), or null. Null for any other kind.
   const PyValue* Find(absl::string_view key) const;
+};
+
+// One `key: value` of a dict. Not a std::pair: clang with libstdc++ cannot instantiate pair's
+// constructor traits for the recursive PyValue (the fuzz build, tests/fuzz/README.md).
+struct PyDictEntry {
+  PyDictEntry(PyValue k, PyValue v) : first(std::move(k)), second(std::move(v)) {}
+  PyValue first;
+  PyValue second;
 };
 
 // Name of a kind as Python spells the type ("str", "list", "NoneType", ...), for messages.
