@@ -99,6 +99,7 @@ class QuietLocalEnv : public worker::TrainerEnv {
   }
   std::string SnapshotName(int64_t) override { return ""; }
   Status CheckpointBegin(int64_t) override { return absl::OkStatus(); }
+  Status CheckpointFailed(int64_t, const Status&) override { return absl::OkStatus(); }
   Status CheckpointCommit(const std::string&, int64_t, int64_t) override {
     return absl::OkStatus();
   }

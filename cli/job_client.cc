@@ -73,6 +73,7 @@ std::string AbsolutePath(const std::string& path, const std::string& base_dir) {
 void MakeSpecPathsAbsolute(JobSpec* spec, const std::string& base_dir) {
   spec->dataset = AbsolutePath(spec->dataset, base_dir);
   spec->checkpoint.dir = AbsolutePath(spec->checkpoint.dir, base_dir);
+  spec->checkpoint.resume_from = AbsolutePath(spec->checkpoint.resume_from, base_dir);
   spec->results_dir = AbsolutePath(spec->results_dir, base_dir);
 }
 

@@ -14,6 +14,7 @@
 #include "cli/exit_code.h"
 #include "cli/job_client.h"
 #include "cli/job_view.h"
+#include "common/file_util.h"
 #include "common/job_spec.h"
 
 namespace sift::cli {
@@ -86,6 +87,7 @@ struct SubmitFlags {
   ClientFlags client;
   std::string spec_path;
   std::string name;
+  std::string resume_from;
   bool wait = false;
   bool dry_run = false;
 };
@@ -93,6 +95,16 @@ struct SubmitFlags {
 Status RunSubmit(const SubmitFlags& f) {
   SIFT_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpecForSubmit(f.spec_path));
   if (!f.name.empty()) spec.name = f.name;
+  if (!f.resume_from.empty()) {
+    spec.checkpoint.resume_from = AbsolutePath(f.resume_from, CurrentDirectory());
+  }
+  if (!spec.checkpoint.resume_from.empty() &&
+      !PathExists(JoinPath(spec.checkpoint.resume_from, "manifest.json"))) {
+    return WithExitCode(
+        absl::NotFoundError(absl::StrCat("checkpoint.resume_from ", spec.checkpoint.resume_from,
+                                         ": not a checkpoint (no manifest.json)")),
+        kExitUsage);
+  }
   if (Status s = CheckClusterJob(spec, f.spec_path); !s.ok()) return WithExitCode(s, kExitUsage);
   if (f.dry_run) {  // validated: show what would be submitted, contact no one
     if (f.client.json()) {
@@ -259,6 +271,9 @@ void AddSubmit(CLI::App* app, Action* action) {
                   "resolved against the current directory")
       ->required();
   cmd->add_option("--name", f->name, "Job name (overrides the spec's name)");
+  cmd->add_option("--resume-from", f->resume_from,
+                  "Start from this checkpoint directory (e.g. a failed job's last one; "
+                  "overrides checkpoint.resume_from); the new job writes its own checkpoints");
   cmd->add_flag("--wait", f->wait,
                 "Follow the job until it finishes (progress, then the final table); the exit "
                 "code is the job's: 0 COMPLETED, 1 FAILED or CANCELLED");

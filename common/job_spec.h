@@ -65,7 +65,10 @@ struct JobSpec {
     bool operator==(const Cluster&) const = default;
   };
   struct Checkpoint {
-    std::string dir;          // "" = no checkpoints
+    std::string dir;  // "" = no checkpoints; a cluster job writes <dir>/<job-id>/
+    // "" = a fresh start; else the directory of an existing checkpoint (another job's) this
+    // job starts from (sift submit --resume-from).
+    std::string resume_from;
     int64_t every_steps = 0;  // >= 0; 0 = not by steps
     bool every_epoch = true;
     bool operator==(const Checkpoint&) const = default;

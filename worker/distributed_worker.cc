@@ -165,6 +165,16 @@ class ClusterEnv : public TrainerEnv {
     return Coordinator(client_->CheckpointBegin(req));
   }
 
+  Status CheckpointFailed(int64_t global_step, const Status& error) override {
+    cpb::CheckpointCommitRequest req;
+    req.set_job_id(a_.job_id());
+    req.set_generation(a_.generation());
+    req.set_global_step(global_step);
+    req.set_failed(SanitizeUtf8(error.ToString(), 4096));
+    Log(a_, absl::StrCat("checkpoint at step ", global_step, " failed: ", error.message()));
+    return Coordinator(client_->CheckpointCommit(req));
+  }
+
   Status CheckpointCommit(const std::string& dir, int64_t epochs_done,
                           int64_t global_step) override {
     cpb::CheckpointCommitRequest req;
@@ -291,7 +301,9 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   o.max_steps_per_epoch = t.max_steps_per_epoch;
   o.staleness = t.staleness;
   o.embedding_servers.assign(a.servers().begin(), a.servers().end());
-  o.save_checkpoint = spec.checkpoint.dir;
+  // One directory per job: a new job (one resumed from another's checkpoint too) never
+  // overwrites another job's checkpoint.
+  if (!spec.checkpoint.dir.empty()) o.save_checkpoint = JoinPath(spec.checkpoint.dir, a.job_id());
   o.load_checkpoint = a.resume_checkpoint();
   o.checkpoint_every_steps = spec.checkpoint.every_steps;
   o.checkpoint_every_epoch = spec.checkpoint.every_epoch;

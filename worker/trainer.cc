@@ -41,6 +41,12 @@
 namespace sift::worker {
 namespace {
 
+// A failed checkpoint save: tried this often (sleeping kCheckpointBackoff, then twice that);
+// this many failed checkpoints in a row fail the run.
+constexpr int kCheckpointAttempts = 3;
+constexpr absl::Duration kCheckpointBackoff = absl::Seconds(1);
+constexpr int kMaxFailedCheckpoints = 3;
+
 double Now() { return SteadyClockSeconds(); }
 
 // Adds the wall time of a scope to a counter.
@@ -215,6 +221,11 @@ class LocalEnv : public TrainerEnv {
     return absl::StrFormat("ckpt-%016x-step-%d", snapshot_nonce_, global_step);
   }
   Status CheckpointBegin(int64_t) override { return absl::OkStatus(); }
+  Status CheckpointFailed(int64_t global_step, const Status& error) override {
+    std::fprintf(stderr, "warning: checkpoint at step %lld failed, training goes on: %s\n",
+                 static_cast<long long>(global_step), error.ToString().c_str());
+    return absl::OkStatus();
+  }
   Status CheckpointCommit(const std::string&, int64_t, int64_t) override {
     return absl::OkStatus();
   }
@@ -338,6 +349,7 @@ class Trainer {
   RunResult result_;
   int64_t epochs_done_ = 0;
   int64_t global_step_ = 0;
+  int failed_checkpoints_ = 0;  // in a row
 };
 
 Status Trainer::Setup(RunMode mode) {
@@ -838,8 +850,25 @@ Status Trainer::Checkpoint(int64_t epochs_done) {
   if (world_ > 1) SIFT_RETURN_IF_ERROR(Annotate(coll_->Barrier(), "checkpoint barrier"));
   if (rank_ == 0) {
     SIFT_RETURN_IF_ERROR(env_->CheckpointBegin(global_step_));
-    SIFT_RETURN_IF_ERROR(SaveCheckpointNow(epochs_done));
-    SIFT_RETURN_IF_ERROR(env_->CheckpointCommit(o_.save_checkpoint, epochs_done, global_step_));
+    // A failed save (a full or unwritable disk, a snapshot that could not be written) is retried
+    // with backoff; if it still fails, training goes on and the previous checkpoint (left whole
+    // by SaveCheckpoint) stays the recovery point. Only kMaxFailedCheckpoints in a row fail.
+    Status saved;
+    for (int attempt = 0; attempt < kCheckpointAttempts; ++attempt) {
+      if (attempt > 0) absl::SleepFor(kCheckpointBackoff * (1 << (attempt - 1)));
+      saved = SaveCheckpointNow(epochs_done);
+      if (saved.ok()) break;
+    }
+    if (saved.ok()) {
+      failed_checkpoints_ = 0;
+      SIFT_RETURN_IF_ERROR(env_->CheckpointCommit(o_.save_checkpoint, epochs_done, global_step_));
+    } else if (++failed_checkpoints_ >= kMaxFailedCheckpoints) {
+      return Status(saved.code(),
+                    absl::StrCat(kMaxFailedCheckpoints, " checkpoints in a row failed (each tried ",
+                                 kCheckpointAttempts, " times); the last: ", saved.message()));
+    } else {
+      SIFT_RETURN_IF_ERROR(env_->CheckpointFailed(global_step_, saved));
+    }
   }
   if (world_ > 1) SIFT_RETURN_IF_ERROR(Annotate(coll_->Barrier(), "checkpoint barrier"));
   return absl::OkStatus();

@@ -202,6 +202,9 @@ class TrainerEnv {
   // CheckpointCommit; then every rank passes a second barrier.
   virtual std::string SnapshotName(int64_t global_step) = 0;
   virtual Status CheckpointBegin(int64_t global_step) = 0;
+  // Rank 0, instead of CheckpointCommit, when the save failed after its retries: training goes
+  // on from memory; the last good checkpoint stays the recovery point.
+  virtual Status CheckpointFailed(int64_t global_step, const Status& error) = 0;
   virtual Status CheckpointCommit(const std::string& dir, int64_t epochs_done,
                                   int64_t global_step) = 0;
   // After an epoch's evaluation and checkpoint (kTrain); `perf` as in OnEpochTrained.

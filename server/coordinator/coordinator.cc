@@ -495,7 +495,8 @@ StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobReques
   info.set_epochs(spec.training.epochs);
   info.set_oracle_test_auc(-1);
   info.set_submit_time(UnixSeconds(Now()));
-  info.mutable_last_checkpoint();
+  // A job resumed from another's checkpoint starts there (its own checkpoints go elsewhere).
+  info.mutable_last_checkpoint()->set_dir(spec.checkpoint.resume_from);
   job->spec = std::move(spec);
   Job* j = job.get();
   SIFT_RETURN_IF_ERROR(Persist(*j));
@@ -942,6 +943,20 @@ StatusOr<pb::CheckpointCommitResponse> Coordinator::CheckpointCommit(
     const pb::CheckpointCommitRequest& request) {
   absl::MutexLock lock(&mu_);
   SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  if (!request.failed().empty()) {
+    // A failed save does not fail the job: it trains on; recovery uses the last good one.
+    job->rec.info.set_state(pb::RUNNING);
+    const pb::CheckpointRef& last = job->rec.info.last_checkpoint();
+    Status s = Log(job, absl::StrCat("checkpoint at step ", request.global_step(),
+                                     " FAILED, training goes on (the last good checkpoint is ",
+                                     last.dir().empty() ? std::string("none")
+                                                        : absl::StrCat("step ", last.global_step(),
+                                                                       " in ", last.dir()),
+                                     "): ", SanitizeUtf8(request.failed(), 4096)));
+    s.Update(Persist(*job));
+    SIFT_RETURN_IF_ERROR(s);
+    return pb::CheckpointCommitResponse();
+  }
   if (request.dir().empty()) return absl::InvalidArgumentError("dir is empty");
   if (request.epochs_done() < 0 || request.epochs_done() > job->spec.training.epochs ||
       request.global_step() < 0) {

@@ -150,7 +150,9 @@ TEST_F(WorkerTest, TwoWorkersWithStalenessAndAMidEpochCheckpointComplete) {
   // mid-epoch.
   EXPECT_EQ(info.last_checkpoint().global_step(), 9);
   EXPECT_EQ(info.last_checkpoint().epochs_done(), 1);
-  const std::string manifest = testing::ReadAll(job.checkpoint_dir + "/manifest.json");
+  // Each job writes its own directory under checkpoint.dir.
+  EXPECT_EQ(info.last_checkpoint().dir(), job.checkpoint_dir + "/" + id);
+  const std::string manifest = testing::ReadAll(job.checkpoint_dir + "/" + id + "/manifest.json");
   EXPECT_THAT(manifest, HasSubstr(absl::StrCat("ckpt-", id, "-g")));
 
   // Each worker's series: its own samples; the names pass promtool.

@@ -187,6 +187,7 @@ TEST(JobSpecTest, RoundTripThroughCanonicalYaml) {
   odd.checkpoint.dir = "123";
   odd.checkpoint.every_steps = 7;
   odd.checkpoint.every_epoch = false;
+  odd.checkpoint.resume_from = "/ckpt/job-3";
   odd.model.type = "din";
   odd.model.short_seq_length = 1;
   odd.model.stage_one_mlp_dims = {1, 2, 3, 4};
@@ -245,6 +246,7 @@ TEST(JobSpecTest, CanonicalYamlListsEveryField) {
                           "dir: \"\"",
                           "every_steps: 0",
                           "every_epoch: true",
+                          "resume_from: \"\"",
                           "results_dir: \"\""}) {
     EXPECT_THAT(yaml, HasSubstr(key)) << yaml;
   }

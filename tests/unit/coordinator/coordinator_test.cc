@@ -467,6 +467,47 @@ TEST_F(CoordinatorTest, TheKvStoreIsBounded) {
   EXPECT_TRUE(set("fill/x", kMaxKvValueBytes - 16).ok());
 }
 
+// Row 5: a failed checkpoint is reported, not fatal: the job is RUNNING again with its last good
+// checkpoint; a job submitted with checkpoint.resume_from starts from that checkpoint.
+TEST_F(CoordinatorTest, AFailedCheckpointKeepsTheJobAndResumeFromStartsFromACheckpoint) {
+  const std::string job = Submit(SpecYaml(1, 2, 2));
+  std::vector<std::string> w = Cluster(1);
+  Assigned(w[0], job, 1);
+  ASSERT_TRUE(Commit(job, 1, "/ckpt/job-1", 1, 5).ok());
+  pb::CheckpointBeginRequest b;
+  b.set_job_id(job);
+  b.set_generation(1);
+  b.set_global_step(8);
+  ASSERT_TRUE(c_->CheckpointBegin(b).ok());
+  pb::CheckpointCommitRequest failed;
+  failed.set_job_id(job);
+  failed.set_generation(1);
+  failed.set_global_step(8);
+  failed.set_failed("INTERNAL: /ckpt/job-1/dense-8.bin: No space left on device");
+  ASSERT_TRUE(c_->CheckpointCommit(failed).ok());
+  pb::JobInfo info = Job(job);
+  EXPECT_EQ(info.state(), pb::RUNNING);
+  EXPECT_EQ(info.last_checkpoint().global_step(), 5);
+  EXPECT_EQ(info.last_checkpoint().dir(), "/ckpt/job-1");
+  EXPECT_TRUE(LogHas(job,
+                     "checkpoint at step 8 FAILED, training goes on (the last good "
+                     "checkpoint is step 5 in /ckpt/job-1): INTERNAL: /ckpt/job-1/dense-8.bin"));
+  ASSERT_TRUE(c_->CancelJob([&] {
+                  pb::CancelJobRequest q;
+                  q.set_job_id(job);
+                  return q;
+                }())
+                  .ok());
+  Assigned(w[0]);
+
+  const std::string resumed =
+      Submit(SpecYaml(1, 2, 2) + "checkpoint: {dir: /ckpt, resume_from: /ckpt/job-1}\n");
+  EXPECT_EQ(Job(resumed).last_checkpoint().dir(), "/ckpt/job-1");
+  const pb::Assignment a = Assigned(w[0]);
+  EXPECT_EQ(a.job_id(), resumed);
+  EXPECT_EQ(a.resume_checkpoint(), "/ckpt/job-1");
+}
+
 TEST_F(CoordinatorTest, TooManyRecoveriesFailTheJob) {
   max_recoveries_ = 2;
   Reopen();

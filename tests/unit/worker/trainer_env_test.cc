@@ -4,12 +4,15 @@
 // staleness 1 trains the same steps; BatchLoader::StartEpoch(epoch, first_step) gives the same
 // batches as the full epoch from that step on; sparse gradients scale by 1/W.
 #include <cmath>
+#include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/data/dataset.h"
 #include "common/data/loader.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/data/dataset_fixture.h"
 #include "tests/util/test_util.h"
@@ -18,6 +21,8 @@
 
 namespace sift::worker {
 namespace {
+
+using ::testing::HasSubstr;
 
 using sift::testing::RandomTimeline;
 using sift::testing::TempDir;
@@ -56,6 +61,12 @@ class RecordingEnv : public TrainerEnv {
   std::string SnapshotName(int64_t step) override { return "snap-" + std::to_string(step); }
   Status CheckpointBegin(int64_t step) override {
     events.push_back("begin " + std::to_string(step));
+    if (on_begin) on_begin();
+    return absl::OkStatus();
+  }
+  Status CheckpointFailed(int64_t step, const Status& error) override {
+    events.push_back("failed " + std::to_string(step));
+    failures.push_back(std::string(error.message()));
     return absl::OkStatus();
   }
   Status CheckpointCommit(const std::string&, int64_t epochs_done, int64_t step) override {
@@ -73,6 +84,8 @@ class RecordingEnv : public TrainerEnv {
 
   std::vector<StepReport> steps;
   std::vector<std::string> events;
+  std::vector<std::string> failures;
+  std::function<void()> on_begin;  // runs inside CheckpointBegin (e.g. breaks the directory)
   std::vector<int64_t> eval_sizes;
   size_t abort_after = SIZE_MAX;
 
@@ -146,6 +159,46 @@ TEST_F(TrainerEnvTest, EnvSeesStepsEvaluationAndTheCheckpointProtocolInOrder) {
       "commit 1 9", "trained 1",  "eval 1 train", "eval 1 test", "end 1",        "finish"};
   EXPECT_EQ(env.events, want);
   EXPECT_EQ(env.eval_sizes[0], 64) << "train_eval_samples, whole batches";
+}
+
+// Issue 16 row 5: an unwritable checkpoint directory (here: its parent is a file) failed the
+// job outright. Now each save is retried, then reported failed while training goes on with the
+// same losses as a run without checkpoints; three failed checkpoints in a row fail the run,
+// saying why.
+TEST_F(TrainerEnvTest, AFailedCheckpointIsRetriedAndTrainingGoesOn) {
+  TrainerOptions o = Options();
+  RecordingEnv plain;
+  ASSERT_TRUE(RunTrainerWithEnv(o, RunMode::kTrain, &plain).ok());
+  // Writable when the run starts; at the first checkpoint the directory becomes a file (as a
+  // disk gone read-only or full would fail every write).
+  const std::string ckpt = dir_->Sub("broken_ckpt");
+  o.save_checkpoint = ckpt;
+  o.checkpoint_final_epoch = false;  // one checkpoint: the end of epoch 0
+  const auto break_it = [ckpt] {
+    std::filesystem::remove_all(ckpt);
+    testing::WriteAll(ckpt, "a file\n");
+  };
+  RecordingEnv env;
+  env.on_begin = break_it;
+  auto r = RunTrainerWithEnv(o, RunMode::kTrain, &env);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Losses(env), Losses(plain));
+  const std::vector<std::string> want = {
+      "setup", "trained 0", "eval 0 train", "eval 0 test", "begin 5", "failed 5",
+      "end 0", "trained 1", "eval 1 train", "eval 1 test", "end 1",   "finish"};
+  EXPECT_EQ(env.events, want);
+  ASSERT_EQ(env.failures.size(), 1u);
+  EXPECT_THAT(env.failures[0], HasSubstr(ckpt));
+
+  o.checkpoint_every_steps = 2;  // steps 2, 4 (+ the epoch end at 5): three failures in a row
+  std::filesystem::remove_all(ckpt);
+  RecordingEnv failing;
+  failing.on_begin = break_it;
+  auto f = RunTrainerWithEnv(o, RunMode::kTrain, &failing);
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(std::string(f.status().message()),
+              HasSubstr("3 checkpoints in a row failed (each tried 3 times); the last: "));
+  EXPECT_EQ(failing.failures.size(), 2u);
 }
 
 TEST_F(TrainerEnvTest, MidEpochCheckpointResumesInsideItsEpoch) {
