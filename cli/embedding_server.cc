@@ -149,6 +149,11 @@ void AddEmbeddingServer(CLI::App* app, Action* action) {
                   "process may use, cgroup limit or MemTotal; 0: unlimited)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
+  cmd->add_option("--keep-snapshots", o.shard.keep_snapshots,
+                  "Checkpoint snapshots of a job kept on disk (older ones are deleted after a "
+                  "new one is written; 0: keep all)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   cmd->add_option("--max-abs-gradient", o.shard.max_abs_gradient,
                   "Pushes with a gradient component beyond +-this are refused whole")
       ->capture_default_str()

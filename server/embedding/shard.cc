@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/proto_wire.h"
@@ -462,6 +464,52 @@ std::vector<EmbeddingShard::TableMetrics> EmbeddingShard::Metrics() const {
   return out;
 }
 
+namespace {
+
+// "<family>-g<G>-step-<N>" (the checkpoint protocol's names) -> family, G, N; false otherwise.
+bool ParseCheckpointSnapshotName(const std::string& name, std::string* family, int64_t* gen,
+                                 int64_t* step) {
+  const size_t s = name.rfind("-step-");
+  if (s == std::string::npos) return false;
+  const size_t g = name.rfind("-g", s == 0 ? 0 : s - 1);
+  if (g == std::string::npos || g == 0) return false;
+  if (!absl::SimpleAtoi(absl::string_view(name).substr(s + 6), step)) return false;
+  if (!absl::SimpleAtoi(absl::string_view(name).substr(g + 2, s - g - 2), gen)) return false;
+  *family = name.substr(0, g);
+  return true;
+}
+
+}  // namespace
+
+void EmbeddingShard::PruneOlderSnapshots(const std::string& written) const {
+  std::string family;
+  int64_t gen = 0, step = 0;
+  if (options_.keep_snapshots <= 0 || !ParseCheckpointSnapshotName(written, &family, &gen, &step)) {
+    return;
+  }
+  const std::string file = ShardSnapshotFileName(options_.shard, options_.num_shards);
+  // This shard's files of the family, newest (step, generation) first.
+  std::vector<std::tuple<int64_t, int64_t, std::string>> mine;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(options_.snapshot_dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::string f;
+    int64_t g = 0, n = 0;
+    if (!ParseCheckpointSnapshotName(name, &f, &g, &n) || f != family) continue;
+    if (!PathExists(JoinPath(it->path().string(), file))) continue;
+    mine.emplace_back(n, g, name);
+  }
+  std::sort(mine.begin(), mine.end(), std::greater<>());
+  // Older than the newest keep_snapshots (see ShardOptions: the last committed checkpoint's
+  // snapshot is among them; a retried save rewrites the same name).
+  for (size_t i = static_cast<size_t>(options_.keep_snapshots); i < mine.size(); ++i) {
+    const std::string dir = JoinPath(options_.snapshot_dir, std::get<2>(mine[i]));
+    std::filesystem::remove(JoinPath(dir, file), ec);
+    std::filesystem::remove(dir, ec);  // only when no other shard's file is left
+  }
+}
+
 Status EmbeddingShard::Snapshot(const pb::SnapshotRequest& request,
                                 pb::SnapshotResponse* response) {
   SIFT_RETURN_IF_ERROR(ValidateSnapshotName(request.name()));
@@ -497,6 +545,7 @@ Status EmbeddingShard::Snapshot(const pb::SnapshotRequest& request,
     return absl::InternalError(
         absl::StrCat("snapshot '", request.name(), "': ", written.message()));
   }
+  PruneOlderSnapshots(request.name());
   std::error_code ec;
   const std::filesystem::path abs = std::filesystem::absolute(info.path, ec);
   response->set_path(ec ? info.path : abs.string());

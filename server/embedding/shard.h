@@ -44,6 +44,12 @@ struct ShardOptions {
   std::string version;                                // reported by Stats
   float max_abs_gradient = kDefaultMaxAbsGradient;    // StoreOptions::max_abs_gradient
   int64_t memory_budget_bytes = 0;                    // StoreOptions (0 = unlimited)
+  // Snapshots named "<job>-g<G>-step-<N>" (the checkpoint protocol's): after writing one, this
+  // shard deletes its files of the same job's snapshots older than the newest keep_snapshots
+  // (0 = keep all; other names are never deleted). 4: a job fails at its third failed
+  // checkpoint in a row (worker/trainer.cc), each of which may have written a snapshot, so the
+  // snapshot of its last committed checkpoint is always among the newest four.
+  int keep_snapshots = 4;
 };
 
 // How many (client_id, sequence) pairs of applied pushes the shard remembers for retries (all
@@ -126,6 +132,7 @@ class EmbeddingShard {
   Status CheckPull(const pb::PullRequest& request) const;
   Status CheckPullTablesLocked(const pb::PullRequest& request) const;
   // Remembers (client_id, sequence); false when it was already there. REQUIRES: client_id != 0.
+  void PruneOlderSnapshots(const std::string& written) const;
   bool MarkPushApplied(uint64_t client_id, uint64_t sequence);
   void ForgetPush(uint64_t client_id, uint64_t sequence);
 

@@ -6,6 +6,12 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -26,6 +32,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "common/grpc_status.h"
 #include "common/hash.h"
 #include "common/rng.h"
@@ -1122,6 +1129,113 @@ TEST(EmbeddingServiceTest, OneServerPerShardOfASnapshotDir) {
   ASSERT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(again.status().message()),
               HasSubstr("is in use by embedding server shard 1 of 2 (pid "));
+}
+
+// Issue 16 row 2: after its open-file limit was reached (a flood of connections), a server
+// never accepted a connection again (gRPC 1.51's listener stops after EMFILE). Now its
+// self-probe notices and restarts the listener once descriptors are free again: the flood ends,
+// and a new client is served. Bounded: at most 4096 connections on loopback, 120 s to recover.
+TEST(EmbeddingServiceTest, AServerRecoversAfterItsFileDescriptorsRunOut) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  auto servers = StartServers(1);
+  ASSERT_NE(servers[0], nullptr);
+  auto client = Connect(servers);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Configure(kSeed, Tables()).ok());
+  const std::vector<float> before = PullRows(*client, kUser, {1, 2});
+  // This process holds both ends: cap it a little above what it uses now, then connect until
+  // the cap is reached (the server's accepts then fail with EMFILE).
+  int open_now = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)e;
+    ++open_now;
+  }
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(open_now + 256);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> flood;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(servers[0]->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int i = 0; i < 4096; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;  // the cap
+    flood.push_back(fd);
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) break;
+  }
+  ASSERT_GT(flood.size(), 100u);
+  absl::SleepFor(absl::Seconds(2));  // the server tries to accept them meanwhile
+  for (int fd : flood) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  // A new client (a new connection) is served again within the bound.
+  Status served = absl::UnavailableError("not tried");
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (!served.ok() && absl::Now() < deadline) {
+    EmbeddingClientOptions o;
+    o.servers = {Address(*servers[0])};
+    o.connect_timeout_s = 5;
+    auto fresh = EmbeddingClient::Connect(o);
+    if (fresh.ok()) {
+      std::vector<float> out(2 * DimOf(kUser));
+      served = (*fresh)->Pull({{kUser, {1, 2}, absl::MakeSpan(out)}}, true);
+      if (served.ok()) {
+        EXPECT_EQ(out, before);
+      }
+    } else {
+      served = fresh.status();
+    }
+  }
+  EXPECT_TRUE(served.ok()) << served;
+}
+
+// Row 6: snapshots were never deleted (9 for one 90-step job). A shard keeps its files of the
+// newest 4 checkpoint snapshots of a job (by step, then generation) and deletes older ones; a
+// directory goes when no shard's file is left; other names are never touched.
+TEST(EmbeddingServiceTest, OldCheckpointSnapshotsAreDeleted) {
+  testing::TempDir dir;
+  ServerSpec spec;
+  spec.snapshot_dir = dir.Sub("snap");
+  auto servers = StartServers(1, spec);
+  auto client = Connect(servers);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Configure(kSeed, Tables()).ok());
+  PullRows(*client, kUser, {1, 2, 3});
+  auto rpc = pb::EmbeddingService::NewStub(Channel(*servers[0]));
+  const auto snapshot = [&](const std::string& name, int64_t step) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    pb::SnapshotRequest q;
+    q.set_name(name);
+    q.set_step(step);
+    pb::SnapshotResponse r;
+    return rpc->Snapshot(&ctx, q, &r).ok();
+  };
+  ASSERT_TRUE(snapshot("manual", 0));
+  ASSERT_TRUE(snapshot("ckpt-job-2-g1-step-3", 3));  // another job: its own family
+  // Another shard's file in an old directory keeps the directory (only this shard's goes).
+  ASSERT_TRUE(sift::MakeDirs(spec.snapshot_dir + "/ckpt-job-1-g1-step-1").ok());
+  testing::WriteAll(spec.snapshot_dir + "/ckpt-job-1-g1-step-1/shard-1-of-2.bin", "x");
+  for (const char* name :
+       {"ckpt-job-1-g1-step-1", "ckpt-job-1-g1-step-2", "ckpt-job-1-g2-step-2",
+        "ckpt-job-1-g2-step-4", "ckpt-job-1-g2-step-10", "ckpt-job-1-g3-step-12"}) {
+    const std::string n = name;
+    ASSERT_TRUE(snapshot(n, std::stoll(n.substr(n.rfind('-') + 1)))) << n;
+  }
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(spec.snapshot_dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{".shard-0-of-1.lock", "ckpt-job-1-g1-step-1",
+                                             "ckpt-job-1-g2-step-10", "ckpt-job-1-g2-step-2",
+                                             "ckpt-job-1-g2-step-4", "ckpt-job-1-g3-step-12",
+                                             "ckpt-job-2-g1-step-3", "manual"}));
+  // step-1 stays only for shard 1's file; this shard's is gone. g1-step-2 lost to g2-step-2.
+  EXPECT_FALSE(sift::PathExists(spec.snapshot_dir + "/ckpt-job-1-g1-step-1/" +
+                                embedding::ShardSnapshotFileName(0, 1)));
+  EXPECT_TRUE(sift::PathExists(spec.snapshot_dir + "/ckpt-job-1-g1-step-1/shard-1-of-2.bin"));
 }
 
 TEST(EmbeddingServiceTest, HealthIsServingUntilShutdown) {
