@@ -276,6 +276,13 @@ struct ImportContext {
   std::set<std::string> declared;  // every feature of feature_spec
 };
 
+StatusOr<ImportContext> MakeImportContext(const FeatureSpec& spec, const std::string& spec_path) {
+  ImportContext ctx;
+  SIFT_ASSIGN_OR_RETURN(ctx.layout, MakeLayout(spec, spec_path));
+  for (const auto& [name, info] : spec.feature_spec) ctx.declared.insert(name);
+  return ctx;
+}
+
 // Where a record came from, for error messages.
 struct RecordRef {
   const std::string* file = nullptr;
@@ -476,6 +483,24 @@ StatusOr<TfrecordFileStats> ImportFile(const ImportContext& ctx, const std::stri
 
 }  // namespace
 
+struct TfExampleDecoder::Context {
+  ImportContext import;
+};
+
+StatusOr<TfExampleDecoder> TfExampleDecoder::Create(const FeatureSpec& spec,
+                                                    const std::string& spec_path) {
+  SIFT_ASSIGN_OR_RETURN(ImportContext ctx, MakeImportContext(spec, spec_path));
+  return TfExampleDecoder(std::make_shared<const Context>(Context{std::move(ctx)}));
+}
+
+Status TfExampleDecoder::Decode(absl::string_view payload, const std::string& file, int64_t record,
+                                uint64_t offset, std::vector<int32_t>* records) const {
+  google::protobuf::Arena arena;
+  return DecodeExample(ctx_->import, payload, RecordRef{&file, record, offset}, &arena, records);
+}
+
+SampleRecordShape TfExampleDecoder::shape() const { return ctx_->import.layout.shape(); }
+
 std::vector<int64_t> PartSizes(int64_t n, int parts) {
   std::vector<int64_t> sizes(static_cast<size_t>(parts), n / parts);
   for (int64_t i = 0; i < n % parts; ++i) ++sizes[static_cast<size_t>(i)];
@@ -584,9 +609,7 @@ StatusOr<TfrecordConvertStats> ImportTfrecord(const std::string& src_dir,
         absl::StrCat(src_dir, ": not a TFRecord dataset directory (no ", kFeatureSpecFile, ")"));
   }
   SIFT_ASSIGN_OR_RETURN(FeatureSpec spec, FeatureSpec::Load(spec_path));
-  ImportContext ctx;
-  SIFT_ASSIGN_OR_RETURN(ctx.layout, MakeLayout(spec, spec_path));
-  for (const auto& [name, info] : spec.feature_spec) ctx.declared.insert(name);
+  SIFT_ASSIGN_OR_RETURN(const ImportContext ctx, MakeImportContext(spec, spec_path));
 
   // Every listed file must exist before anything is written.
   std::vector<std::vector<std::string>> files(2);

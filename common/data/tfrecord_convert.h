@@ -11,10 +11,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/data/dataset.h"
+#include "common/data/samples_file.h"
 #include "common/status.h"
 
 namespace sift::data {
@@ -61,5 +64,33 @@ StatusOr<TfrecordConvertStats> ExportTfrecord(const Dataset& dataset, const std:
 StatusOr<TfrecordConvertStats> ImportTfrecord(const std::string& src_dir,
                                               const std::string& out_dir,
                                               const TfrecordImportOptions& options);
+
+// ---- Building blocks, exposed for tests and the fuzz targets. ----
+
+// Decodes serialized tf.train.Examples of one feature_spec's layout into samples-file records
+// (samples_file.h: shape().record_ints() int32 values per sample), with every check of
+// ImportTfrecord: unparsable bytes, an unknown, missing or wrongly-typed feature, inconsistent
+// list lengths, an id below 0 or beyond its cardinality, a label not 0/1, a history with a hole.
+// Immutable after Create; thread-safe.
+class TfExampleDecoder {
+ public:
+  // INVALID_ARGUMENT naming `spec_path` when the layout cannot be imported (history length
+  // outside [1, 2^20], history features of different lengths). REQUIRES: spec passed Validate.
+  static StatusOr<TfExampleDecoder> Create(const FeatureSpec& spec, const std::string& spec_path);
+
+  // Appends the samples of the Example in `payload` to `*records`. INVALID_ARGUMENT of the form
+  // "<file>: record <record> (byte offset <offset>): <what>" (what names the feature and the
+  // sample); `*records` may then hold a partial record.
+  Status Decode(absl::string_view payload, const std::string& file, int64_t record, uint64_t offset,
+                std::vector<int32_t>* records) const;
+
+  SampleRecordShape shape() const;
+
+  struct Context;  // the column layout (tfrecord_convert.cc)
+
+ private:
+  explicit TfExampleDecoder(std::shared_ptr<const Context> context) : ctx_(std::move(context)) {}
+  std::shared_ptr<const Context> ctx_;
+};
 
 }  // namespace sift::data

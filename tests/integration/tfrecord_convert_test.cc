@@ -617,5 +617,39 @@ TEST_F(TfrecordConvertTest, ImportRejectsAnUndeclaredHistoryShape) {
   EXPECT_THAT(std::string(s.status().message()), HasSubstr("feature_spec.item_feat_1_neg"));
 }
 
+// The decoder the import uses, on its own (the fuzz target's entry point, tests/fuzz/): a
+// hand-built Example of history 3 decodes into the samples-file record, and an error names the
+// file, the record, the byte offset and the feature.
+TEST(TfExampleDecoderTest, DecodesOneSampleAndNamesWhereAnErrorIs) {
+  const FeatureSpec spec = FeatureSpec::Reference({5}, {9, 4}, 3);
+  auto decoder = TfExampleDecoder::Create(spec, "feature_spec.yaml");
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  EXPECT_EQ(decoder->shape().record_ints(), 2 + 1 + 2 * (1 + 2 * 3));
+  tf::Example e;
+  auto set = [&e](const std::string& name, std::vector<int64_t> v) {
+    auto* list = (*e.mutable_features()->mutable_feature())[name].mutable_int64_list();
+    list->Clear();
+    for (int64_t x : v) list->add_value(x);
+  };
+  set("label", {1});
+  set("user_feat_0", {5});
+  set("item_feat_0_trgt", {9});
+  set("item_feat_1_trgt", {4});
+  set("item_feat_0_pos", {0, 7, 8});
+  set("item_feat_1_pos", {0, 1, 2});
+  set("item_feat_0_neg", {0, 3, 6});
+  set("item_feat_1_neg", {0, 4, 4});
+  std::vector<int32_t> records;
+  ASSERT_TRUE(decoder->Decode(e.SerializeAsString(), "f.tfrecord", 0, 0, &records).ok());
+  EXPECT_EQ(records, (std::vector<int32_t>{1, 2, 5, 9, 4, 0, 7, 8, 0, 1, 2, 0, 3, 6, 0, 4, 4}));
+
+  set("item_feat_1_neg", {4, 4});  // 2 slots where one sample needs 3
+  records.clear();
+  const Status s = decoder->Decode(e.SerializeAsString(), "f.tfrecord", 7, 1234, &records);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("f.tfrecord: record 7 (byte offset 1234)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("'item_feat_1_neg'"));
+}
+
 }  // namespace
 }  // namespace sift::data
