@@ -120,6 +120,8 @@ TEST(JobStoreTest, SavesLogsAndCounterAndLoadsThemBack) {
   EXPECT_TRUE(loaded.logs[1].empty());
   EXPECT_EQ(loaded.next_job_number, 11);  // never reuses a record's number
 
+  store->reset();  // the state directory has one owner at a time (DirLock)
+
   // A corrupt record stops the load, naming the file.
   testing::WriteAll(state + "/jobs/job-5.json", "{ not json");
   auto broken = JobStore::Open(state, &loaded);

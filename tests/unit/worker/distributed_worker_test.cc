@@ -68,7 +68,7 @@ TEST(TrainerOptionsForAssignmentTest, MapsTheSpecOntoOneRank) {
   EXPECT_EQ(o->threads, 3);
   EXPECT_FALSE(o->deterministic);
   EXPECT_EQ(o->embedding_servers, (std::vector<std::string>{"127.0.0.1:5001", "127.0.0.1:5002"}));
-  EXPECT_EQ(o->save_checkpoint, "/ckpt");
+  EXPECT_EQ(o->save_checkpoint, "/ckpt/job-3");  // each job its own directory
   EXPECT_EQ(o->load_checkpoint, "/ckpt");
   EXPECT_EQ(o->checkpoint_every_steps, 50);
   EXPECT_FALSE(o->checkpoint_every_epoch);
