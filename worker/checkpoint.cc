@@ -147,6 +147,22 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
   return absl::OkStatus();
 }
 
+namespace {
+
+// A manifest names files of its own directory only (found by tests/fuzz, findings/
+// checkpoint_manifest: "../../dev/zero" was read whole, exhausting memory).
+Status CheckPlainName(const std::string& manifest_path, const char* field,
+                      const std::string& name) {
+  if (name.empty() || name == "." || name == ".." ||
+      name.find_first_of(std::string("/\0", 2)) != std::string::npos) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": field '", field, "': '", name,
+                                            "' is not a file name of this directory"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
                       int64_t expect_params, CheckpointState* state,
                       embedding::EmbeddingStore* store) {
@@ -174,6 +190,7 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
     SIFT_ASSIGN_OR_RETURN(const nlohmann::json* files, Field(m, "files", manifest_path));
     for (const nlohmann::json& f : *files) {
       const std::string name = f.at("name").get<std::string>();
+      SIFT_RETURN_IF_ERROR(CheckPlainName(manifest_path, "files", name));
       SIFT_ASSIGN_OR_RETURN(nlohmann::json actual, FileEntry(dir, name));
       if (actual["bytes"] != f.at("bytes") || actual["crc32c"] != f.at("crc32c")) {
         return absl::DataLossError(absl::StrCat(JoinPath(dir, name), ": size/CRC32C ",
@@ -211,6 +228,8 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
       }
     }
 
+    SIFT_RETURN_IF_ERROR(
+        CheckPlainName(manifest_path, "dense_file", m.at("dense_file").get<std::string>()));
     const std::string dense_path = JoinPath(dir, m.at("dense_file").get<std::string>());
     SIFT_ASSIGN_OR_RETURN(data::BinaryFile dense, data::BinaryFile::Open(dense_path, kDenseMagic,
                                                                          /*verify=*/true));
@@ -262,6 +281,8 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
                        " tables, this run's model has ", want.size(), " (different tables)"));
     }
     for (const nlohmann::json& t : *tables) {
+      SIFT_RETURN_IF_ERROR(
+          CheckPlainName(manifest_path, "tables.file", t.at("file").get<std::string>()));
       const std::string path = JoinPath(dir, t.at("file").get<std::string>());
       SIFT_ASSIGN_OR_RETURN(data::BinaryFile tf,
                             data::BinaryFile::Open(path, kTableMagic, /*verify=*/true));

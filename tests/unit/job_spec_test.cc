@@ -386,6 +386,14 @@ TEST(JobSpecTest, StringsAreBoundedPrintableUtf8) {
   EXPECT_THAT(s.status().message(), HasSubstr("at most 1048576 are accepted"));
 }
 
+// Found by tests/fuzz (findings/job_spec): yaml-cpp's LoadAll never returned on ",", and the
+// coordinator's request thread with it. Now a clear error, at once.
+TEST(JobSpecTest, AnEndlessDocumentStreamIsAnError) {
+  for (const char* text : {",", ",\n,", ", ,\n"}) {
+    EXPECT_THAT(ErrorOf(text), HasSubstr("not YAML the parser can read")) << text;
+  }
+}
+
 TEST(JobSpecTest, MlpDims) {
   EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  stage_two_mlp_dims: []\n"),
             "job.yaml:3: model.stage_two_mlp_dims: must be a non-empty list of integers >= 1, "
