@@ -27,7 +27,8 @@ inline constexpr int kDatasetFormatVersion = 1;
 
 class Dataset {
  public:
-  // Opens `dir`. With `verify`, every file's payload checksum is checked too (reads all bytes).
+  // Opens `dir` and checks every id against its table's cardinality (DATA_LOSS naming the file,
+  // the position and the feature). With `verify`, every file's payload checksum is checked too.
   // A reference TFRecord directory is rejected with a hint to import it.
   static StatusOr<std::unique_ptr<Dataset>> Open(const std::string& dir, bool verify = false);
 
@@ -42,7 +43,8 @@ class Dataset {
   uint64_t negative_seed() const { return negative_seed_; }
   // "sift_timeline" or "sift_samples".
   const std::string& source_type() const { return source_type_; }
-  // Full checksum verification of every data file.
+  // Full checksum verification of every data file (every id was checked against its table's
+  // cardinality by Open already).
   Status Verify() const;
 
  private:
