@@ -82,13 +82,15 @@ format:
 clean:
 	rm -rf $(BUILD_DIR)
 
-# Every fuzz target (tests/fuzz/README.md) under libFuzzer + ASan + UBSan for FUZZ_SECONDS each,
-# one after the other, each on a copy of its seed corpus in $(FUZZ_WORK_DIR)/<target>/corpus (the
-# git tree is never written; the regression reproducers are read as a second corpus). clang-14 and
-# libfuzzer-14-dev are installed when missing; $(FUZZ_BUILD_DIR) is configured once with the
-# sanitizer flags for every library the targets link. Fails when any target finds a crash, leak,
-# UB, timeout (> 10 s) or OOM (> 2 GB); its reproducer is in $(FUZZ_WORK_DIR)/<target>/artifacts.
+# Every fuzz target (tests/fuzz/README.md) under libFuzzer + ASan + UBSan until it has used
+# FUZZ_SECONDS of CPU time (scripts/fuzz-run.sh), FUZZ_JOBS at a time, each on a fresh copy of its
+# seed corpus in $(FUZZ_WORK_DIR)/<target>/corpus (the git tree is never written; the regression
+# reproducers are read as a second corpus). clang-14 and libfuzzer-14-dev are installed when
+# missing; $(FUZZ_BUILD_DIR) is configured once with the sanitizer flags for every library the
+# targets link. Fails when any target finds a crash, leak, UB, timeout (> 10 s) or OOM (> 2 GB);
+# its reproducer is in $(FUZZ_WORK_DIR)/<target>/artifacts.
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
 FUZZ_BUILD_DIR ?= build-fuzz-clang
 FUZZ_WORK_DIR ?= out/fuzz
 FUZZ_TARGETS ?= tfrecord tf_example feature_spec job_spec py_literal amazon_lines binary_file \
@@ -105,19 +107,4 @@ fuzz: deps-build
 	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined \
 	  -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=address,undefined
 	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
-	@failed=; for t in $(FUZZ_TARGETS); do \
-	  w=$(FUZZ_WORK_DIR)/$$t; rm -rf $$w; mkdir -p $$w/corpus $$w/artifacts; \
-	  cp tests/fuzz/corpus/$$t/* $$w/corpus/; \
-	  extra=; [ -d tests/fuzz/regressions/$$t ] && extra=tests/fuzz/regressions/$$t; \
-	  dict=; [ -f tests/fuzz/dict/$$t.dict ] && dict=-dict=tests/fuzz/dict/$$t.dict; \
-	  echo "make fuzz: $$t for $(FUZZ_SECONDS) s (log $$w/log)"; \
-	  UBSAN_OPTIONS=print_stacktrace=1 nice -n 10 $(FUZZ_BUILD_DIR)/tests/fuzz/fuzz_$$t \
-	    -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-	    -artifact_prefix=$$w/artifacts/ $$dict $$w/corpus $$extra > $$w/log 2>&1; rc=$$?; \
-	  grep -h -E 'stat::number_of_executed_units|stat::peak_rss_mb' $$w/log | sed 's/^/  /'; \
-	  if [ $$rc != 0 ] || [ -n "$$(ls $$w/artifacts)" ]; then \
-	    failed="$$failed $$t"; grep -h -m 3 -E 'ERROR|SUMMARY|runtime error|invariant' $$w/log | sed 's/^/  /'; \
-	  fi; \
-	done; \
-	if [ -n "$$failed" ]; then echo "make fuzz: findings in:$$failed (reproducers: $(FUZZ_WORK_DIR)/<target>/artifacts)"; exit 1; fi; \
-	echo "make fuzz: no findings in $(words $(FUZZ_TARGETS)) targets, $(FUZZ_SECONDS) s each"
+	scripts/fuzz-run.sh $(FUZZ_BUILD_DIR) $(FUZZ_WORK_DIR) $(FUZZ_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS)

@@ -16,6 +16,7 @@
 #include "cli/job_view.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
+#include "worker/checkpoint.h"
 
 namespace sift::cli {
 namespace {
@@ -98,12 +99,16 @@ Status RunSubmit(const SubmitFlags& f) {
   if (!f.resume_from.empty()) {
     spec.checkpoint.resume_from = AbsolutePath(f.resume_from, CurrentDirectory());
   }
-  if (!spec.checkpoint.resume_from.empty() &&
-      !PathExists(JoinPath(spec.checkpoint.resume_from, "manifest.json"))) {
-    return WithExitCode(
-        absl::NotFoundError(absl::StrCat("checkpoint.resume_from ", spec.checkpoint.resume_from,
-                                         ": not a checkpoint (no manifest.json)")),
-        kExitUsage);
+  if (!spec.checkpoint.resume_from.empty()) {
+    // A job's directory means its newest complete checkpoint (step-<N>/).
+    spec.checkpoint.resume_from = worker::ResolveCheckpointDir(spec.checkpoint.resume_from);
+    if (!PathExists(JoinPath(spec.checkpoint.resume_from, "manifest.json"))) {
+      return WithExitCode(absl::NotFoundError(absl::StrCat(
+                              "checkpoint.resume_from ", spec.checkpoint.resume_from,
+                              ": not a checkpoint (no manifest.json) nor a job's checkpoint "
+                              "directory (no step-<N>/manifest.json)")),
+                          kExitUsage);
+    }
   }
   if (Status s = CheckClusterJob(spec, f.spec_path); !s.ok()) return WithExitCode(s, kExitUsage);
   if (f.dry_run) {  // validated: show what would be submitted, contact no one

@@ -346,6 +346,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                          {"dir", p.String(&k.dir, L::kMaxPathBytes)},
                          {"every_steps", p.Int(&k.every_steps, 0, L::kMaxSamples)},
                          {"every_epoch", p.Bool(&k.every_epoch)},
+                         {"keep", p.Int(&k.keep, 1, L::kMaxKeep)},
                          {"resume_from", p.String(&k.resume_from, L::kMaxPathBytes)},
                      })},
       {"results_dir", p.String(&spec.results_dir, L::kMaxPathBytes)},
@@ -528,6 +529,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << k.dir;
   out << YAML::Key << "every_steps" << YAML::Value << k.every_steps;
   out << YAML::Key << "every_epoch" << YAML::Value << k.every_epoch;
+  out << YAML::Key << "keep" << YAML::Value << k.keep;
   out << YAML::Key << "resume_from" << YAML::Value << YAML::DoubleQuoted << k.resume_from;
   out << YAML::EndMap;
 

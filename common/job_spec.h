@@ -70,6 +70,10 @@ struct JobSpec {
     // job starts from (sift submit --resume-from).
     std::string resume_from;
     int64_t every_steps = 0;  // >= 0; 0 = not by steps
+    // Checkpoints a cluster job keeps: <dir>/<job-id>/step-<N>/, the newest `keep` that have a
+    // manifest; an older one is deleted only after a newer one is committed, and the embedding
+    // servers' snapshots of deleted checkpoints go with them. In [1, kMaxKeep].
+    int keep = 3;
     bool every_epoch = true;
     bool operator==(const Checkpoint&) const = default;
   };
@@ -103,6 +107,7 @@ struct JobSpecLimits {
   static constexpr size_t kMaxNameBytes = 256;      // name: UTF-8, no control characters
   static constexpr size_t kMaxPathBytes = 4096;     // dataset, checkpoint.dir, results_dir
   static constexpr size_t kMaxSpecBytes = 1 << 20;  // the whole YAML text
+  static constexpr int64_t kMaxKeep = 1000;         // checkpoint.keep
 };
 
 // Parses and validates a job spec; `source_name` (e.g. "job.yaml") prefixes every error message.

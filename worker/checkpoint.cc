@@ -3,9 +3,12 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <set>
 #include <utility>
 
@@ -305,6 +308,76 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
     return absl::DataLossError(absl::StrCat(manifest_path, ": ", e.what()));
   }
   return absl::OkStatus();
+}
+
+namespace {
+constexpr char kStepPrefix[] = "step-";
+constexpr size_t kStepDigits = 12;
+
+// N of "step-<N>" (digits only), or -1.
+int64_t StepOfDirName(const std::string& name) {
+  const size_t p = sizeof(kStepPrefix) - 1;
+  if (name.compare(0, p, kStepPrefix) != 0 || name.size() == p || name.size() > p + 18) return -1;
+  int64_t step = 0;
+  for (size_t i = p; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+}  // namespace
+
+std::string CheckpointStepDir(const std::string& job_dir, int64_t global_step) {
+  std::string digits = absl::StrCat(global_step);
+  if (digits.size() < kStepDigits) digits.insert(0, kStepDigits - digits.size(), '0');
+  return JoinPath(job_dir, absl::StrCat(kStepPrefix, digits));
+}
+
+std::vector<std::pair<int64_t, std::string>> ListStepCheckpoints(const std::string& job_dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  DIR* d = opendir(job_dir.c_str());
+  if (d == nullptr) return out;
+  while (const dirent* e = readdir(d)) {
+    const int64_t step = StepOfDirName(e->d_name);
+    if (step < 0) continue;
+    const std::string path = JoinPath(job_dir, e->d_name);
+    if (PathExists(JoinPath(path, kManifest))) out.emplace_back(step, path);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end(), std::greater<>());
+  return out;
+}
+
+std::string ResolveCheckpointDir(const std::string& path) {
+  if (PathExists(JoinPath(path, kManifest))) return path;
+  const std::vector<std::pair<int64_t, std::string>> steps = ListStepCheckpoints(path);
+  return steps.empty() ? path : steps.front().second;
+}
+
+Status PruneStepCheckpoints(const std::string& job_dir, int64_t committed_step, int keep) {
+  // Complete ones at or before the committed step that stay.
+  std::set<int64_t> kept;
+  for (const auto& [step, path] : ListStepCheckpoints(job_dir)) {
+    if (step <= committed_step && kept.size() < static_cast<size_t>(keep)) kept.insert(step);
+  }
+  Status first;
+  DIR* d = opendir(job_dir.c_str());
+  if (d == nullptr) return absl::OkStatus();
+  std::vector<std::string> doomed;
+  while (const dirent* e = readdir(d)) {
+    const int64_t step = StepOfDirName(e->d_name);
+    if (step >= 0 && step < committed_step && !kept.contains(step)) doomed.push_back(e->d_name);
+  }
+  closedir(d);
+  for (const std::string& name : doomed) {
+    std::error_code ec;
+    std::filesystem::remove_all(JoinPath(job_dir, name), ec);
+    if (ec && first.ok()) {
+      first = absl::InternalError(absl::StrCat("deleting old checkpoint ", JoinPath(job_dir, name),
+                                               ": ", ec.message()));
+    }
+  }
+  return first;
 }
 
 }  // namespace sift::worker

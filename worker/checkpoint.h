@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -70,5 +71,25 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
 Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
                       int64_t expect_params, CheckpointState* state,
                       embedding::EmbeddingStore* store);
+
+// Job directories (cluster jobs, checkpoint.keep): a job writes each checkpoint into its own
+// subdirectory <job-dir>/step-<N>/ (N = global step, zero-padded to 12 digits), so that it can
+// keep several; sift train writes one checkpoint directory in place.
+std::string CheckpointStepDir(const std::string& job_dir, int64_t global_step);
+
+// The step directories of `job_dir` that hold a manifest (complete checkpoints), newest step
+// first, as (step, path). Other entries are ignored; a missing job_dir has none.
+std::vector<std::pair<int64_t, std::string>> ListStepCheckpoints(const std::string& job_dir);
+
+// `path` itself when it holds a manifest, else the newest complete step directory under it
+// (a job directory), else `path` unchanged (loading it then names what is missing).
+std::string ResolveCheckpointDir(const std::string& path);
+
+// After the checkpoint of `committed_step` was committed: deletes the step directories of
+// `job_dir` older than it, except the newest `keep` complete ones (the committed one counts).
+// Directories of later steps (a previous generation's, never committed) are left alone. Returns
+// the first deletion error (deleting is best effort: the others are still tried).
+// REQUIRES: keep >= 1.
+Status PruneStepCheckpoints(const std::string& job_dir, int64_t committed_step, int keep);
 
 }  // namespace sift::worker

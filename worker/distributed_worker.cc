@@ -304,6 +304,7 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   // One directory per job: a new job (one resumed from another's checkpoint too) never
   // overwrites another job's checkpoint.
   if (!spec.checkpoint.dir.empty()) o.save_checkpoint = JoinPath(spec.checkpoint.dir, a.job_id());
+  o.checkpoint_keep = spec.checkpoint.keep;
   o.load_checkpoint = a.resume_checkpoint();
   o.checkpoint_every_steps = spec.checkpoint.every_steps;
   o.checkpoint_every_epoch = spec.checkpoint.every_epoch;

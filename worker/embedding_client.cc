@@ -792,11 +792,15 @@ StatusOr<std::vector<pb::StatsResponse>> EmbeddingClient::Stats() {
   return out;
 }
 
-StatusOr<std::vector<pb::SnapshotResponse>> EmbeddingClient::Snapshot(const std::string& name,
-                                                                      int64_t step) {
+StatusOr<std::vector<pb::SnapshotResponse>> EmbeddingClient::Snapshot(
+    const std::string& name, int64_t step, const std::vector<int64_t>* retain_steps) {
   pb::SnapshotRequest req;
   req.set_name(name);
   req.set_step(step);
+  if (retain_steps != nullptr) {
+    req.set_retain_only(true);
+    req.mutable_retain_steps()->Add(retain_steps->begin(), retain_steps->end());
+  }
   std::vector<pb::SnapshotResponse> out(impl_->shards());
   SIFT_RETURN_IF_ERROR(impl_->ForEachShard([&](uint32_t s) {
     return impl_->Call(s, "Snapshot", &pb::EmbeddingService::Stub::Snapshot, req, &out[s]);

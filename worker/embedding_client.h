@@ -74,7 +74,10 @@ class EmbeddingClient {
 
   // One reply per server, in shard order.
   StatusOr<std::vector<pb::StatsResponse>> Stats();
-  StatusOr<std::vector<pb::SnapshotResponse>> Snapshot(const std::string& name, int64_t step);
+  // retain_steps (non-null): the shards then keep only the job's snapshots of these steps and
+  // this one (SnapshotRequest.retain_only); null: the servers' --keep-snapshots rule.
+  StatusOr<std::vector<pb::SnapshotResponse>> Snapshot(
+      const std::string& name, int64_t step, const std::vector<int64_t>* retain_steps = nullptr);
   StatusOr<std::vector<pb::RestoreResponse>> Restore(const std::string& name);
 
   int num_shards() const;

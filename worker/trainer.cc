@@ -317,7 +317,8 @@ class Trainer {
   StatusOr<EvalResult> Evaluate(data::Split split, int64_t max_samples, int64_t epoch);
   // The checkpoint protocol of TrainerEnv (REQUIRES: the step pipeline is drained).
   Status Checkpoint(int64_t epochs_done);
-  Status SaveCheckpointNow(int64_t epochs_done);
+  // Writes the checkpoint to `dir` (the servers' snapshot first).
+  Status SaveCheckpointNow(const std::string& dir, int64_t epochs_done);
 #ifndef SIFT_MINIMAL
   // The client that pushes: its own when pulls run on the prefetch thread (EmbeddingClient
   // takes one caller at a time).
@@ -853,15 +854,26 @@ Status Trainer::Checkpoint(int64_t epochs_done) {
     // A failed save (a full or unwritable disk, a snapshot that could not be written) is retried
     // with backoff; if it still fails, training goes on and the previous checkpoint (left whole
     // by SaveCheckpoint) stays the recovery point. Only kMaxFailedCheckpoints in a row fail.
+    const std::string dir = o_.checkpoint_keep > 0
+                                ? CheckpointStepDir(o_.save_checkpoint, global_step_)
+                                : o_.save_checkpoint;
     Status saved;
     for (int attempt = 0; attempt < kCheckpointAttempts; ++attempt) {
       if (attempt > 0) absl::SleepFor(kCheckpointBackoff * (1 << (attempt - 1)));
-      saved = SaveCheckpointNow(epochs_done);
+      saved = SaveCheckpointNow(dir, epochs_done);
       if (saved.ok()) break;
     }
     if (saved.ok()) {
       failed_checkpoints_ = 0;
-      SIFT_RETURN_IF_ERROR(env_->CheckpointCommit(o_.save_checkpoint, epochs_done, global_step_));
+      SIFT_RETURN_IF_ERROR(env_->CheckpointCommit(dir, epochs_done, global_step_));
+      // Older checkpoints go only now that a newer one is the recovery point.
+      if (o_.checkpoint_keep > 0) {
+        const Status pruned =
+            PruneStepCheckpoints(o_.save_checkpoint, global_step_, o_.checkpoint_keep);
+        if (!pruned.ok()) {
+          std::fprintf(stderr, "warning: %s\n", std::string(pruned.message()).c_str());
+        }
+      }
     } else if (++failed_checkpoints_ >= kMaxFailedCheckpoints) {
       return Status(saved.code(),
                     absl::StrCat(kMaxFailedCheckpoints, " checkpoints in a row failed (each tried ",
@@ -874,7 +886,7 @@ Status Trainer::Checkpoint(int64_t epochs_done) {
   return absl::OkStatus();
 }
 
-Status Trainer::SaveCheckpointNow(int64_t epochs_done) {
+Status Trainer::SaveCheckpointNow(const std::string& dir, int64_t epochs_done) {
   CheckpointState st;
   st.epochs_done = epochs_done;
   st.global_step = global_step_;
@@ -892,15 +904,19 @@ Status Trainer::SaveCheckpointNow(int64_t epochs_done) {
     // The servers write the tables (a consistent cut: every rank's pushes have returned and no
     // pull is in flight); the manifest then names the snapshot.
     st.remote.name = env_->SnapshotName(global_step_);
+    // With checkpoint_keep, the servers keep the snapshots of the checkpoints still on disk.
+    std::vector<int64_t> retain;
+    for (const auto& [step, path] : ListStepCheckpoints(o_.save_checkpoint)) retain.push_back(step);
     SIFT_ASSIGN_OR_RETURN(std::vector<pb::SnapshotResponse> shards,
-                          remote_->Snapshot(st.remote.name, global_step_));
+                          remote_->Snapshot(st.remote.name, global_step_,
+                                            o_.checkpoint_keep > 0 ? &retain : nullptr));
     st.remote.num_shards = static_cast<uint32_t>(shards.size());
     for (const pb::SnapshotResponse& r : shards) {
       st.remote.files.push_back({r.path(), r.bytes(), r.crc32c(), r.rows()});
     }
   }
 #endif
-  return SaveCheckpoint(o_.save_checkpoint, st, store_.get());
+  return SaveCheckpoint(dir, st, store_.get());
 }
 
 StatusOr<RunResult> Trainer::Run(RunMode mode) {

@@ -78,6 +78,11 @@ struct TrainerOptions {
   std::string wire_encoding = "fp32";  // fp32 | fp16 | bf16: rows and gradients on the wire
   std::string save_checkpoint;         // "" = none; saved after every epoch
   std::string load_checkpoint;         // "" = fresh start
+  // 0: save_checkpoint is the checkpoint directory, saved over in place (sift train). K >= 1
+  // (cluster jobs, checkpoint.keep): save_checkpoint is the job's directory; each checkpoint
+  // goes to its step-<N>/ (worker/checkpoint.h) and after a commit the newest K are kept (the
+  // servers' snapshots of the others are deleted at the next snapshot).
+  int checkpoint_keep = 0;
   // Cluster jobs (sift train keeps the defaults): also checkpoint after every step whose
   // global_step (steps done) is a multiple of checkpoint_every_steps (0 = never); checkpoint at
   // the end of every epoch, after its evaluation; and after the final epoch too.

@@ -481,10 +481,11 @@ bool ParseCheckpointSnapshotName(const std::string& name, std::string* family, i
 
 }  // namespace
 
-void EmbeddingShard::PruneOlderSnapshots(const std::string& written) const {
+void EmbeddingShard::PruneOlderSnapshots(const pb::SnapshotRequest& written) const {
   std::string family;
   int64_t gen = 0, step = 0;
-  if (options_.keep_snapshots <= 0 || !ParseCheckpointSnapshotName(written, &family, &gen, &step)) {
+  if ((!written.retain_only() && options_.keep_snapshots <= 0) ||
+      !ParseCheckpointSnapshotName(written.name(), &family, &gen, &step)) {
     return;
   }
   const std::string file = ShardSnapshotFileName(options_.shard, options_.num_shards);
@@ -501,10 +502,18 @@ void EmbeddingShard::PruneOlderSnapshots(const std::string& written) const {
     mine.emplace_back(n, g, name);
   }
   std::sort(mine.begin(), mine.end(), std::greater<>());
-  // Older than the newest keep_snapshots (see ShardOptions: the last committed checkpoint's
-  // snapshot is among them; a retried save rewrites the same name).
-  for (size_t i = static_cast<size_t>(options_.keep_snapshots); i < mine.size(); ++i) {
-    const std::string dir = JoinPath(options_.snapshot_dir, std::get<2>(mine[i]));
+  const absl::flat_hash_set<int64_t> retain(written.retain_steps().begin(),
+                                            written.retain_steps().end());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const auto& [n, g, name] = mine[i];
+    // retain_only: the job names the steps it keeps. Else the newest keep_snapshots (see
+    // ShardOptions: the last committed checkpoint's snapshot is among them; a retried save
+    // rewrites the same name).
+    const bool keep = written.retain_only()
+                          ? name == written.name() || retain.contains(n)
+                          : i < static_cast<size_t>(options_.keep_snapshots);
+    if (keep) continue;
+    const std::string dir = JoinPath(options_.snapshot_dir, name);
     std::filesystem::remove(JoinPath(dir, file), ec);
     std::filesystem::remove(dir, ec);  // only when no other shard's file is left
   }
@@ -545,7 +554,7 @@ Status EmbeddingShard::Snapshot(const pb::SnapshotRequest& request,
     return absl::InternalError(
         absl::StrCat("snapshot '", request.name(), "': ", written.message()));
   }
-  PruneOlderSnapshots(request.name());
+  PruneOlderSnapshots(request);
   std::error_code ec;
   const std::filesystem::path abs = std::filesystem::absolute(info.path, ec);
   response->set_path(ec ? info.path : abs.string());

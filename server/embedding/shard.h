@@ -131,8 +131,10 @@ class EmbeddingShard {
   // held (shared).
   Status CheckPull(const pb::PullRequest& request) const;
   Status CheckPullTablesLocked(const pb::PullRequest& request) const;
+  // After `written` was written: deletes this shard's files of the job's snapshots it no longer
+  // keeps (SnapshotRequest.retain_only, else keep_snapshots).
+  void PruneOlderSnapshots(const pb::SnapshotRequest& written) const;
   // Remembers (client_id, sequence); false when it was already there. REQUIRES: client_id != 0.
-  void PruneOlderSnapshots(const std::string& written) const;
   bool MarkPushApplied(uint64_t client_id, uint64_t sequence);
   void ForgetPush(uint64_t client_id, uint64_t sequence);
 

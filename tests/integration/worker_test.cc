@@ -6,7 +6,9 @@
 // are usage errors.
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +35,7 @@ using sift::testing::TempDir;
 using sift::testing::TestCluster;
 using sift::testing::TestClusterOptions;
 using sift::testing::TestJob;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 class WorkerTest : public sift::testing::TinyDatasetSuite<1> {
@@ -134,6 +137,7 @@ TEST_F(WorkerTest, TwoWorkersWithStalenessAndAMidEpochCheckpointComplete) {
   job.workers = 2;
   job.checkpoint_dir = dir_->Sub("two_ckpt");
   job.checkpoint_every_steps = 3;
+  job.checkpoint_keep = 2;
   job.results_dir = dir_->Sub("two_results");
   const std::string id = cluster.Submit(job.Yaml());
   ASSERT_FALSE(id.empty());
@@ -150,10 +154,26 @@ TEST_F(WorkerTest, TwoWorkersWithStalenessAndAMidEpochCheckpointComplete) {
   // mid-epoch.
   EXPECT_EQ(info.last_checkpoint().global_step(), 9);
   EXPECT_EQ(info.last_checkpoint().epochs_done(), 1);
-  // Each job writes its own directory under checkpoint.dir.
-  EXPECT_EQ(info.last_checkpoint().dir(), job.checkpoint_dir + "/" + id);
-  const std::string manifest = testing::ReadAll(job.checkpoint_dir + "/" + id + "/manifest.json");
+  // Each job writes its own directory under checkpoint.dir, a step-<N>/ per checkpoint.
+  const std::string job_dir = job.checkpoint_dir + "/" + id;
+  EXPECT_EQ(info.last_checkpoint().dir(), job_dir + "/step-000000000009");
+  const std::string manifest = testing::ReadAll(job_dir + "/step-000000000009/manifest.json");
   EXPECT_THAT(manifest, HasSubstr(absl::StrCat("ckpt-", id, "-g")));
+  // checkpoint.keep: 2 — of steps 3, 5, 6, 9 the newest two stay. The servers delete a
+  // snapshot at the next snapshot after its checkpoint went: step 3's when step 9's was written
+  // (5 and 6 were still on disk then); step 5's would go at the next checkpoint.
+  std::vector<std::string> kept, snapshots;
+  for (const auto& e : std::filesystem::directory_iterator(job_dir)) {
+    kept.push_back(e.path().filename().string());
+  }
+  std::sort(kept.begin(), kept.end());
+  EXPECT_THAT(kept, ElementsAre("step-000000000006", "step-000000000009"));
+  for (const auto& e : std::filesystem::directory_iterator(dir_->Sub("two-snapshots"))) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("ckpt-", 0) == 0) snapshots.push_back(name.substr(name.rfind("-step-")));
+  }
+  std::sort(snapshots.begin(), snapshots.end());
+  EXPECT_THAT(snapshots, ElementsAre("-step-5", "-step-6", "-step-9"));
 
   // Each worker's series: its own samples; the names pass promtool.
   const std::vector<std::string> targets = cluster.MetricsTargets();

@@ -188,6 +188,7 @@ TEST(JobSpecTest, RoundTripThroughCanonicalYaml) {
   odd.checkpoint.every_steps = 7;
   odd.checkpoint.every_epoch = false;
   odd.checkpoint.resume_from = "/ckpt/job-3";
+  odd.checkpoint.keep = 1000;
   odd.model.type = "din";
   odd.model.short_seq_length = 1;
   odd.model.stage_one_mlp_dims = {1, 2, 3, 4};
@@ -246,6 +247,7 @@ TEST(JobSpecTest, CanonicalYamlListsEveryField) {
                           "dir: \"\"",
                           "every_steps: 0",
                           "every_epoch: true",
+                          "keep: 3",
                           "resume_from: \"\"",
                           "results_dir: \"\""}) {
     EXPECT_THAT(yaml, HasSubstr(key)) << yaml;
@@ -360,6 +362,8 @@ TEST(JobSpecTest, RangesAClusterCanRun) {
   EXPECT_EQ(ErrorOf("dataset: d\nmodel: {long_seq_length: 1048577}\n"),
             "job.yaml:2: model.long_seq_length: must be an integer in [1, 1048576], got "
             "'1048577'");
+  EXPECT_EQ(ErrorOf("dataset: d\ncheckpoint: {keep: 0}\n"),
+            "job.yaml:2: checkpoint.keep: must be an integer in [1, 1000], got '0'");
   // The bounds themselves are accepted.
   StatusOr<JobSpec> edge = ParseJobSpec(
       "dataset: d\ntraining: {train_eval_samples: 1099511627776, lr: 1000, epochs: 100000}\n"

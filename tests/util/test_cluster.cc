@@ -222,7 +222,8 @@ std::string TestJob::Yaml() const {
   if (!checkpoint_dir.empty()) {
     absl::StrAppend(&y, "checkpoint:\n  dir: \"", checkpoint_dir,
                     "\"\n  every_steps: ", checkpoint_every_steps,
-                    "\n  every_epoch: ", checkpoint_every_epoch ? "true" : "false", "\n");
+                    "\n  every_epoch: ", checkpoint_every_epoch ? "true" : "false",
+                    "\n  keep: ", checkpoint_keep, "\n");
   }
   if (!results_dir.empty()) absl::StrAppend(&y, "results_dir: \"", results_dir, "\"\n");
   return y;

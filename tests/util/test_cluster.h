@@ -98,6 +98,7 @@ struct TestJob {
   std::string checkpoint_dir;
   int checkpoint_every_steps = 0;
   bool checkpoint_every_epoch = true;
+  int checkpoint_keep = 3;
   std::string results_dir;
   uint64_t seed = 7;
   std::string Yaml() const;

@@ -2,6 +2,7 @@
 // pull, push with retry identity, stats, snapshot, restore) and its error codes and messages.
 #include "server/embedding/shard.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -592,6 +593,41 @@ TEST(ShardTest, StatsReportRowsDimsStepsConfigsAndLimits) {
   EXPECT_EQ(metrics[0].rows, 3);
   EXPECT_EQ(metrics[0].pulled_keys, 4u);
   EXPECT_EQ(metrics[2].pushed_keys, 3u);
+}
+
+// checkpoint.keep: a snapshot with retain_only keeps, of its job's snapshots (any generation),
+// those whose step it names and itself; other jobs' and other names are never touched.
+TEST(ShardTest, RetainOnlyKeepsTheNamedStepsOfTheJob) {
+  TempDir dir;
+  ShardOptions o;
+  o.snapshot_dir = dir.path();
+  o.keep_snapshots = 1;  // not used by retain_only requests
+  auto shard = ConfiguredShard(o);
+  const auto snapshot = [&](const std::string& name, int64_t step,
+                            std::vector<int64_t> retain = {}, bool retain_only = false) {
+    pb::SnapshotRequest s;
+    s.set_name(name);
+    s.set_step(step);
+    s.set_retain_only(retain_only);
+    s.mutable_retain_steps()->Add(retain.begin(), retain.end());
+    pb::SnapshotResponse r;
+    ASSERT_TRUE(shard->Snapshot(s, &r).ok()) << name;
+  };
+  snapshot("manual", 0);
+  snapshot("ckpt-other-g1-step-1", 1);
+  for (const char* n : {"ckpt-job-g1-step-3", "ckpt-job-g1-step-5", "ckpt-job-g2-step-5"}) {
+    const std::string name = n;
+    snapshot(name, std::stoll(name.substr(name.rfind('-') + 1)), {3, 5}, true);
+  }
+  snapshot("ckpt-job-g2-step-6", 6, {5}, true);
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    if (e.path().filename().string()[0] != '.') names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"ckpt-job-g1-step-5", "ckpt-job-g2-step-5",
+                                             "ckpt-job-g2-step-6", "ckpt-other-g1-step-1",
+                                             "manual"}));
 }
 
 TEST(ShardTest, BadSnapshotNamesAreInvalidArgument) {
