@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/grpc_server_flags.h"
 #include "cli/stop_signals.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
@@ -99,6 +100,7 @@ void AddCoordinator(CLI::App* app, Action* action) {
                   "(0: wait forever)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{30} * 86400000));
+  AddGrpcServerLimitFlags(cmd, &o.limits, /*threads_flag=*/true);
   cmd->callback([flags, action] { *action = [flags] { return RunCoordinator(*flags); }; });
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/exit_code.h"
+#include "cli/grpc_server_flags.h"
 #include "cli/stop_signals.h"
 #include "common/file_util.h"
 #include "common/shard_index.h"
@@ -175,6 +176,7 @@ void AddEmbeddingServer(CLI::App* app, Action* action) {
                   "Seconds to keep trying to reach the coordinator at start")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  AddGrpcServerLimitFlags(cmd, &o.limits, /*threads_flag=*/false);
   cmd->callback([flags, action] { *action = [flags] { return RunEmbeddingServer(*flags); }; });
 }
 

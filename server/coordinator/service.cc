@@ -11,10 +11,9 @@
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_server_util.h"
+#include "common/grpc_listener_watchdog.h"
 #include "common/grpc_status.h"
 #include "common/metrics.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -236,9 +235,9 @@ class CoordinatorServer::Impl {
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<GrpcServerMetrics> grpc_metrics;
   std::unique_ptr<MetricsExposer> exposer;
-  std::unique_ptr<CoordinatorService> service;
-  std::unique_ptr<grpc::Server> server;
-  int port = 0;
+  // The gRPC server under the listener watchdog (common/grpc_listener_watchdog.h): rebuilt on
+  // its port when it stops accepting; the jobs live on in the coordinator.
+  std::unique_ptr<WatchedGrpcServer> grpc;
 
   // The scheduler thread.
   std::mutex tick_mu;
@@ -254,11 +253,10 @@ CoordinatorServer::CoordinatorServer(std::unique_ptr<Impl> impl) : impl_(std::mo
 
 CoordinatorServer::~CoordinatorServer() {
   Shutdown();
-  impl_->server.reset();
-  impl_->service.reset();
+  impl_->grpc.reset();
 }
 
-int CoordinatorServer::port() const { return impl_->port; }
+int CoordinatorServer::port() const { return impl_->grpc->port(); }
 int CoordinatorServer::metrics_port() const { return impl_->exposer ? impl_->exposer->port() : -1; }
 Coordinator& CoordinatorServer::coordinator() { return *impl_->coordinator; }
 
@@ -274,6 +272,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (options.tick <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the scheduler tick must be > 0");
   }
+  SIFT_RETURN_IF_ERROR(ValidateGrpcServerLimits(options.limits));
   auto impl = std::make_unique<Impl>();
   SIFT_ASSIGN_OR_RETURN(impl->coordinator, Coordinator::Open(options.coordinator));
   impl->registry = std::make_shared<prometheus::Registry>();
@@ -287,30 +286,19 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                               impl->registry));
     SIFT_RETURN_IF_ERROR(AddJobCollectables(impl->coordinator.get(), impl->exposer.get()));
   }
-  impl->service =
-      std::make_unique<CoordinatorService>(impl->coordinator.get(), impl->grpc_metrics.get());
-
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  AddNonEmptyStatusInterceptor(&builder);
-  const std::string address = absl::StrCat(options.bind_address, ":", options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
-  builder.RegisterService(impl->service.get());
-  // A second coordinator on the same port must fail, not share it.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // Evaluation predictions arrive in chunks; allow generous ones.
-  builder.SetMaxReceiveMessageSize(256 << 20);
-  builder.SetMaxSendMessageSize(256 << 20);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  impl->server = builder.BuildAndStart();
-  if (impl->server == nullptr || impl->port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("coordinator: cannot listen on ", address, " (port in use?)"));
-  }
-  grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService();
-  health->SetServingStatus(kServiceName, true);
-  health->SetServingStatus("", true);
+  WatchedGrpcServerOptions g;
+  g.name = "sift coordinator";
+  g.bind_address = options.bind_address;
+  g.port = options.port;
+  g.health_service = kServiceName;
+  g.max_message_bytes = 256 << 20;  // evaluation predictions arrive in chunks; allow generous ones
+  g.limits = options.limits;
+  Coordinator* c = impl->coordinator.get();
+  GrpcServerMetrics* metrics = impl->grpc_metrics.get();
+  auto grpc = WatchedGrpcServer::Start(
+      g, OneService([c, metrics] { return std::make_unique<CoordinatorService>(c, metrics); }));
+  if (!grpc.ok()) return grpc.status();
+  impl->grpc = std::move(*grpc);
 
   Impl* raw = impl.get();
   const auto tick = absl::ToChronoMilliseconds(options.tick);
@@ -337,12 +325,8 @@ void CoordinatorServer::Shutdown(double grace_s) {
   }
   impl_->tick_cv.notify_all();
   if (impl_->ticker.joinable()) impl_->ticker.join();
-  if (impl_->server == nullptr) return;
-  grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService();
-  if (health != nullptr) health->Shutdown();  // every service NOT_SERVING, frozen
-  impl_->coordinator->Shutdown();             // KvGet waiters return at once
-  impl_->server->Shutdown(std::chrono::system_clock::now() +
-                          std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+  // KvGet waiters return at once once the services are NOT_SERVING.
+  impl_->grpc->Shutdown(grace_s, [this] { impl_->coordinator->Shutdown(); });
 }
 
 }  // namespace sift::coordinator

@@ -14,6 +14,9 @@
 //   grpc_server_started_total / grpc_server_handled_total / grpc_server_handling_seconds per
 //   grpc_method; sift_build_info{version}.
 //
+// The gRPC server runs under the listener watchdog of common/grpc_listener_watchdog.h: when it
+// stops accepting (file descriptors ran out) it is rebuilt on the same port, jobs intact.
+//
 // Thread-safe: Shutdown may be called from any thread, once or more.
 #pragma once
 
@@ -21,6 +24,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "common/grpc_server_limits.h"
 #include "common/status.h"
 #include "server/coordinator/coordinator.h"
 
@@ -33,6 +37,18 @@ struct CoordinatorServerOptions {
   int metrics_port = 0;                  // 0: any free port; < 0: no /metrics endpoint
   std::string version = "dev";           // sift_build_info
   absl::Duration tick = absl::Milliseconds(100);
+  // Streams per connection, idle and handshake timeouts, and gRPC's request threads (a sync
+  // server: one thread per call in progress; a call finding none free is RESOURCE_EXHAUSTED).
+  GrpcServerLimits limits = DefaultLimits();
+
+  // kDefaultMaxThreads: every worker of the largest cluster a spec allows (4096) can wait in
+  // KvGet at once, with 256 threads to spare for heartbeats and the CLI.
+  static constexpr int kDefaultMaxThreads = 4096 + 256;
+  static GrpcServerLimits DefaultLimits() {
+    GrpcServerLimits l;
+    l.max_threads = kDefaultMaxThreads;
+    return l;
+  }
 };
 
 class CoordinatorServer {

@@ -1,31 +1,25 @@
 #include "server/embedding/service.h"
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/support/channel_arguments.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/proto_buffer_writer.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/dir_lock.h"
-#include "common/grpc_server_util.h"
+#include "common/grpc_listener_watchdog.h"
 #include "common/grpc_status.h"
 #include "common/metrics.h"
 #include "common/thread_pool.h"
 #include "google/protobuf/arena.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/embedding.grpc.pb.h"
 #include "server/embedding/slice_pool.h"
 
@@ -192,142 +186,26 @@ class EmbeddingService final : public RawService {
 
 class EmbeddingServer::Impl {
  public:
+  // Declaration order = reverse destruction order: the gRPC server (with its services, whose
+  // request pools drain) goes before the shard they call.
   std::optional<DirLock> snapshot_lock;  // this shard's claim on --snapshot-dir
   std::unique_ptr<EmbeddingShard> shard;
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<GrpcServerMetrics> grpc_metrics;
   std::unique_ptr<MetricsExposer> exposer;
-  std::unique_ptr<EmbeddingService> service;
-  std::unique_ptr<grpc::Server> server;
-  // Services of listeners the watchdog replaced (a service must outlive its server; they are
-  // few: one per restart).
-  std::vector<std::unique_ptr<EmbeddingService>> retired;
-  EmbeddingServerOptions options;
-  int port = 0;
-  std::mutex shutdown_mu;
-  bool shut_down = false;  // guarded by shutdown_mu
-
-  // The listener watchdog (issue 16 row 2): gRPC 1.51 stops accepting for good once accept4
-  // fails with EMFILE (grpc/grpc#20418). Every kProbeInterval a fresh connection asks this
-  // server's health; after kProbeFailures failures in a row the gRPC server is rebuilt on the
-  // same port (the tables stay: they live in the shard). While descriptors are still exhausted
-  // the rebuild fails and is tried again at the next probe.
-  std::thread watchdog;
-  std::mutex watchdog_mu;
-  std::condition_variable watchdog_cv;
-  bool watchdog_stop = false;  // guarded by watchdog_mu
-  std::mutex server_mu;        // serialises the rebuild against Shutdown
-  std::atomic<int64_t> listener_restarts{0};
-
-  void WatchdogLoop();
-  bool Probe() const;
-  Status RebuildListener();
+  // The gRPC server under the listener watchdog (common/grpc_listener_watchdog.h): rebuilt on
+  // its port when it stops accepting; the tables live on in the shard.
+  std::unique_ptr<WatchedGrpcServer> grpc;
 };
-
-namespace {
-
-constexpr auto kProbeInterval = std::chrono::seconds(1);
-constexpr auto kProbeDeadline = std::chrono::seconds(5);
-constexpr int kProbeFailures = 3;
-
-// The gRPC server of `service` on options.bind_address:port (0 = any; the bound port in
-// *bound_port); null when it cannot listen.
-std::unique_ptr<grpc::Server> BuildGrpcServer(const EmbeddingServerOptions& options, int port,
-                                              EmbeddingService* service, int* bound_port) {
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  AddNonEmptyStatusInterceptor(&builder);
-  const std::string address = absl::StrCat(options.bind_address, ":", port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), bound_port);
-  builder.RegisterService(service);
-  const int max_bytes = static_cast<int>(options.shard.max_message_bytes);
-  // A second server on the same port must fail, not share it (gRPC sets SO_REUSEPORT by default,
-  // which would split clients between two copies of a shard).
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(max_bytes);
-  builder.SetMaxSendMessageSize(max_bytes);
-  // Let clients keep idle connections alive with pings every 10 s or more (ops-notes 4.3).
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || *bound_port == 0) return nullptr;
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  health->SetServingStatus(kServiceName, true);
-  health->SetServingStatus("", true);
-  return server;
-}
-
-}  // namespace
-
-bool EmbeddingServer::Impl::Probe() const {
-  // A channel of its own (a local subchannel pool): a new TCP connection, as a new client makes.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  const std::string host = options.bind_address == "0.0.0.0" ? "127.0.0.1" : options.bind_address;
-  auto channel = grpc::CreateCustomChannel(absl::StrCat(host, ":", port),
-                                           grpc::InsecureChannelCredentials(), args);
-  auto stub = grpc::health::v1::Health::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + kProbeDeadline);
-  grpc::health::v1::HealthCheckRequest request;
-  grpc::health::v1::HealthCheckResponse response;
-  return stub->Check(&ctx, request, &response).ok();
-}
-
-Status EmbeddingServer::Impl::RebuildListener() {
-  std::lock_guard<std::mutex> lock(server_mu);
-  {
-    std::lock_guard<std::mutex> s(shutdown_mu);
-    if (shut_down) return absl::OkStatus();
-  }
-  if (server != nullptr) {
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    server.reset();
-  }
-  if (service != nullptr) retired.push_back(std::move(service));
-  service =
-      std::make_unique<EmbeddingService>(shard.get(), options.shard.threads, grpc_metrics.get());
-  int bound = 0;
-  server = BuildGrpcServer(options, port, service.get(), &bound);
-  if (server == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on port ", port, " again yet"));
-  }
-  listener_restarts.fetch_add(1);
-  return absl::OkStatus();
-}
-
-void EmbeddingServer::Impl::WatchdogLoop() {
-  int failures = 0;
-  std::unique_lock<std::mutex> lock(watchdog_mu);
-  while (!watchdog_cv.wait_for(lock, kProbeInterval, [this] { return watchdog_stop; })) {
-    lock.unlock();
-    const bool ok = server != nullptr && Probe();
-    failures = ok ? 0 : failures + 1;
-    if (failures >= kProbeFailures) {
-      std::fprintf(stderr,
-                   "sift embedding-server: port %d has not answered %d health probes in a row "
-                   "(out of file descriptors?); restarting the listener\n",
-                   port, failures);
-      const Status s = RebuildListener();
-      if (!s.ok()) std::fprintf(stderr, "sift embedding-server: %s\n", s.ToString().c_str());
-      failures = 0;
-    }
-    lock.lock();
-  }
-}
 
 EmbeddingServer::EmbeddingServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 EmbeddingServer::~EmbeddingServer() {
   Shutdown();
-  impl_->retired.clear();
-  // gRPC's rule: the server goes before the services registered with it; the service's pool then
-  // drains before the shard it calls is destroyed.
-  impl_->server.reset();
-  impl_->service.reset();
+  impl_->grpc.reset();
 }
 
-int EmbeddingServer::port() const { return impl_->port; }
+int EmbeddingServer::port() const { return impl_->grpc->port(); }
 int EmbeddingServer::metrics_port() const { return impl_->exposer ? impl_->exposer->port() : -1; }
 EmbeddingShard& EmbeddingServer::shard() { return *impl_->shard; }
 
@@ -400,6 +278,12 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
   if (options.shard.max_message_bytes > static_cast<uint64_t>(INT32_MAX)) {
     return absl::InvalidArgumentError("--max-message-bytes must be < 2 GiB");
   }
+  SIFT_RETURN_IF_ERROR(ValidateGrpcServerLimits(options.limits));
+  if (options.limits.max_threads != 0) {
+    return absl::InvalidArgumentError(
+        "embedding server: --max-threads applies to sync servers only (requests run on "
+        "--threads)");
+  }
   auto impl = std::make_unique<Impl>();
   if (!options.shard.snapshot_dir.empty()) {
     // Shards share the directory (a restore reads every shard's files); one server per shard.
@@ -424,39 +308,26 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
                               impl->registry));
     SIFT_RETURN_IF_ERROR(AddShardCollectables(impl->shard.get(), impl->exposer.get()));
   }
-  impl->service = std::make_unique<EmbeddingService>(impl->shard.get(), options.shard.threads,
-                                                     impl->grpc_metrics.get());
 
-  impl->options = options;
-  impl->server = BuildGrpcServer(options, options.port, impl->service.get(), &impl->port);
-  if (impl->server == nullptr) {
-    return absl::UnavailableError(absl::StrCat("embedding server: cannot listen on ",
-                                               options.bind_address, ":", options.port,
-                                               " (port in use?)"));
-  }
-  Impl* raw = impl.get();
-  impl->watchdog = std::thread([raw] { raw->WatchdogLoop(); });
+  WatchedGrpcServerOptions g;
+  g.name = "sift embedding-server";
+  g.bind_address = options.bind_address;
+  g.port = options.port;
+  g.health_service = kServiceName;
+  g.max_message_bytes = static_cast<int>(options.shard.max_message_bytes);
+  g.limits = options.limits;
+  EmbeddingShard* shard = impl->shard.get();
+  GrpcServerMetrics* metrics = impl->grpc_metrics.get();
+  const int threads = options.shard.threads;
+  auto grpc = WatchedGrpcServer::Start(g, OneService([shard, metrics, threads] {
+                                         return std::make_unique<EmbeddingService>(shard, threads,
+                                                                                   metrics);
+                                       }));
+  if (!grpc.ok()) return grpc.status();
+  impl->grpc = std::move(*grpc);
   return std::unique_ptr<EmbeddingServer>(new EmbeddingServer(std::move(impl)));
 }
 
-void EmbeddingServer::Shutdown(double grace_s) {
-  {
-    std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
-    if (impl_->shut_down) return;
-    impl_->shut_down = true;
-  }
-  {
-    std::lock_guard<std::mutex> lock(impl_->watchdog_mu);
-    impl_->watchdog_stop = true;
-  }
-  impl_->watchdog_cv.notify_all();
-  if (impl_->watchdog.joinable()) impl_->watchdog.join();
-  std::lock_guard<std::mutex> lock(impl_->server_mu);
-  if (impl_->server == nullptr) return;
-  grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService();
-  if (health != nullptr) health->Shutdown();  // every service NOT_SERVING, frozen
-  impl_->server->Shutdown(std::chrono::system_clock::now() +
-                          std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
-}
+void EmbeddingServer::Shutdown(double grace_s) { impl_->grpc->Shutdown(grace_s); }
 
 }  // namespace sift::embedding

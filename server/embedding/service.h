@@ -14,6 +14,9 @@
 //   sift_ps_rows, sift_ps_memory_bytes (gauges) and sift_ps_pulled_keys_total,
 //   sift_ps_pushed_keys_total (counters) per table; sift_build_info{version}.
 //
+// The gRPC server runs under the listener watchdog of common/grpc_listener_watchdog.h: when it
+// stops accepting (file descriptors ran out) it is rebuilt on the same port, tables intact.
+//
 // Thread-safe: Shutdown may be called from any thread, once or more.
 #pragma once
 
@@ -21,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "common/grpc_server_limits.h"
 #include "common/status.h"
 #include "server/embedding/shard.h"
 
@@ -31,6 +35,9 @@ struct EmbeddingServerOptions {
   std::string bind_address = "0.0.0.0";  // interface of the gRPC and metrics ports
   int port = 0;                          // 0: any free port (see EmbeddingServer::port)
   int metrics_port = 0;                  // 0: any free port; < 0: no /metrics endpoint
+  // Streams per connection, idle and handshake timeouts (max_threads must stay 0: requests run
+  // on the shard's own `threads`).
+  GrpcServerLimits limits;
 };
 
 class EmbeddingServer {
