@@ -5,7 +5,10 @@
 // (port file, SIGTERM → exit 0, required flags).
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -15,6 +18,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -24,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "server/coordinator/client.h"
 #include "server/coordinator/service.h"
+#include "tests/integration/flood_util.h"
 #include "tests/util/test_util.h"
 
 namespace sift::coordinator {
@@ -43,8 +48,11 @@ training: {epochs: 1, batch_size: 8}
 cluster: {workers: 1, servers: 1}
 )";
 
-std::unique_ptr<CoordinatorServer> StartServer(const std::string& state_dir) {
+std::unique_ptr<CoordinatorServer> StartServer(
+    const std::string& state_dir,
+    const GrpcServerLimits& limits = CoordinatorServerOptions::DefaultLimits()) {
   CoordinatorServerOptions o;
+  o.limits = limits;
   o.bind_address = "127.0.0.1";
   o.port = 0;
   o.metrics_port = 0;
@@ -300,6 +308,187 @@ TEST_F(CoordinatorServiceTest, ARestartedServerKeepsItsJobs) {
   auto next = client_->SubmitJob(kSpec, "tiny.yaml");
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(*next, "job-2");
+}
+
+// A stub on a connection of its own (a local subchannel pool), or on the shared one.
+std::unique_ptr<pb::CoordinatorService::Stub> Stub(int port, bool own_connection) {
+  grpc::ChannelArguments args;
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return pb::CoordinatorService::NewStub(grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
+}
+
+// Issue 16 row 2: gRPC 1.51 stops accepting for good once accept4 fails with EMFILE
+// (grpc/grpc#20418). The listener watchdog (common/grpc_listener_watchdog.h) rebuilds the server
+// on its port; the jobs live on in the coordinator.
+TEST_F(CoordinatorServiceTest, AServerRecoversAfterItsFileDescriptorsRunOut) {
+  auto id = client_->SubmitJob(kSpec, "tiny.yaml");
+  ASSERT_TRUE(id.ok()) << id.status();
+  // This process holds both ends: capped a little above what it uses now, it connects until the
+  // cap is reached (the server's accepts then fail with EMFILE).
+  ASSERT_GT(sift::testing::ExhaustDescriptors(server_->port()), 100u);
+  // A new client (a new connection: not the subchannel client_ shares) is served again within
+  // the bound.
+  grpc::Status served(grpc::StatusCode::UNAVAILABLE, "not tried");
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (!served.ok() && absl::Now() < deadline) {
+    auto fresh = Stub(server_->port(), /*own_connection=*/true);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    pb::GetJobRequest q;
+    q.set_job_id(*id);
+    pb::JobInfo job;
+    served = fresh->GetJob(&ctx, q, &job);
+    if (served.ok()) {
+      EXPECT_EQ(job.job_id(), *id);
+    } else {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  EXPECT_TRUE(served.ok()) << served.error_code() << " " << served.error_message();
+}
+
+// The started KvGet handlers, from /metrics (grpc_server_started_total{grpc_method="KvGet"}).
+int64_t StartedKvGets(int metrics_port) {
+  auto text = HttpGet("127.0.0.1", metrics_port, "/metrics");
+  if (!text.ok()) return -1;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (absl::StartsWith(line, "grpc_server_started_total{") &&
+        absl::StrContains(line, "grpc_method=\"KvGet\"")) {
+      double v = 0;
+      if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) return static_cast<int64_t>(v);
+    }
+  }
+  return 0;
+}
+
+// Polls `fn` every 20 ms until it is true or `timeout` passes.
+bool PollUntil(const std::function<bool()>& fn, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!fn()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+grpc::Status KvGetCall(pb::CoordinatorService::Stub* stub, const std::string& key) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  pb::KvGetRequest q;
+  q.add_keys(key);
+  q.set_timeout_ms(10000);
+  pb::KvGetResponse r;
+  return stub->KvGet(&ctx, q, &r);
+}
+
+// Issue 16 row 2: what bounds a flood of the coordinator (GrpcServerLimits): calls per
+// connection (--max-concurrent-streams: the rest wait in the client), request threads
+// (--max-threads: a call finding none free is RESOURCE_EXHAUSTED at once), connections that never
+// speak HTTP/2 (--handshake-timeout-ms: closed). After the flood it serves as before.
+TEST(CoordinatorFloodTest, CallsAndConnectionsAreBoundedAndTheServerServesAfter) {
+  TempDir dir;
+  GrpcServerLimits limits;
+  limits.max_concurrent_streams = 4;
+  limits.max_threads = 8;
+  limits.handshake_timeout_ms = 1000;
+  auto server = StartServer(dir.Sub("state"), limits);
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  const int metrics_port = server->metrics_port();
+  auto set_key = [&server](const std::string& key) {
+    pb::KvSetRequest q;
+    q.set_key(key);
+    q.set_value("v");
+    return server->coordinator().KvSet(q).status();  // in process: needs no request thread
+  };
+
+  // 1. Streams: 8 long-polls on one connection; 4 reach the server, 4 wait in the client.
+  {
+    auto stub = Stub(port, /*own_connection=*/false);
+    std::vector<std::future<grpc::Status>> calls;
+    for (int i = 0; i < 8; ++i) {
+      calls.push_back(std::async(std::launch::async,
+                                 [&stub] { return KvGetCall(stub.get(), "flood/streams"); }));
+    }
+    ASSERT_TRUE(PollUntil([&] { return StartedKvGets(metrics_port) == 4; }, absl::Seconds(20)));
+    absl::SleepFor(absl::Milliseconds(300));
+    EXPECT_EQ(StartedKvGets(metrics_port), 4);  // still: the other 4 wait for a stream
+    ASSERT_TRUE(set_key("flood/streams").ok());
+    for (auto& c : calls) {
+      const grpc::Status s = c.get();
+      EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+    }
+    EXPECT_EQ(StartedKvGets(metrics_port), 8);
+  }
+
+  // 2. Threads: 12 long-polls on 12 connections; those beyond the thread quota are refused.
+  {
+    std::vector<std::unique_ptr<pb::CoordinatorService::Stub>> stubs;
+    for (int i = 0; i < 12; ++i) stubs.push_back(Stub(port, /*own_connection=*/true));
+    std::atomic<int> refused{0};
+    std::vector<std::future<grpc::Status>> calls;
+    for (auto& stub : stubs) {
+      calls.push_back(std::async(std::launch::async, [&refused, s = stub.get()] {
+        grpc::Status st = KvGetCall(s, "flood/threads");
+        if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) refused.fetch_add(1);
+        return st;
+      }));
+    }
+    // Settled: every call is either in a handler or refused.
+    ASSERT_TRUE(PollUntil([&] { return StartedKvGets(metrics_port) - 8 + refused.load() == 12; },
+                          absl::Seconds(20)))
+        << "started " << StartedKvGets(metrics_port) - 8 << ", refused " << refused.load();
+    const int64_t running = StartedKvGets(metrics_port) - 8;
+    EXPECT_GE(running, 1);
+    EXPECT_LT(running, limits.max_threads);  // one thread of the quota is the poller
+    EXPECT_EQ(refused.load(), 12 - running);
+    // A new call meanwhile finds no thread either, and says so.
+    {
+      auto fresh = Stub(port, /*own_connection=*/true);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      pb::ListJobsRequest q;
+      pb::ListJobsResponse r;
+      const grpc::Status s = fresh->ListJobs(&ctx, q, &r);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+      EXPECT_FALSE(s.error_message().empty());
+      std::printf("a call beyond --max-threads: %d %s\n", static_cast<int>(s.error_code()),
+                  s.error_message().c_str());
+    }
+    ASSERT_TRUE(set_key("flood/threads").ok());
+    int ok = 0;
+    for (auto& c : calls) {
+      const grpc::Status s = c.get();
+      if (s.ok()) {
+        ++ok;
+      } else {
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+      }
+    }
+    EXPECT_EQ(ok, running);
+  }
+
+  // 3. Connections that never speak HTTP/2 are closed after the handshake timeout.
+  {
+    std::vector<int> raw = sift::testing::OpenRawConnections(port, 300);
+    ASSERT_EQ(raw.size(), 300u);
+    EXPECT_EQ(sift::testing::WaitUntilClosedByPeer(raw, absl::Now() + absl::Seconds(30)), 300u);
+    sift::testing::CloseAll(&raw);
+  }
+
+  // After the flood: a new client runs a job's first steps as before.
+  auto client = Connect(port);
+  ASSERT_NE(client, nullptr);
+  auto id = client->SubmitJob(kSpec, "tiny.yaml");
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(client->KvSet("flood/after", "x").ok());
+  auto values = client->KvGet({"flood/after"}, absl::Seconds(5));
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ(*values, std::vector<std::string>{"x"});
+  auto jobs = client->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 1u);
 }
 
 TEST(CoordinatorProcessTest, ServesUntilSigtermAndExitsZero) {

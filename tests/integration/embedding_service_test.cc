@@ -46,6 +46,7 @@
 #include "server/embedding/service.h"
 #include "server/embedding/snapshot.h"
 #include "server/embedding/table.h"
+#include "tests/integration/flood_util.h"
 #include "tests/util/embedding_requests.h"
 #include "tests/util/test_util.h"
 #include "worker/embedding_client.h"
@@ -109,6 +110,7 @@ struct ServerSpec {
   bool metrics = false;
   int threads = 2;
   int64_t memory_budget = 0;  // ShardOptions::memory_budget_bytes
+  GrpcServerLimits limits;
 };
 
 std::unique_ptr<EmbeddingServer> StartServer(const ServerSpec& spec) {
@@ -124,6 +126,7 @@ std::unique_ptr<EmbeddingServer> StartServer(const ServerSpec& spec) {
   o.bind_address = "127.0.0.1";
   o.port = 0;
   o.metrics_port = spec.metrics ? 0 : -1;
+  o.limits = spec.limits;
   auto server = EmbeddingServer::Start(o);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;
@@ -1136,39 +1139,15 @@ TEST(EmbeddingServiceTest, OneServerPerShardOfASnapshotDir) {
 // self-probe notices and restarts the listener once descriptors are free again: the flood ends,
 // and a new client is served. Bounded: at most 4096 connections on loopback, 120 s to recover.
 TEST(EmbeddingServiceTest, AServerRecoversAfterItsFileDescriptorsRunOut) {
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
   auto servers = StartServers(1);
   ASSERT_NE(servers[0], nullptr);
   auto client = Connect(servers);
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->Configure(kSeed, Tables()).ok());
   const std::vector<float> before = PullRows(*client, kUser, {1, 2});
-  // This process holds both ends: cap it a little above what it uses now, then connect until
-  // the cap is reached (the server's accepts then fail with EMFILE).
-  int open_now = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    (void)e;
-    ++open_now;
-  }
-  rlimit low = saved;
-  low.rlim_cur = static_cast<rlim_t>(open_now + 256);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-  std::vector<int> flood;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(servers[0]->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  for (int i = 0; i < 4096; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) break;  // the cap
-    flood.push_back(fd);
-    if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) break;
-  }
-  ASSERT_GT(flood.size(), 100u);
-  absl::SleepFor(absl::Seconds(2));  // the server tries to accept them meanwhile
-  for (int fd : flood) close(fd);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  // This process holds both ends: capped a little above what it uses now, it connects until the
+  // cap is reached (the server's accepts then fail with EMFILE).
+  ASSERT_GT(sift::testing::ExhaustDescriptors(servers[0]->port()), 100u);
   // A new client (a new connection) is served again within the bound.
   Status served = absl::UnavailableError("not tried");
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
@@ -1188,6 +1167,56 @@ TEST(EmbeddingServiceTest, AServerRecoversAfterItsFileDescriptorsRunOut) {
     }
   }
   EXPECT_TRUE(served.ok()) << served;
+}
+
+// Issue 16 row 2: a flood of connections that never speak HTTP/2 is closed after
+// --handshake-timeout-ms, idle HTTP/2 connections after --max-connection-idle-ms; the shard
+// serves throughout, and Pull + Push after it as before.
+TEST(EmbeddingServiceTest, AConnectionFloodIsReclaimedAndTheShardServesThroughout) {
+  ServerSpec spec;
+  spec.limits.handshake_timeout_ms = 1000;
+  spec.limits.max_connection_idle_ms = 1000;
+  auto servers = StartServers(1, spec);
+  ASSERT_NE(servers[0], nullptr);
+  auto client = Connect(servers);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Configure(kSeed, Tables()).ok());
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  const std::vector<float> before = PullRows(*client, kUser, keys);
+
+  std::vector<int> raw = sift::testing::OpenRawConnections(servers[0]->port(), 300);
+  ASSERT_EQ(raw.size(), 300u);
+  std::vector<std::shared_ptr<grpc::Channel>> idle;
+  for (int i = 0; i < 50; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection each
+    idle.push_back(grpc::CreateCustomChannel(Address(*servers[0]),
+                                             grpc::InsecureChannelCredentials(), args));
+    ASSERT_TRUE(idle.back()->WaitForConnected(std::chrono::system_clock::now() +
+                                              std::chrono::seconds(10)));
+  }
+  // Served during the flood, by a new client too.
+  EXPECT_EQ(PullRows(*Connect(servers), kUser, keys), before);
+
+  EXPECT_EQ(sift::testing::WaitUntilClosedByPeer(raw, absl::Now() + absl::Seconds(30)), 300u);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  size_t still_ready = idle.size();
+  while (still_ready > 0 && absl::Now() < deadline) {
+    still_ready = 0;
+    for (const auto& c : idle) still_ready += c->GetState(false) == GRPC_CHANNEL_READY ? 1 : 0;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(still_ready, 0u) << "idle connections the server did not close";
+  sift::testing::CloseAll(&raw);
+  idle.clear();
+
+  // The first client's connection was idle too (closed); its next calls reconnect. Push
+  // row * 8 with lr 1/8: every row becomes exactly 0.
+  EXPECT_EQ(PullRows(*client, kUser, keys), before);
+  std::vector<float> grads = before;
+  for (float& g : grads) g *= 8.0f;
+  ASSERT_TRUE(PushRows(*client, kUser, keys, grads).ok());
+  EXPECT_EQ(PullRows(*client, kUser, keys), std::vector<float>(before.size(), 0.0f));
 }
 
 // Row 6: snapshots were never deleted (9 for one 90-step job). A shard keeps its files of the
