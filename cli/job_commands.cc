@@ -277,8 +277,9 @@ void AddSubmit(CLI::App* app, Action* action) {
       ->required();
   cmd->add_option("--name", f->name, "Job name (overrides the spec's name)");
   cmd->add_option("--resume-from", f->resume_from,
-                  "Start from this checkpoint directory (e.g. a failed job's last one; "
-                  "overrides checkpoint.resume_from); the new job writes its own checkpoints");
+                  "Start from this checkpoint: a step-<N>/ directory, or a job's checkpoint "
+                  "directory (its newest complete one), e.g. a failed job's; overrides "
+                  "checkpoint.resume_from; the new job writes its own checkpoints");
   cmd->add_flag("--wait", f->wait,
                 "Follow the job until it finishes (progress, then the final table); the exit "
                 "code is the job's: 0 COMPLETED, 1 FAILED or CANCELLED");

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -32,6 +33,7 @@ struct TrainFlags {
   std::string progress = "auto";
   std::string json;
   std::string embedding_servers;
+  std::vector<std::string> table_capacity;  // NAME=ROWS
 };
 
 void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
@@ -102,6 +104,9 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("--load-checkpoint", o.load_checkpoint, "Resume from this checkpoint directory");
+  cmd->add_option("--table-capacity", f->table_capacity,
+                  "NAME=ROWS: the rows embedding table NAME (user_feat_<i>, item_feat_<i>) may "
+                  "hold, over all servers; a pull of a new id beyond it fails (repeatable)");
 #ifndef SIFT_MINIMAL
   cmd->add_option("--embedding-servers", f->embedding_servers,
                   "Embedding tables on these servers (host:port,... in shard order; "
@@ -158,6 +163,15 @@ Status ResolveFlags(TrainFlags* f) {
     SIFT_ASSIGN_OR_RETURN(f->opt.embedding_servers, worker::ParseServerList(f->embedding_servers));
   }
 #endif
+  for (const std::string& entry : f->table_capacity) {
+    const size_t eq = entry.find('=');
+    uint64_t rows = 0;
+    if (eq == std::string::npos || eq == 0 || !absl::SimpleAtoi(entry.substr(eq + 1), &rows)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--table-capacity ", entry, ": expected NAME=ROWS, e.g. item_feat_0=1000000"));
+    }
+    f->opt.table_capacity[entry.substr(0, eq)] = rows;
+  }
   if (f->progress == "auto") {
     f->opt.progress = ::isatty(STDERR_FILENO) != 0;
   } else if (f->progress == "on" || f->progress == "off") {

@@ -349,6 +349,38 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                          {"keep", p.Int(&k.keep, 1, L::kMaxKeep)},
                          {"resume_from", p.String(&k.resume_from, L::kMaxPathBytes)},
                      })},
+      {"tables",
+       [&](const Entry& e) -> Status {
+         if (!e.value.IsDefined() || e.value.IsNull()) return absl::OkStatus();
+         if (!e.value.IsMap()) {
+           return p.Error(e, absl::StrCat("expected a mapping of table names to {capacity: ROWS}, "
+                                          "got ",
+                                          Describe(e.value)));
+         }
+         if (e.value.size() > L::kMaxTables) {
+           return p.Error(e, absl::StrCat("at most ", L::kMaxTables, " tables, got ",
+                                          e.value.size()));
+         }
+         // One section per name given; ParseMap then rejects duplicates and bad values.
+         FieldTable names;
+         for (const auto& kv : e.value) {
+           const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
+           const bool valid =
+               !name.empty() && name.size() <= L::kMaxTableNameBytes &&
+               name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                      "0123456789_") == std::string::npos;
+           if (!valid) {
+             return p.Error(kv.first.Mark().line, e.field,
+                            absl::StrCat("table names are [A-Za-z0-9_]{1,", L::kMaxTableNameBytes,
+                                         "} (user_feat_0, item_feat_1, ...), got ",
+                                         Describe(kv.first)));
+           }
+           JobSpec::Table* table = &spec.tables[name];
+           names.emplace_back(name,
+                              p.Section({{"capacity", p.Int(&table->capacity, 0, L::kMaxCapacity)}}));
+         }
+         return p.ParseMap(e.value, e.field, e.line(), names);
+       }},
       {"results_dir", p.String(&spec.results_dir, L::kMaxPathBytes)},
   };
   if (!root.IsMap()) {
@@ -531,6 +563,14 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "every_epoch" << YAML::Value << k.every_epoch;
   out << YAML::Key << "keep" << YAML::Value << k.keep;
   out << YAML::Key << "resume_from" << YAML::Value << YAML::DoubleQuoted << k.resume_from;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "tables" << YAML::Value << YAML::BeginMap;
+  for (const auto& [name, table] : spec.tables) {
+    out << YAML::Key << name << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "capacity" << YAML::Value << table.capacity;
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
 
   out << YAML::Key << "results_dir" << YAML::Value << YAML::DoubleQuoted << spec.results_dir;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -78,12 +79,25 @@ struct JobSpec {
     bool operator==(const Checkpoint&) const = default;
   };
 
+  // Per embedding table (by name: user_feat_<i>, item_feat_<i>, as the worker names them).
+  struct Table {
+    // Rows the table may hold over all embedding servers; 0 = no row limit (each server's
+    // --table-memory-budget, by default 80% of its memory, still bounds all tables together).
+    // Each of S servers holds at most ceil(capacity / S) rows; a pull of a new id beyond that
+    // fails the job with RESOURCE_EXHAUSTED naming the table. In [0, kMaxCapacity].
+    int64_t capacity = 0;
+    bool operator==(const Table&) const = default;
+  };
+
   std::string name;     // optional job name
   std::string dataset;  // required: a sift dataset (or a reference TFRecord directory)
   Model model;
   Training training;
   Cluster cluster;
   Checkpoint checkpoint;
+  // `tables: {item_feat_0: {capacity: 1000000}}`; names [A-Za-z0-9_]{1,64}. A name the dataset
+  // has no table of fails the job naming tables.<name>.
+  std::map<std::string, Table> tables;
   std::string results_dir;  // optional: the job's DLLL log.json goes here
 
   bool operator==(const JobSpec&) const = default;
@@ -108,6 +122,9 @@ struct JobSpecLimits {
   static constexpr size_t kMaxPathBytes = 4096;     // dataset, checkpoint.dir, results_dir
   static constexpr size_t kMaxSpecBytes = 1 << 20;  // the whole YAML text
   static constexpr int64_t kMaxKeep = 1000;         // checkpoint.keep
+  static constexpr int64_t kMaxCapacity = int64_t{1} << 48;  // tables.<name>.capacity
+  static constexpr size_t kMaxTables = 4096;                 // entries of tables
+  static constexpr size_t kMaxTableNameBytes = 64;
 };
 
 // Parses and validates a job spec; `source_name` (e.g. "job.yaml") prefixes every error message.

@@ -305,6 +305,10 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   // overwrites another job's checkpoint.
   if (!spec.checkpoint.dir.empty()) o.save_checkpoint = JoinPath(spec.checkpoint.dir, a.job_id());
   o.checkpoint_keep = spec.checkpoint.keep;
+  for (const auto& [name, table] : spec.tables) {
+    o.table_capacity[name] = static_cast<uint64_t>(table.capacity);
+  }
+  o.capacity_field = "tables.";
   o.load_checkpoint = a.resume_checkpoint();
   o.checkpoint_every_steps = spec.checkpoint.every_steps;
   o.checkpoint_every_epoch = spec.checkpoint.every_epoch;

@@ -465,9 +465,23 @@ Status Trainer::Setup(RunMode mode) {
                        " (needed for the embedding init bound)"));
     }
     c.cardinality = static_cast<uint64_t>(cards[t]);
+    if (auto it = o_.table_capacity.find(c.name); it != o_.table_capacity.end()) {
+      c.capacity = it->second;
+    }
     c.optimizer.kind = kind;
     c.optimizer.learning_rate = o_.lr;
     tables.push_back(std::move(c));
+  }
+  for (const auto& [name, capacity] : o_.table_capacity) {
+    const bool known = std::any_of(tables.begin(), tables.end(),
+                                   [&](const embedding::TableConfig& c) { return c.name == name; });
+    if (!known) {
+      std::vector<std::string> names;
+      for (const embedding::TableConfig& c : tables) names.push_back(c.name);
+      return absl::InvalidArgumentError(absl::StrCat(
+          o_.capacity_field, name, ": the model on ", o_.dataset,
+          " has no table of that name (its tables: ", absl::StrJoin(names, ", "), ")"));
+    }
   }
   if (o_.embedding_servers.empty()) {
     SIFT_ASSIGN_OR_RETURN(

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,6 +84,12 @@ struct TrainerOptions {
   // goes to its step-<N>/ (worker/checkpoint.h) and after a commit the newest K are kept (the
   // servers' snapshots of the others are deleted at the next snapshot).
   int checkpoint_keep = 0;
+  // Row capacity per embedding table name (embedding::TableConfig::capacity: over all servers;
+  // in-process tables hold all of it). A name that is not one of the model's tables is
+  // INVALID_ARGUMENT naming `<capacity_field><name>` (the job spec's tables.<name>, sift
+  // train's --table-capacity <name>=ROWS).
+  std::map<std::string, uint64_t> table_capacity;
+  std::string capacity_field = "--table-capacity ";
   // Cluster jobs (sift train keeps the defaults): also checkpoint after every step whose
   // global_step (steps done) is a multiple of checkpoint_every_steps (0 = never); checkpoint at
   // the end of every epoch, after its evaluation; and after the final epoch too.

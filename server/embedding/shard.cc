@@ -87,6 +87,7 @@ StatusOr<TableConfig> TableConfigFromProto(const pb::TableConfig& proto) {
   }
   c.dim = static_cast<int>(proto.dim());
   c.cardinality = proto.cardinality();
+  c.capacity = proto.capacity();
   const pb::OptimizerConfig& o = proto.optimizer();
   switch (o.kind()) {
     case pb::OPTIMIZER_ADAM:
@@ -116,6 +117,7 @@ pb::TableConfig TableConfigToProto(const TableConfig& config) {
   p.set_name(config.name);
   p.set_dim(static_cast<uint32_t>(config.dim));
   p.set_cardinality(config.cardinality);
+  p.set_capacity(config.capacity);
   pb::OptimizerConfig* o = p.mutable_optimizer();
   switch (config.optimizer.kind) {
     case OptimizerKind::kAdam:
@@ -176,7 +178,8 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingShard::MakeStore(
   }
   return EmbeddingStore::Create(
       std::move(tables), StoreOptions{config.seed(), options_.num_stripes, options_.threads,
-                                      options_.max_abs_gradient, options_.memory_budget_bytes});
+                                      options_.max_abs_gradient, options_.memory_budget_bytes,
+                                      static_cast<int>(options_.num_shards)});
 }
 
 Status EmbeddingShard::InstallLocked(const pb::ConfigureRequest& config,

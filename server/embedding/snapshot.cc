@@ -44,6 +44,7 @@ std::string ConfigDifference(const TableConfig& a, const TableConfig& b) {
   if (a.name != b.name) return "name";
   if (a.dim != b.dim) return "dim";
   if (a.cardinality != b.cardinality) return "cardinality";
+  if (a.capacity != b.capacity) return "capacity";
   const OptimizerConfig &x = a.optimizer, &y = b.optimizer;
   if (x.kind != y.kind) return "optimizer.kind";
   if (x.learning_rate != y.learning_rate) return "optimizer.learning_rate";
@@ -62,6 +63,7 @@ json MetaToJson(const SnapshotMeta& meta) {
                       {"name", t.name},
                       {"dim", t.dim},
                       {"cardinality", t.cardinality},
+                      {"capacity", t.capacity},
                       {"optimizer",
                        {{"kind", std::string(OptimizerName(o.kind))},
                         {"learning_rate", static_cast<double>(o.learning_rate)},
@@ -187,6 +189,11 @@ StatusOr<TableConfig> ParseTableConfig(const JsonFields& f, const json& t,
   c.dim = static_cast<int>(dim);
   SIFT_ASSIGN_OR_RETURN(
       c.cardinality, f.Unsigned(t, prefix, "cardinality", 0, std::numeric_limits<uint64_t>::max()));
+  // Snapshots written before tables had a capacity have none (0: no row limit).
+  if (t.contains("capacity")) {
+    SIFT_ASSIGN_OR_RETURN(
+        c.capacity, f.Unsigned(t, prefix, "capacity", 0, std::numeric_limits<uint64_t>::max()));
+  }
   const std::string op = prefix + ".optimizer";
   SIFT_ASSIGN_OR_RETURN(const json* o, f.Get(t, prefix, "optimizer"));
   SIFT_ASSIGN_OR_RETURN(std::string kind, f.String(*o, op, "kind"));

@@ -96,6 +96,9 @@ struct EmbeddingStore::Table {
   std::unique_ptr<Stripe[]> stripes;
   std::atomic<int64_t> last_step{-1};
   std::atomic<uint64_t> refused_pushes{0}, refused_rows{0}, refused_pulls{0};
+  // Rows of this store's share (all stripes), and the share: 0 = no limit.
+  mutable std::atomic<int64_t> rows{0};
+  int64_t row_limit = 0;
 };
 
 // A new row's share of the memory budget: its floats and its hash-map slot.
@@ -158,6 +161,10 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Create(std::vector<Tab
     return absl::InvalidArgumentError(absl::StrCat(
         "embedding store: max_abs_gradient ", options.max_abs_gradient, " must be finite and > 0"));
   }
+  if (options.num_shards < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding store: num_shards ", options.num_shards, " < 1"));
+  }
   if (options.memory_budget_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("embedding store: memory_budget_bytes ", options.memory_budget_bytes, " < 0"));
@@ -185,6 +192,10 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Create(std::vector<Tab
     table->state_floats = StateFloats(config.optimizer, config.dim);
     table->row_floats = config.dim + table->state_floats;
     table->stripes = std::make_unique<Stripe[]>(static_cast<size_t>(options.num_stripes));
+    const uint64_t shards = static_cast<uint64_t>(options.num_shards);
+    table->row_limit = static_cast<int64_t>(
+        std::min<uint64_t>(config.capacity / shards + (config.capacity % shards != 0),
+                           std::numeric_limits<int64_t>::max()));
     table->config = std::move(config);
     const uint32_t id = table->config.table_id;
     store->tables_.emplace(id, std::move(table));
@@ -239,10 +250,19 @@ StatusOr<float*> EmbeddingStore::FindOrCreateRow(const Table& table, Stripe& str
     return absl::ResourceExhaustedError(
         absl::StrCat(table.label, ": a lock stripe is full (2^32 - 1 rows); use more stripes"));
   }
+  const int64_t rows = table.rows.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (budgeted && table.row_limit > 0 && rows > table.row_limit) {
+    table.rows.fetch_sub(1, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        table.label, ": the table is full: this shard holds ", rows - 1, " rows, its share of ",
+        "the table's capacity of ", table.config.capacity, " rows (job spec tables.",
+        table.config.name, ".capacity); rows already held are still served"));
+  }
   const int64_t cost = RowBudgetBytes(table.row_floats);
   const int64_t used = row_bytes_.fetch_add(cost, std::memory_order_relaxed) + cost;
   if (budgeted && memory_budget_bytes_ > 0 && used > memory_budget_bytes_) {
     row_bytes_.fetch_sub(cost, std::memory_order_relaxed);
+    table.rows.fetch_sub(1, std::memory_order_relaxed);
     return absl::ResourceExhaustedError(absl::StrCat(
         table.label, ": no room for new rows: this server's tables hold ", used - cost,
         " bytes of their memory budget of ", memory_budget_bytes_,

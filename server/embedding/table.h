@@ -41,6 +41,10 @@ struct TableConfig {
   int dim = 16;               // floats per row, in [1, 65536]
   uint64_t cardinality = 0;   // init bound 1/sqrt(cardinality + 1); not an id limit
   OptimizerConfig optimizer;  // validated by Create
+  // Rows of the whole table over StoreOptions::num_shards stores (0 = no row limit): this store
+  // creates at most ceil(capacity / num_shards) of them on Pull (RESOURCE_EXHAUSTED naming the
+  // table beyond it); Push, Lookup and LoadRows never refuse for it, as for the memory budget.
+  uint64_t capacity = 0;
 };
 
 // Pushes with a gradient component beyond +-this are refused whole (issue 16: one FLT_MAX
@@ -61,6 +65,9 @@ struct StoreOptions {
   // the rows already held are still served and updated. Push, Lookup and LoadRows never refuse
   // for it (a push creates rows only for ids it did not pull first, and stays all-or-nothing).
   int64_t memory_budget_bytes = 0;
+  // The store is one of this many shards of each table (>= 1): it holds its share of
+  // TableConfig::capacity.
+  int num_shards = 1;
 };
 
 // Memory accounting of one table (bytes). value/state count live rows only; arena counts the
@@ -164,7 +171,8 @@ class EmbeddingStore {
                        const std::function<Status(int)>& fn) const;
 
   StatusOr<Table*> GetTable(uint32_t table_id, absl::string_view op) const;
-  // `budgeted`: refuse a new row beyond memory_budget_bytes (RESOURCE_EXHAUSTED).
+  // `budgeted`: refuse a new row beyond memory_budget_bytes or the table's capacity share
+  // (RESOURCE_EXHAUSTED).
   StatusOr<float*> FindOrCreateRow(const Table& table, Stripe& stripe, uint64_t id,
                                    bool budgeted) const;
   uint32_t StripeOf(uint32_t table_id, uint64_t id) const;

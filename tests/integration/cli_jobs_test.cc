@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file_util.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -135,6 +136,29 @@ TEST(CliJobs, DryRunValidatesWithoutACoordinator) {
   r = RunSift({"submit", typo, "--dry-run"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr(typo + ":3: cluster.replicas"));
+}
+
+// --resume-from a job's checkpoint directory means its newest complete step-<N>/; a directory
+// without a checkpoint is a usage error naming it.
+TEST(CliJobs, ResumeFromAJobDirectoryTakesItsNewestCheckpoint) {
+  testing::TempDir dir;
+  const std::string spec = dir.Sub("job.yaml");
+  testing::WriteAll(spec, "dataset: d\n");
+  const std::string job = dir.Sub("ckpt/job-1");
+  for (const char* step : {"step-000000000006", "step-000000000009", "step-000000000012"}) {
+    ASSERT_TRUE(MakeDirs(JoinPath(job, step)).ok());
+  }
+  testing::WriteAll(JoinPath(job, "step-000000000006/manifest.json"), "{}");
+  testing::WriteAll(JoinPath(job, "step-000000000009/manifest.json"), "{}");
+  auto r = RunSift({"submit", spec, "--dry-run", "--resume-from", job});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("resume_from: \"" + job + "/step-000000000009\""));
+  r = RunSift({"submit", spec, "--dry-run", "--resume-from", JoinPath(job, "step-000000000006")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("resume_from: \"" + job + "/step-000000000006\""));
+  r = RunSift({"submit", spec, "--dry-run", "--resume-from", dir.Sub("ckpt")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("checkpoint.resume_from " + dir.Sub("ckpt") + ": not a checkpoint"));
 }
 
 TEST(CliJobs, UsageErrorsExitTwo) {

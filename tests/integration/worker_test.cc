@@ -202,6 +202,39 @@ TEST_F(WorkerTest, TwoWorkersWithStalenessAndAMidEpochCheckpointComplete) {
   EXPECT_EQ(cluster.StopWorker(0, SIGTERM), 0);
 }
 
+// tables.<name>.capacity (issue 16 row 3): a job whose table outgrows its capacity fails at once
+// with the table and the spec field named (RESOURCE_EXHAUSTED is not recovered: it would happen
+// again); a name the model has no table of fails naming the field.
+TEST_F(WorkerTest, ATableBeyondItsCapacityFailsTheJobNamingIt) {
+  TestClusterOptions co;
+  co.servers = 2;
+  co.workers = 1;
+  TestCluster cluster(*dir_, "capacity", co);
+  TestJob job;
+  job.dataset = Tiny();
+  job.epochs = 1;
+  job.batch_size = 256;
+  job.max_steps_per_epoch = 3;
+  job.servers = 2;
+  job.workers = 1;
+  job.extra_yaml = "tables:\n  item_feat_0: {capacity: 20}\n  user_feat_0: {capacity: 0}\n";
+  const std::string id = cluster.Submit(job.Yaml());
+  ASSERT_FALSE(id.empty());
+  cpb::JobInfo info = cluster.WaitForFinish(id, 120);
+  EXPECT_EQ(info.state(), cpb::FAILED);
+  EXPECT_THAT(info.message(), HasSubstr("table 'item_feat_0'"));
+  EXPECT_THAT(info.message(), HasSubstr("the table is full"));
+  EXPECT_THAT(info.message(), HasSubstr("tables.item_feat_0.capacity"));
+
+  job.extra_yaml = "tables:\n  item_feat_9: {capacity: 20}\n";
+  const std::string bad = cluster.Submit(job.Yaml());
+  ASSERT_FALSE(bad.empty());
+  info = cluster.WaitForFinish(bad, 120);
+  EXPECT_EQ(info.state(), cpb::FAILED);
+  EXPECT_THAT(info.message(), HasSubstr("tables.item_feat_9: the model on "));
+  EXPECT_THAT(info.message(), HasSubstr("has no table of that name (its tables: user_feat_0, "));
+}
+
 // --exit-after-jobs: a worker whose job was cancelled exits 3 (a Kubernetes podFailurePolicy
 // fails the Job on it), not 0.
 TEST_F(WorkerTest, ExitAfterJobsExitsThreeWhenTheJobDidNotComplete) {

@@ -226,6 +226,7 @@ std::string TestJob::Yaml() const {
                     "\n  keep: ", checkpoint_keep, "\n");
   }
   if (!results_dir.empty()) absl::StrAppend(&y, "results_dir: \"", results_dir, "\"\n");
+  absl::StrAppend(&y, extra_yaml);
   return y;
 }
 

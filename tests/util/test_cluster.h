@@ -101,6 +101,7 @@ struct TestJob {
   int checkpoint_keep = 3;
   std::string results_dir;
   uint64_t seed = 7;
+  std::string extra_yaml;  // appended as is (top-level keys, e.g. "tables: {...}\n")
   std::string Yaml() const;
 };
 

@@ -442,5 +442,43 @@ TEST(EmbeddingStore, TheMemoryBudgetRefusesNewRowsOnly) {
   EXPECT_EQ(store.Stats()[0].refused_pulls, 1u);
 }
 
+// tables.<name>.capacity: each of S shards creates at most ceil(capacity / S) rows on Pull;
+// rows already held are still served, and Push/LoadRows never refuse (a push stays whole).
+TEST(EmbeddingStore, ACapacityRefusesNewRowsBeyondTheShardsShare) {
+  StoreOptions o{42, 4};
+  o.num_shards = 3;
+  TableConfig t = Table(3, "item_feat_0", 2, 10);
+  t.capacity = 25;  // ceil(25 / 3) = 9 rows in this shard
+  auto created = EmbeddingStore::Create({t, Table(4, "other", 2, 10)}, o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EmbeddingStore& store = **created;
+  std::vector<uint64_t> nine(9);
+  std::iota(nine.begin(), nine.end(), 0);
+  const std::vector<float> held = PullOrDie(store, 3, nine, 2);
+  std::vector<float> out(4);
+  // A pull that needs one new row is refused (and creates none)...
+  const Status s = store.Pull(3, std::vector<uint64_t>{1, 99}, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("table 'item_feat_0' (id 3): the table is full: this shard holds 9 rows, "
+                        "its share of the table's capacity of 25 rows (job spec "
+                        "tables.item_feat_0.capacity)"));
+  // ... the held rows are served as before, the other table is not limited.
+  EXPECT_EQ(PullOrDie(store, 3, nine, 2), held);
+  std::vector<uint64_t> many(100);
+  std::iota(many.begin(), many.end(), 0);
+  PullOrDie(store, 4, many, 2);
+  EXPECT_TRUE(store.Push(3, std::vector<uint64_t>{100}, std::vector<float>{1, 1}, 1).ok());
+  const std::vector<TableStats> stats = store.Stats();
+  EXPECT_EQ(stats[0].rows, 10);
+  EXPECT_EQ(stats[0].refused_pulls, 1u);
+  EXPECT_EQ(stats[1].rows, 100);
+  // The refused pull created nothing: the row count stayed at the share.
+  EXPECT_EQ(store.Pull(3, std::vector<uint64_t>{98}, absl::MakeSpan(out).subspan(0, 2)).code(),
+            absl::StatusCode::kResourceExhausted);
+  o.num_shards = 0;
+  EXPECT_EQ(EmbeddingStore::Create({t}, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace sift::embedding
