@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -78,6 +79,45 @@ StatusOr<const nlohmann::json*> Field(const nlohmann::json& j, const char* key,
     return absl::DataLossError(absl::StrCat(where, ": missing field '", key, "'"));
   }
   return &*it;
+}
+
+// A numeric field of `j`, checked before it is converted (a float such as 4.4e34 in an integer
+// field made nlohmann's get<int> undefined behaviour; found by tests/fuzz checkpoint_manifest):
+// DATA_LOSS naming the field when it is missing, not a number of the kind, or out of T's range.
+template <typename T>
+StatusOr<T> IntegerAt(const nlohmann::json& j, const char* key, const std::string& where) {
+  SIFT_ASSIGN_OR_RETURN(const nlohmann::json* v, Field(j, key, where));
+  bool ok = false;
+  T out = 0;
+  if (v->is_number_unsigned()) {
+    const uint64_t u = v->get<uint64_t>();
+    ok = u <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    out = static_cast<T>(u);
+  } else if (v->is_number_integer()) {
+    const int64_t i = v->get<int64_t>();
+    ok = i >= 0 ? static_cast<uint64_t>(i) <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                : std::numeric_limits<T>::is_signed &&
+                      i >= static_cast<int64_t>(std::numeric_limits<T>::min());
+    out = static_cast<T>(i);
+  }
+  if (!ok) {
+    return absl::DataLossError(absl::StrCat(where, ": field '", key, "': expected an integer in [",
+                                            std::numeric_limits<T>::min(), ", ",
+                                            std::numeric_limits<T>::max(), "], got ",
+                                            v->dump().substr(0, 64)));
+  }
+  return out;
+}
+
+StatusOr<float> FloatAt(const nlohmann::json& j, const char* key, const std::string& where) {
+  SIFT_ASSIGN_OR_RETURN(const nlohmann::json* v, Field(j, key, where));
+  const double d = v->is_number() ? v->get<double>() : std::nan("");
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max()) {
+    return absl::DataLossError(absl::StrCat(where, ": field '", key,
+                                            "': expected a finite float, got ",
+                                            v->dump().substr(0, 64)));
+  }
+  return static_cast<float>(d);
 }
 
 }  // namespace
@@ -180,7 +220,9 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
     return absl::DataLossError(absl::StrCat(manifest_path, ": not valid JSON"));
   }
   try {
-    if (m.value("format", "") != kFormat || m.value("version", 0) != kVersion) {
+    const auto version = m.find("version");
+    if (m.value("format", "") != kFormat || version == m.end() || !version->is_number_integer() ||
+        version->get<int64_t>() != kVersion) {
       return absl::DataLossError(
           absl::StrCat(manifest_path, ": not a ", kFormat, " version ", kVersion, " manifest"));
     }
@@ -202,9 +244,9 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
                                                 f.at("bytes").dump(), "/", f.at("crc32c").dump()));
       }
     }
-    state->epochs_done = m.at("epochs_done").get<int64_t>();
-    state->global_step = m.at("global_step").get<int64_t>();
-    state->adam_t = m.at("adam_t").get<int64_t>();
+    SIFT_ASSIGN_OR_RETURN(state->epochs_done, IntegerAt<int64_t>(m, "epochs_done", manifest_path));
+    SIFT_ASSIGN_OR_RETURN(state->global_step, IntegerAt<int64_t>(m, "global_step", manifest_path));
+    SIFT_ASSIGN_OR_RETURN(state->adam_t, IntegerAt<int64_t>(m, "adam_t", manifest_path));
     for (const auto& [name, v] :
          {std::pair<const char*, int64_t>{"epochs_done", state->epochs_done},
           {"global_step", state->global_step},
@@ -214,12 +256,13 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
             absl::StrCat(manifest_path, ": field '", name, "' is negative (", v, ")"));
       }
     }
-    state->seed = m.at("seed").get<uint64_t>();
+    SIFT_ASSIGN_OR_RETURN(state->seed, IntegerAt<uint64_t>(m, "seed", manifest_path));
     state->model = model->get<std::string>();
     if (const auto ls = m.find("loss_scaler"); ls != m.end()) {
       state->loss_scale.present = true;
-      state->loss_scale.scale = ls->at("scale").get<float>();
-      state->loss_scale.good_steps = ls->at("good_steps").get<int64_t>();
+      SIFT_ASSIGN_OR_RETURN(state->loss_scale.scale, FloatAt(*ls, "scale", manifest_path));
+      SIFT_ASSIGN_OR_RETURN(state->loss_scale.good_steps,
+                            IntegerAt<int64_t>(*ls, "good_steps", manifest_path));
       int exponent = 0;
       // Loss scales are powers of two (so that unscaling is exact).
       if (!(state->loss_scale.scale > 0) || !std::isfinite(state->loss_scale.scale) ||
@@ -259,12 +302,17 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
             snap->at("name").get<std::string>(), "'; load it with --embedding-servers"));
       }
       state->remote.name = snap->at("name").get<std::string>();
-      state->remote.num_shards = snap->at("num_shards").get<uint32_t>();
+      SIFT_ASSIGN_OR_RETURN(state->remote.num_shards,
+                            IntegerAt<uint32_t>(*snap, "num_shards", manifest_path));
       state->remote.files.clear();
       for (const nlohmann::json& f : snap->at("files")) {
-        state->remote.files.push_back(
-            {f.at("path").get<std::string>(), f.at("bytes").get<uint64_t>(),
-             f.at("payload_crc32c").get<uint32_t>(), f.at("rows").get<int64_t>()});
+        CheckpointState::RemoteSnapshot::File file;
+        file.path = f.at("path").get<std::string>();
+        SIFT_ASSIGN_OR_RETURN(file.bytes, IntegerAt<uint64_t>(f, "bytes", manifest_path));
+        SIFT_ASSIGN_OR_RETURN(file.payload_crc32c,
+                              IntegerAt<uint32_t>(f, "payload_crc32c", manifest_path));
+        SIFT_ASSIGN_OR_RETURN(file.rows, IntegerAt<int64_t>(f, "rows", manifest_path));
+        state->remote.files.push_back(std::move(file));
       }
       return absl::OkStatus();
     }
@@ -273,7 +321,8 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
     std::set<uint32_t> want, have;
     for (const embedding::TableStats& t : store->Stats()) want.insert(t.table_id);
     for (const nlohmann::json& t : *tables) {
-      if (!have.insert(t.at("table_id").get<uint32_t>()).second) {
+      SIFT_ASSIGN_OR_RETURN(const uint32_t id, IntegerAt<uint32_t>(t, "table_id", manifest_path));
+      if (!have.insert(id).second) {
         return absl::DataLossError(absl::StrCat(manifest_path, ": field 'tables': table ",
                                                 t.at("table_id").dump(), " listed twice"));
       }
@@ -294,7 +343,8 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
       SIFT_ASSIGN_OR_RETURN(const uint8_t* ids, tr.NextArray(c[0], sizeof(uint64_t)));
       SIFT_ASSIGN_OR_RETURN(const uint8_t* rows, tr.NextArray(c[0], sizeof(float), c[1]));
       if (c[1] > (1u << 20)) return absl::DataLossError(absl::StrCat(path, ": bad row size"));
-      if (c[2] != t.at("table_id").get<uint64_t>()) {
+      SIFT_ASSIGN_OR_RETURN(const uint64_t id, IntegerAt<uint64_t>(t, "table_id", manifest_path));
+      if (c[2] != id) {
         return absl::DataLossError(absl::StrCat(path, ": holds table ", c[2],
                                                 ", the manifest says ", t.at("table_id").dump()));
       }

@@ -40,8 +40,11 @@ StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, bool ve
         dir, ": this is a reference TFRecord directory; import it first with `sift data convert ",
         dir, " --from tfrecord --out DIR`"));
   }
-  const YAML::Node sift_meta = d->spec_.metadata["sift"];
-  if (!sift_meta || !sift_meta["negative_seed"]) {
+  // metadata and metadata.sift must be mappings: operator[] on a scalar throws (found by
+  // tests/fuzz dataset: `metadata: {sift: 1}` ended the process).
+  const YAML::Node& metadata = d->spec_.metadata;
+  const YAML::Node sift_meta = metadata.IsMap() ? metadata["sift"] : YAML::Node();
+  if (!sift_meta || !sift_meta.IsMap() || !sift_meta["negative_seed"]) {
     return absl::InvalidArgumentError(
         absl::StrCat(spec_path, ": metadata.sift.negative_seed is missing"));
   }

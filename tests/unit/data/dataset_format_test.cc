@@ -81,6 +81,25 @@ TEST_F(DatasetFormatTest, FeatureSpecIsReferenceSchema) {
   EXPECT_LT(yaml.find("metadata:"), yaml.find("source_spec:"));
 }
 
+// tests/fuzz dataset: metadata.sift given as a scalar ended the process (yaml-cpp's operator[] on
+// a scalar throws); it is the missing-seed error. (A scalar metadata is the spec parser's error.)
+TEST_F(DatasetFormatTest, AScalarMetadataIsAnError) {
+  for (const auto& [replacement, error] :
+       {std::pair<const char*, const char*>{"metadata:\n  sift: 1\n",
+                                            "metadata.sift.negative_seed is missing"},
+        {"metadata: 1\n", "metadata: expected a mapping"}}) {
+    SCOPED_TRACE(replacement);
+    std::string yaml = ReadAll(Path(kFeatureSpecFile));
+    const size_t start = yaml.find("metadata:");
+    const size_t end = yaml.find("source_spec:");
+    ASSERT_NE(start, std::string::npos);
+    ASSERT_NE(end, std::string::npos);
+    yaml.replace(start, end - start, replacement);
+    WriteAll(Path(kFeatureSpecFile), yaml);
+    EXPECT_THAT(OpenError(), HasSubstr(error));
+  }
+}
+
 TEST_F(DatasetFormatTest, BadMagic) {
   Edit(kEventsFile, [](std::string& b) { std::memcpy(b.data(), "GARBAGE!", 8); });
   EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kEventsFile)), HasSubstr("bad magic")));

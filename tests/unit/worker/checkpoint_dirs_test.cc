@@ -1,5 +1,6 @@
 // A job's checkpoint directory (worker/checkpoint.h): step-<N>/ per checkpoint, the newest
-// complete ones listed, a job directory resolved to its newest checkpoint, and retention.
+// complete ones listed, a job directory resolved to its newest checkpoint, and retention; and
+// manifest numbers of the wrong kind.
 #include <algorithm>
 #include <filesystem>
 #include <string>
@@ -82,6 +83,33 @@ TEST(CheckpointDirsTest, PruningKeepsTheNewestCompleteOnesUpToTheCommittedStep) 
   EXPECT_THAT(Entries(job), ElementsAre("notes.txt", "step-000000000008", "step-000000000012"));
   // A missing job dir is nothing to do.
   EXPECT_TRUE(PruneStepCheckpoints(dir.Sub("none"), 8, 1).ok());
+}
+
+// tests/fuzz checkpoint_manifest: `"version": 4.4e34` made nlohmann's get<int> undefined
+// behaviour (a float beyond int); every number of a manifest is checked before it is converted.
+TEST(CheckpointDirsTest, ManifestNumbersOfTheWrongKindAreDataLoss) {
+  TempDir dir;
+  const auto load = [&](const std::string& manifest) {
+    sift::testing::WriteAll(dir.Sub("manifest.json"), manifest);
+    CheckpointState state;
+    return LoadCheckpoint(dir.path(), "m", 0, &state, nullptr);
+  };
+  Status s = load(R"({"format": "sift-checkpoint", "version": 4.44444e34})");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("version 1 manifest"));
+  const std::string head = R"({"format": "sift-checkpoint", "version": 1, "model": "m", "files": [], )";
+  for (const std::string& field :
+       {std::string(R"("epochs_done": 1e30, "global_step": 1, "adam_t": 1, "seed": 1})"),
+        std::string(R"("epochs_done": 1, "global_step": -1e300, "adam_t": 1, "seed": 1})"),
+        std::string(R"("epochs_done": 1, "global_step": 1, "adam_t": "7", "seed": 1})"),
+        std::string(R"("epochs_done": 1, "global_step": 1, "adam_t": 1, "seed": -3})"),
+        std::string(R"("epochs_done": 1, "global_step": 1, "adam_t": 1, "seed": 1,
+                       "loss_scaler": {"scale": 1e300, "good_steps": 0}})")}) {
+    SCOPED_TRACE(field);
+    s = load(head + field);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(": field '")) << s;
+  }
 }
 
 }  // namespace
