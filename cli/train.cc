@@ -167,8 +167,8 @@ Status ResolveFlags(TrainFlags* f) {
     const size_t eq = entry.find('=');
     uint64_t rows = 0;
     if (eq == std::string::npos || eq == 0 || !absl::SimpleAtoi(entry.substr(eq + 1), &rows)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--table-capacity ", entry, ": expected NAME=ROWS, e.g. item_feat_0=1000000"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--table-capacity ", entry, ": expected NAME=ROWS, e.g. item_feat_0=1000000"));
     }
     f->opt.table_capacity[entry.substr(0, eq)] = rows;
   }

@@ -17,8 +17,8 @@ namespace sift {
 
 Status ValidateGrpcServerLimits(const GrpcServerLimits& limits) {
   if (limits.max_concurrent_streams < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-concurrent-streams ",
-                                                   limits.max_concurrent_streams, " must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-concurrent-streams ", limits.max_concurrent_streams, " must be >= 0"));
   }
   if (limits.max_connection_idle_ms < 0 || limits.max_connection_idle_ms > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -117,8 +117,7 @@ bool WatchedGrpcServer::Probe() const {
   // A channel of its own (a local subchannel pool): a new TCP connection, as a new client makes.
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  const std::string host =
-      options_.bind_address == "0.0.0.0" ? "127.0.0.1" : options_.bind_address;
+  const std::string host = options_.bind_address == "0.0.0.0" ? "127.0.0.1" : options_.bind_address;
   auto channel = grpc::CreateCustomChannel(absl::StrCat(host, ":", port_),
                                            grpc::InsecureChannelCredentials(), args);
   auto stub = grpc::health::v1::Health::NewStub(channel);

@@ -54,10 +54,10 @@ namespace sift {
 Status ValidateGrpcServerLimits(const GrpcServerLimits& limits);
 
 struct WatchedGrpcServerOptions {
-  std::string name;              // in log lines: "sift coordinator"
-  std::string bind_address;      // interface to listen on ("0.0.0.0": all)
-  int port = 0;                  // 0: any free port (the bound one is kept for rebuilds)
-  std::string health_service;    // set SERVING in grpc.health.v1, with "" (the whole server)
+  std::string name;                 // in log lines: "sift coordinator"
+  std::string bind_address;         // interface to listen on ("0.0.0.0": all)
+  int port = 0;                     // 0: any free port (the bound one is kept for rebuilds)
+  std::string health_service;       // set SERVING in grpc.health.v1, with "" (the whole server)
   int max_message_bytes = 4 << 20;  // receive and send limit
   GrpcServerLimits limits;
 };
@@ -78,13 +78,13 @@ class WatchedGrpcServer {
   // Builds, starts and watches the server. UNAVAILABLE naming the address when it cannot
   // listen; INVALID_ARGUMENT for bad limits.
   static StatusOr<std::unique_ptr<WatchedGrpcServer>> Start(const WatchedGrpcServerOptions& options,
-                                                             RegisterServices register_services);
+                                                            RegisterServices register_services);
   ~WatchedGrpcServer();  // Shutdown(0), then the server, then its services
   WatchedGrpcServer(const WatchedGrpcServer&) = delete;
   WatchedGrpcServer& operator=(const WatchedGrpcServer&) = delete;
 
-  int port() const { return port_; }           // the bound port
-  int64_t listener_restarts() const;           // successful rebuilds so far
+  int port() const { return port_; }  // the bound port
+  int64_t listener_restarts() const;  // successful rebuilds so far
 
   // Stops the watchdog; every service goes NOT_SERVING; `after_not_serving` runs (e.g. to release
   // long-polling handlers); in-flight calls finish up to `grace_s` seconds, then are cancelled;
@@ -103,9 +103,9 @@ class WatchedGrpcServer {
   const RegisterServices register_services_;
   int port_ = 0;
 
-  std::mutex shutdown_mu_;  // serialises Shutdown calls
-  mutable std::mutex mu_;  // the server and its services, against a rebuild
-  std::unique_ptr<grpc::Server> server_;                 // guarded by mu_
+  std::mutex shutdown_mu_;                // serialises Shutdown calls
+  mutable std::mutex mu_;                 // the server and its services, against a rebuild
+  std::unique_ptr<grpc::Server> server_;  // guarded by mu_
   std::vector<std::unique_ptr<grpc::Service>> services_;  // guarded by mu_; outlive server_
   bool shut_down_ = false;                                // guarded by mu_
   int64_t restarts_ = 0;                                  // guarded by mu_

@@ -118,10 +118,10 @@ struct JobSpecLimits {
   static constexpr int64_t kMaxWidth = 65536;  // embedding_dim, gru_hidden, every MLP width
   static constexpr int64_t kMaxSeqLength = int64_t{1} << 20;  // long/short_seq_length, top_k
   static constexpr size_t kMaxMlpLayers = 64;
-  static constexpr size_t kMaxNameBytes = 256;      // name: UTF-8, no control characters
-  static constexpr size_t kMaxPathBytes = 4096;     // dataset, checkpoint.dir, results_dir
-  static constexpr size_t kMaxSpecBytes = 1 << 20;  // the whole YAML text
-  static constexpr int64_t kMaxKeep = 1000;         // checkpoint.keep
+  static constexpr size_t kMaxNameBytes = 256;               // name: UTF-8, no control characters
+  static constexpr size_t kMaxPathBytes = 4096;              // dataset, checkpoint.dir, results_dir
+  static constexpr size_t kMaxSpecBytes = 1 << 20;           // the whole YAML text
+  static constexpr int64_t kMaxKeep = 1000;                  // checkpoint.keep
   static constexpr int64_t kMaxCapacity = int64_t{1} << 48;  // tables.<name>.capacity
   static constexpr size_t kMaxTables = 4096;                 // entries of tables
   static constexpr size_t kMaxTableNameBytes = 64;

@@ -101,10 +101,9 @@ StatusOr<T> IntegerAt(const nlohmann::json& j, const char* key, const std::strin
     out = static_cast<T>(i);
   }
   if (!ok) {
-    return absl::DataLossError(absl::StrCat(where, ": field '", key, "': expected an integer in [",
-                                            std::numeric_limits<T>::min(), ", ",
-                                            std::numeric_limits<T>::max(), "], got ",
-                                            v->dump().substr(0, 64)));
+    return absl::DataLossError(absl::StrCat(
+        where, ": field '", key, "': expected an integer in [", std::numeric_limits<T>::min(), ", ",
+        std::numeric_limits<T>::max(), "], got ", v->dump().substr(0, 64)));
   }
   return out;
 }
@@ -113,9 +112,8 @@ StatusOr<float> FloatAt(const nlohmann::json& j, const char* key, const std::str
   SIFT_ASSIGN_OR_RETURN(const nlohmann::json* v, Field(j, key, where));
   const double d = v->is_number() ? v->get<double>() : std::nan("");
   if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max()) {
-    return absl::DataLossError(absl::StrCat(where, ": field '", key,
-                                            "': expected a finite float, got ",
-                                            v->dump().substr(0, 64)));
+    return absl::DataLossError(absl::StrCat(
+        where, ": field '", key, "': expected a finite float, got ", v->dump().substr(0, 64)));
   }
   return static_cast<float>(d);
 }
@@ -423,8 +421,8 @@ Status PruneStepCheckpoints(const std::string& job_dir, int64_t committed_step, 
     std::error_code ec;
     std::filesystem::remove_all(JoinPath(job_dir, name), ec);
     if (ec && first.ok()) {
-      first = absl::InternalError(absl::StrCat("deleting old checkpoint ", JoinPath(job_dir, name),
-                                               ": ", ec.message()));
+      first = absl::InternalError(
+          absl::StrCat("deleting old checkpoint ", JoinPath(job_dir, name), ": ", ec.message()));
     }
   }
   return first;

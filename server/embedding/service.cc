@@ -319,10 +319,10 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
   EmbeddingShard* shard = impl->shard.get();
   GrpcServerMetrics* metrics = impl->grpc_metrics.get();
   const int threads = options.shard.threads;
-  auto grpc = WatchedGrpcServer::Start(g, OneService([shard, metrics, threads] {
-                                         return std::make_unique<EmbeddingService>(shard, threads,
-                                                                                   metrics);
-                                       }));
+  auto grpc =
+      WatchedGrpcServer::Start(g, OneService([shard, metrics, threads] {
+                                 return std::make_unique<EmbeddingService>(shard, threads, metrics);
+                               }));
   if (!grpc.ok()) return grpc.status();
   impl->grpc = std::move(*grpc);
   return std::unique_ptr<EmbeddingServer>(new EmbeddingServer(std::move(impl)));

@@ -177,9 +177,9 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingShard::MakeStore(
     tables.push_back(std::move(c));
   }
   return EmbeddingStore::Create(
-      std::move(tables), StoreOptions{config.seed(), options_.num_stripes, options_.threads,
-                                      options_.max_abs_gradient, options_.memory_budget_bytes,
-                                      static_cast<int>(options_.num_shards)});
+      std::move(tables),
+      StoreOptions{config.seed(), options_.num_stripes, options_.threads, options_.max_abs_gradient,
+                   options_.memory_budget_bytes, static_cast<int>(options_.num_shards)});
 }
 
 Status EmbeddingShard::InstallLocked(const pb::ConfigureRequest& config,
@@ -512,9 +512,8 @@ void EmbeddingShard::PruneOlderSnapshots(const pb::SnapshotRequest& written) con
     // retain_only: the job names the steps it keeps. Else the newest keep_snapshots (see
     // ShardOptions: the last committed checkpoint's snapshot is among them; a retried save
     // rewrites the same name).
-    const bool keep = written.retain_only()
-                          ? name == written.name() || retain.contains(n)
-                          : i < static_cast<size_t>(options_.keep_snapshots);
+    const bool keep = written.retain_only() ? name == written.name() || retain.contains(n)
+                                            : i < static_cast<size_t>(options_.keep_snapshots);
     if (keep) continue;
     const std::string dir = JoinPath(options_.snapshot_dir, name);
     std::filesystem::remove(JoinPath(dir, file), ec);

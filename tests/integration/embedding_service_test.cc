@@ -1190,10 +1190,10 @@ TEST(EmbeddingServiceTest, AConnectionFloodIsReclaimedAndTheShardServesThroughou
   for (int i = 0; i < 50; ++i) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection each
-    idle.push_back(grpc::CreateCustomChannel(Address(*servers[0]),
-                                             grpc::InsecureChannelCredentials(), args));
-    ASSERT_TRUE(idle.back()->WaitForConnected(std::chrono::system_clock::now() +
-                                              std::chrono::seconds(10)));
+    idle.push_back(
+        grpc::CreateCustomChannel(Address(*servers[0]), grpc::InsecureChannelCredentials(), args));
+    ASSERT_TRUE(
+        idle.back()->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
   }
   // Served during the flood, by a new client too.
   EXPECT_EQ(PullRows(*Connect(servers), kUser, keys), before);

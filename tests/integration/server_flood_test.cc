@@ -85,7 +85,8 @@ TEST(ServerFloodTest, AClusterRunsAJobDuringAConnectionFloodAndAnotherAfter) {
     // 32 calls held in the coordinator (long-polls on a key nobody sets yet), 8 connections.
     std::vector<std::unique_ptr<coordinator::pb::CoordinatorService::Stub>> stubs;
     for (int i = 0; i < 8; ++i) {
-      stubs.push_back(coordinator::pb::CoordinatorService::NewStub(OwnConnection(coordinator_port)));
+      stubs.push_back(
+          coordinator::pb::CoordinatorService::NewStub(OwnConnection(coordinator_port)));
     }
     std::vector<std::future<grpc::Status>> waits;
     for (int i = 0; i < 32; ++i) {

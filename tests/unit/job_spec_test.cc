@@ -394,8 +394,9 @@ TEST(JobSpecTest, TableCapacities) {
   EXPECT_EQ(ErrorOf("dataset: d\ntables:\n  item feat: {capacity: 5}\n"),
             "job.yaml:3: tables: table names are [A-Za-z0-9_]{1,64} (user_feat_0, item_feat_1, "
             "...), got 'item feat'");
-  EXPECT_EQ(ErrorOf("dataset: d\ntables: [1, 2]\n"),
-            "job.yaml:2: tables: expected a mapping of table names to {capacity: ROWS}, got a list");
+  EXPECT_EQ(
+      ErrorOf("dataset: d\ntables: [1, 2]\n"),
+      "job.yaml:2: tables: expected a mapping of table names to {capacity: ROWS}, got a list");
   EXPECT_THAT(ErrorOf("dataset: d\ntables:\n  a: {capacity: 1}\n  a: {capacity: 2}\n"),
               StartsWith("job.yaml:4: tables.a: duplicate key"));
 }

@@ -603,8 +603,8 @@ TEST(ShardTest, RetainOnlyKeepsTheNamedStepsOfTheJob) {
   o.snapshot_dir = dir.path();
   o.keep_snapshots = 1;  // not used by retain_only requests
   auto shard = ConfiguredShard(o);
-  const auto snapshot = [&](const std::string& name, int64_t step,
-                            std::vector<int64_t> retain = {}, bool retain_only = false) {
+  const auto snapshot = [&](const std::string& name, int64_t step, std::vector<int64_t> retain = {},
+                            bool retain_only = false) {
     pb::SnapshotRequest s;
     s.set_name(name);
     s.set_step(step);
@@ -625,9 +625,9 @@ TEST(ShardTest, RetainOnlyKeepsTheNamedStepsOfTheJob) {
     if (e.path().filename().string()[0] != '.') names.push_back(e.path().filename().string());
   }
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"ckpt-job-g1-step-5", "ckpt-job-g2-step-5",
-                                             "ckpt-job-g2-step-6", "ckpt-other-g1-step-1",
-                                             "manual"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"ckpt-job-g1-step-5", "ckpt-job-g2-step-5",
+                                      "ckpt-job-g2-step-6", "ckpt-other-g1-step-1", "manual"}));
 }
 
 TEST(ShardTest, BadSnapshotNamesAreInvalidArgument) {

@@ -71,13 +71,12 @@ TEST(CheckpointDirsTest, PruningKeepsTheNewestCompleteOnesUpToTheCommittedStep) 
   TempDir dir;
   const std::string job = dir.Sub("job");
   for (int64_t s : {2, 4, 6, 8}) MakeStep(job, s, true);
-  MakeStep(job, 5, false);   // a failed save
-  MakeStep(job, 12, true);   // a later generation's, never committed
+  MakeStep(job, 5, false);  // a failed save
+  MakeStep(job, 12, true);  // a later generation's, never committed
   sift::testing::WriteAll(JoinPath(job, "notes.txt"), "kept");
   ASSERT_TRUE(PruneStepCheckpoints(job, /*committed_step=*/8, /*keep=*/2).ok());
-  EXPECT_THAT(Entries(job),
-              ElementsAre("notes.txt", "step-000000000006", "step-000000000008",
-                          "step-000000000012"));
+  EXPECT_THAT(Entries(job), ElementsAre("notes.txt", "step-000000000006", "step-000000000008",
+                                        "step-000000000012"));
   // keep 1: only the committed one (and the later one) stays.
   ASSERT_TRUE(PruneStepCheckpoints(job, 8, 1).ok());
   EXPECT_THAT(Entries(job), ElementsAre("notes.txt", "step-000000000008", "step-000000000012"));
@@ -97,7 +96,8 @@ TEST(CheckpointDirsTest, ManifestNumbersOfTheWrongKindAreDataLoss) {
   Status s = load(R"({"format": "sift-checkpoint", "version": 4.44444e34})");
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("version 1 manifest"));
-  const std::string head = R"({"format": "sift-checkpoint", "version": 1, "model": "m", "files": [], )";
+  const std::string head =
+      R"({"format": "sift-checkpoint", "version": 1, "model": "m", "files": [], )";
   for (const std::string& field :
        {std::string(R"("epochs_done": 1e30, "global_step": 1, "adam_t": 1, "seed": 1})"),
         std::string(R"("epochs_done": 1, "global_step": -1e300, "adam_t": 1, "seed": 1})"),
