@@ -920,7 +920,11 @@ Status Trainer::SaveCheckpointNow(const std::string& dir, int64_t epochs_done) {
     st.remote.name = env_->SnapshotName(global_step_);
     // With checkpoint_keep, the servers keep the snapshots of the checkpoints still on disk.
     std::vector<int64_t> retain;
-    for (const auto& [step, path] : ListStepCheckpoints(o_.save_checkpoint)) retain.push_back(step);
+    if (o_.checkpoint_keep > 0) {
+      for (const auto& [step, path] : ListStepCheckpoints(o_.save_checkpoint)) {
+        retain.push_back(step);
+      }
+    }
     SIFT_ASSIGN_OR_RETURN(std::vector<pb::SnapshotResponse> shards,
                           remote_->Snapshot(st.remote.name, global_step_,
                                             o_.checkpoint_keep > 0 ? &retain : nullptr));
