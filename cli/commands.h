@@ -35,6 +35,7 @@ void AddLogs(CLI::App* app, Action* action);              // sift logs
 void AddLocal(CLI::App* app, Action* action);             // sift local
 void AddWorker(CLI::App* app, Action* action);            // sift worker
 void AddCoordinator(CLI::App* app, Action* action);       // sift coordinator
+void AddCerts(CLI::App* app, Action* action);             // sift certs
 
 // The full command line, as typed (benchmarks print it).
 const std::string& CommandLine();

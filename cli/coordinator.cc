@@ -8,8 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/grpc_server_flags.h"
+#include "cli/security_flags.h"
 #include "cli/stop_signals.h"
 #include "common/file_util.h"
+#include "common/grpc_security.h"
 #include "common/job_spec.h"
 #include "server/coordinator/client.h"
 #include "server/coordinator/service.h"
@@ -28,18 +30,21 @@ Status RunCoordinator(CoordinatorFlags flags) {
   }
   flags.options.version = SIFT_VERSION;
   StopSignals stop;  // before any thread starts
+  InstallTokenReloadSignal();  // SIGHUP re-reads --tokens-file
 
   SIFT_ASSIGN_OR_RETURN(auto server, coordinator::CoordinatorServer::Start(flags.options));
   const auto& o = flags.options;
   std::printf(
       "sift coordinator: serving on %s:%d, metrics %s, state in %s, lease %lld ms, heartbeat "
-      "%lld ms\n",
+      "%lld ms, TLS %s, tokens %s\n",
       o.bind_address.c_str(), server->port(),
       server->metrics_port() >= 0
           ? absl::StrCat(o.bind_address, ":", server->metrics_port(), "/metrics").c_str()
           : "off",
       o.coordinator.state_dir.c_str(), static_cast<long long>(o.coordinator.lease_ms),
-      static_cast<long long>(o.coordinator.heartbeat_ms));
+      static_cast<long long>(o.coordinator.heartbeat_ms),
+      o.security.tls() ? absl::StrCat("on (", o.security.tls_dir, ")").c_str() : "off",
+      o.security.tokens_file.empty() ? "none" : o.security.tokens_file.c_str());
   std::fflush(stdout);
   if (!flags.port_file.empty()) {
     // Written after the ports are bound: a launcher waiting for this file can connect at once.
@@ -101,6 +106,7 @@ void AddCoordinator(CLI::App* app, Action* action) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{30} * 86400000));
   AddGrpcServerLimitFlags(cmd, &o.limits, /*threads_flag=*/true);
+  AddSecurityFlags(cmd, &o.security, SecurityFlagsFor::kServer);
   cmd->callback([flags, action] { *action = [flags] { return RunCoordinator(*flags); }; });
 }
 

@@ -8,9 +8,11 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "cli/commands.h"
 #include "cli/exit_code.h"
 #include "cli/grpc_server_flags.h"
+#include "cli/security_flags.h"
 #include "cli/stop_signals.h"
 #include "common/file_util.h"
 #include "common/shard_index.h"
@@ -38,6 +40,7 @@ StatusOr<std::unique_ptr<coordinator::MemberSession>> JoinCluster(
   coordinator::CoordinatorClientOptions co;
   co.address = flags.coordinator;
   co.connect_timeout = absl::ZeroDuration();  // MemberSession::Start retries until its timeout
+  co.security = flags.options.security;  // this server's certificate is its member identity
   SIFT_ASSIGN_OR_RETURN(*client, coordinator::CoordinatorClient::Connect(co));
   coordinator::pb::RegisterRequest req;
   req.set_role(coordinator::pb::EMBEDDING_SERVER);
@@ -60,6 +63,9 @@ Status RunEmbeddingServer(ServerFlags flags) {
       ResolveShardIndex(flags.shard, LocalHostName(), flags.options.shard.num_shards);
   if (!shard.ok()) return WithExitCode(shard.status(), kExitUsage);  // a bad flag or environment
   flags.options.shard.shard = *shard;
+  // "{shard}" in --tls-dir: this shard's directory among all the servers' (a StatefulSet mounts
+  // every server-<i> Secret, each pod takes its own).
+  absl::StrReplaceAll({{"{shard}", absl::StrCat(*shard)}}, &flags.options.security.tls_dir);
   SIFT_RETURN_IF_ERROR(MakeDirs(flags.options.shard.snapshot_dir));
   if (flags.options.shard.threads <= 0) flags.options.shard.threads = AvailableCpus();
   flags.options.shard.version = SIFT_VERSION;
@@ -73,7 +79,7 @@ Status RunEmbeddingServer(ServerFlags flags) {
   const auto& o = flags.options;
   std::printf(
       "sift embedding-server: shard %u of %u serving on %s:%d, metrics %s, snapshots in %s, "
-      "%d threads, table memory budget %s, |gradient| <= %g\n",
+      "%d threads, table memory budget %s, |gradient| <= %g, TLS %s\n",
       o.shard.shard, o.shard.num_shards, o.bind_address.c_str(), server->port(),
       server->metrics_port() >= 0
           ? absl::StrCat(o.bind_address, ":", server->metrics_port(), "/metrics").c_str()
@@ -82,7 +88,8 @@ Status RunEmbeddingServer(ServerFlags flags) {
       o.shard.memory_budget_bytes > 0
           ? absl::StrCat(o.shard.memory_budget_bytes >> 20, " MiB").c_str()
           : "unlimited",
-      static_cast<double>(o.shard.max_abs_gradient));
+      static_cast<double>(o.shard.max_abs_gradient),
+      o.security.tls() ? absl::StrCat("on (", o.security.tls_dir, ")").c_str() : "off");
   std::fflush(stdout);
   if (!flags.port_file.empty()) {
     // Written after the ports are bound: a launcher waiting for this file can connect at once.
@@ -177,6 +184,7 @@ void AddEmbeddingServer(CLI::App* app, Action* action) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   AddGrpcServerLimitFlags(cmd, &o.limits, /*threads_flag=*/false);
+  AddSecurityFlags(cmd, &o.security, SecurityFlagsFor::kMember);
   cmd->callback([flags, action] { *action = [flags] { return RunEmbeddingServer(*flags); }; });
 }
 

@@ -10,6 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/security_flags.h"
+#include "common/grpc_security.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace sift::cli {
@@ -20,10 +22,15 @@ struct HealthFlags {
   std::string service;
   double timeout_s = 5;
   bool wait = false;
+  SecurityOptions security;
 };
 
 Status RunHealth(const HealthFlags& f) {
-  auto channel = grpc::CreateChannel(f.server, grpc::InsecureChannelCredentials());
+  SIFT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
+                        MakeChannelCredentials(f.security));
+  grpc::ChannelArguments args;
+  ApplyChannelSecurity(f.security, &args);
+  auto channel = grpc::CreateCustomChannel(f.server, creds, args);
   auto health = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
@@ -56,6 +63,7 @@ void AddHealth(CLI::App* app, Action* action) {
   cmd->add_option("server", flags->server, "host:port")->required();
   cmd->add_option("--service", flags->service,
                   "Service name (\"\" = the whole server; sift.embedding.v1.EmbeddingService)");
+  AddSecurityFlags(cmd, &flags->security, SecurityFlagsFor::kClient);
   cmd->add_option("--timeout", flags->timeout_s, "Seconds to wait for the answer")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -23,10 +23,12 @@ bool IsConnectionError(const Status& s) {
 }  // namespace
 
 StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> ConnectCoordinator(
-    const std::string& flag_address, absl::Duration connect_timeout) {
+    const std::string& flag_address, absl::Duration connect_timeout,
+    const SecurityOptions& security) {
   coordinator::CoordinatorClientOptions o;
   o.address = coordinator::ResolveCoordinatorAddress(flag_address);
   o.connect_timeout = connect_timeout;
+  o.security = security;
   auto client = coordinator::CoordinatorClient::Connect(o);
   if (!client.ok()) {
     const Status& s = client.status();
@@ -46,7 +48,9 @@ Status CoordinatorCallError(const Status& s) {
   if (IsConnectionError(s)) {
     return WithExitCode(Status(s.code(), absl::StrCat(s.message(), "; ", kStartHint)), kExitUsage);
   }
-  if (s.code() == absl::StatusCode::kNotFound || s.code() == absl::StatusCode::kInvalidArgument) {
+  if (s.code() == absl::StatusCode::kNotFound || s.code() == absl::StatusCode::kInvalidArgument ||
+      s.code() == absl::StatusCode::kUnauthenticated ||
+      s.code() == absl::StatusCode::kPermissionDenied) {
     return WithExitCode(s, kExitUsage);
   }
   return WithExitCode(s, kExitFailed);

@@ -16,11 +16,13 @@ namespace sift::cli {
 
 // Connects to the coordinator at ResolveCoordinatorAddress(flag_address). Unreachable within
 // `connect_timeout`: UNAVAILABLE with exit code 2, naming the address and how to fix it.
+// `security`: TLS and the user's token (cli/security_flags.h).
 StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> ConnectCoordinator(
-    const std::string& flag_address, absl::Duration connect_timeout);
+    const std::string& flag_address, absl::Duration connect_timeout,
+    const SecurityOptions& security = SecurityOptions());
 
 // The exit code of a failed coordinator call: 2 for NOT_FOUND (unknown job), INVALID_ARGUMENT
-// (bad spec), UNAVAILABLE and DEADLINE_EXCEEDED (the coordinator is unreachable: the message
+// (bad spec), UNAUTHENTICATED and PERMISSION_DENIED (credentials), UNAVAILABLE and DEADLINE_EXCEEDED (the coordinator is unreachable: the message
 // gets the hint); 1 otherwise (e.g. FAILED_PRECONDITION: cancel of a finished job).
 Status CoordinatorCallError(const Status& s);
 

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/exit_code.h"
 #include "cli/job_client.h"
+#include "cli/security_flags.h"
 #include "cli/job_view.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
@@ -32,10 +33,11 @@ struct ClientFlags {
   std::string coordinator;
   std::string output = "text";
   double connect_timeout_s = 5;
+  SecurityOptions security;
 
   bool json() const { return output == "json"; }
   StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> Connect() const {
-    return ConnectCoordinator(coordinator, absl::Seconds(connect_timeout_s));
+    return ConnectCoordinator(coordinator, absl::Seconds(connect_timeout_s), security);
   }
 };
 
@@ -49,6 +51,7 @@ void AddClientFlags(CLI::App* cmd, ClientFlags* f) {
                   "Seconds to wait for the coordinator to answer")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  AddSecurityFlags(cmd, &f->security, SecurityFlagsFor::kClient);
   cmd->footer(kExitCodesFooter);
 }
 

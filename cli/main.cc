@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   AddLocal(&app, &action);
   AddWorker(&app, &action);
   AddCoordinator(&app, &action);
+  AddCerts(&app, &action);
 #endif
 
   try {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/exit_code.h"
+#include "cli/security_flags.h"
 #include "cli/stop_signals.h"
 #include "common/file_util.h"
 #include "server/coordinator/client.h"
@@ -115,6 +116,7 @@ void AddWorker(CLI::App* app, Action* action) {
                   "Seconds the Gloo rendezvous and each collective may wait for the peers")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 86400.0));
+  AddSecurityFlags(cmd, &o.security, SecurityFlagsFor::kMember);
   cmd->callback([flags, action] { *action = [flags] { return RunWorker(*flags); }; });
 }
 

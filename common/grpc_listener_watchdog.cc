@@ -7,9 +7,12 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/support/channel_arguments.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_security.h"
 #include "common/grpc_server_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -63,6 +66,7 @@ StatusOr<std::unique_ptr<WatchedGrpcServer>> WatchedGrpcServer::Start(
   SIFT_RETURN_IF_ERROR(ValidateGrpcServerLimits(options.limits));
   std::unique_ptr<WatchedGrpcServer> s(
       new WatchedGrpcServer(options, std::move(register_services)));
+  SIFT_ASSIGN_OR_RETURN(s->credentials_, MakeServerCredentials(options.security));
   {
     std::lock_guard<std::mutex> lock(s->mu_);
     if (!s->Build(options.port, &s->port_)) {
@@ -92,8 +96,12 @@ bool WatchedGrpcServer::Build(int port, int* bound) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   AddNonEmptyStatusInterceptor(&builder);
-  builder.AddListeningPort(absl::StrCat(options_.bind_address, ":", port),
-                           grpc::InsecureServerCredentials(), bound);
+  // A rebuild reads the TLS files again (a renewed certificate takes effect); if they became
+  // unreadable it keeps the credentials it had.
+  StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
+      MakeServerCredentials(options_.security);
+  if (creds.ok()) credentials_ = *creds;
+  builder.AddListeningPort(absl::StrCat(options_.bind_address, ":", port), credentials_, bound);
   // A second server on the same port must fail, not share it (gRPC sets SO_REUSEPORT by default,
   // which would split clients between two copies of a server).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -118,8 +126,18 @@ bool WatchedGrpcServer::Probe() const {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   const std::string host = options_.bind_address == "0.0.0.0" ? "127.0.0.1" : options_.bind_address;
-  auto channel = grpc::CreateCustomChannel(absl::StrCat(host, ":", port_),
-                                           grpc::InsecureChannelCredentials(), args);
+  // With TLS on, the probe handshakes without verifying the server (it asks whether the listener
+  // answers, not who it is) and presents no certificate: health is open to every client.
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (options_.security.tls()) {
+    grpc::experimental::TlsChannelCredentialsOptions tls;
+    tls.set_verify_server_certs(false);
+    tls.set_check_call_host(false);
+    tls.set_certificate_verifier(
+        std::make_shared<grpc::experimental::NoOpCertificateVerifier>());
+    creds = grpc::experimental::TlsCredentials(tls);
+  }
+  auto channel = grpc::CreateCustomChannel(absl::StrCat(host, ":", port_), creds, args);
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kProbeDeadline);

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "common/grpc_server_limits.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -60,6 +61,9 @@ struct WatchedGrpcServerOptions {
   std::string health_service;       // set SERVING in grpc.health.v1, with "" (the whole server)
   int max_message_bytes = 4 << 20;  // receive and send limit
   GrpcServerLimits limits;
+  // TLS (common/grpc_security.h): the server's certificate, client certificates asked for and
+  // verified against the cluster CA. Off: plaintext. Read at each (re)build.
+  SecurityOptions security;
 };
 
 class WatchedGrpcServer {
@@ -76,7 +80,7 @@ class WatchedGrpcServer {
       std::function<std::vector<std::unique_ptr<grpc::Service>>(grpc::ServerBuilder* builder)>;
 
   // Builds, starts and watches the server. UNAVAILABLE naming the address when it cannot
-  // listen; INVALID_ARGUMENT for bad limits.
+  // listen; INVALID_ARGUMENT for bad limits; the errors of MakeServerCredentials.
   static StatusOr<std::unique_ptr<WatchedGrpcServer>> Start(const WatchedGrpcServerOptions& options,
                                                             RegisterServices register_services);
   ~WatchedGrpcServer();  // Shutdown(0), then the server, then its services
@@ -95,6 +99,7 @@ class WatchedGrpcServer {
   WatchedGrpcServer(const WatchedGrpcServerOptions& options, RegisterServices register_services);
   // Builds the server on `port` (*bound: the bound port); false when it cannot listen.
   bool Build(int port, int* bound);
+  std::shared_ptr<grpc::ServerCredentials> credentials_;  // of the last successful build
   bool Probe() const;
   void WatchdogLoop();
   Status Rebuild();

@@ -352,6 +352,7 @@ StatusOr<std::unique_ptr<DistributedWorker>> DistributedWorker::Start(
   coordinator::CoordinatorClientOptions co;
   co.address = options.coordinator;
   co.connect_timeout = absl::ZeroDuration();  // MemberSession retries the registration
+  co.security = options.security;
   SIFT_ASSIGN_OR_RETURN(w->client_, coordinator::CoordinatorClient::Connect(co));
   w->metrics_ = std::make_unique<WorkerMetrics>(options.version);
   cpb::RegisterRequest req;
@@ -423,6 +424,7 @@ void DistributedWorker::RunAssignment(const cpb::Assignment& a) {
     SIFT_ASSIGN_OR_RETURN(JobSpec spec,
                           ParseJobSpec(a.spec_yaml(), absl::StrCat("job ", a.job_id())));
     SIFT_ASSIGN_OR_RETURN(TrainerOptions o, TrainerOptionsForAssignment(spec, a, options_.threads));
+    o.embedding_security = options_.security;
     o.cpu_isa = options_.cpu_isa;
     SIFT_RETURN_IF_ERROR(env->Connect(options_.advertise_host, options_.collective_timeout_s,
                                       UsesNccl(spec.cluster)));

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/job_spec.h"
 #include "common/metrics.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "server/coordinator/client.h"
 #include "server/coordinator/member_session.h"
@@ -44,6 +45,9 @@ struct DistributedWorkerOptions {
   // or CANCELLED at the coordinator); 0 = serve until Stop(). For launchers whose worker
   // processes should end with the job (a Kubernetes Job, a Slurm step).
   int exit_after_jobs = 0;
+  // TLS to the coordinator and the embedding servers: the cluster CA and this worker's
+  // certificate, worker-<i> or worker (common/security.h); off: plaintext.
+  SecurityOptions security;
 };
 
 // The job spec and assignment as the trainer options of rank a.rank() of a.world_size(): the

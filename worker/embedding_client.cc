@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "common/metrics.h"
 #include "common/proto_wire.h"
@@ -470,8 +471,11 @@ StatusOr<std::unique_ptr<EmbeddingClient>> EmbeddingClient::Connect(
   impl->client_id = (static_cast<uint64_t>(rd()) << 32 | rd()) ^ static_cast<uint64_t>(getpid());
   if (impl->client_id == 0) impl->client_id = 1;
   const uint32_t n = static_cast<uint32_t>(options.servers.size());
+  SIFT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
+                        MakeChannelCredentials(options.security));
   for (uint32_t s = 0; s < n; ++s) {
     grpc::ChannelArguments args;
+    ApplyChannelSecurity(options.security, &args);
     args.SetMaxReceiveMessageSize(-1);  // the server's send limit bounds replies
     args.SetMaxSendMessageSize(-1);     // requests are chunked to the server's limit
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
@@ -479,7 +483,7 @@ StatusOr<std::unique_ptr<EmbeddingClient>> EmbeddingClient::Connect(
     // One TCP connection per server per client: shards do not share a subchannel.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     impl->channels.push_back(
-        grpc::CreateCustomChannel(options.servers[s], grpc::InsecureChannelCredentials(), args));
+        grpc::CreateCustomChannel(options.servers[s], creds, args));
     impl->stubs.push_back(pb::EmbeddingService::NewStub(impl->channels.back()));
     impl->generic.push_back(std::make_unique<grpc::GenericStub>(impl->channels.back()));
     impl->queues.push_back(std::make_unique<grpc::CompletionQueue>());

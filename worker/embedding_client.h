@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "common/wire_float.h"
 #include "proto/embedding.pb.h"
@@ -40,6 +41,8 @@ struct EmbeddingClientOptions {
   uint64_t max_keys_per_request = 0;
   uint64_t max_request_bytes = 0;
   WireFloat encoding = WireFloat::kFp32;  // rows and gradients on the wire
+  // TLS: the cluster CA and this worker's certificate (common/security.h); off: plaintext.
+  SecurityOptions security;
 };
 
 // Parses "host:port,host:port" (the --embedding-servers flag); INVALID_ARGUMENT naming the entry.

@@ -492,6 +492,7 @@ Status Trainer::Setup(RunMode mode) {
     const bool prefetch = o_.staleness > 0;
     EmbeddingClientOptions co;
     co.servers = o_.embedding_servers;
+    co.security = o_.embedding_security;
     SIFT_ASSIGN_OR_RETURN(co.encoding, ParseWireFloat(o_.wire_encoding));
     SIFT_ASSIGN_OR_RETURN(remote_, EmbeddingClient::Connect(co));
     if (prefetch) {

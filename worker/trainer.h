@@ -26,6 +26,7 @@
 #include "common/data/loader.h"
 #include "common/dllogger.h"
 #include "common/perf_stats.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "kernels/backend.h"
 #include "worker/collectives.h"
@@ -77,6 +78,8 @@ struct TrainerOptions {
   // the servers' tables; --load-checkpoint restores the checkpoint's snapshot on them.
   std::vector<std::string> embedding_servers;
   std::string wire_encoding = "fp32";  // fp32 | fp16 | bf16: rows and gradients on the wire
+  // TLS to the embedding servers: the cluster CA and this worker's certificate (off: plaintext).
+  SecurityOptions embedding_security;
   std::string save_checkpoint;         // "" = none; saved after every epoch
   std::string load_checkpoint;         // "" = fresh start
   // 0: save_checkpoint is the checkpoint directory, saved over in place (sift train). K >= 1

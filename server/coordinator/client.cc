@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/grpc_security.h"
 #include "common/grpc_status.h"
 
 namespace sift::coordinator {
@@ -24,16 +25,22 @@ StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  SIFT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
+                        MakeChannelCredentials(options.security));
+  ApplyChannelSecurity(options.security, &args);
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateCustomChannel(options.address, creds, args);
   if (options.connect_timeout > absl::ZeroDuration()) {
     const auto deadline =
         std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options.connect_timeout);
     if (!channel->WaitForConnected(deadline)) {
-      return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
-                                                 options.address, " within ",
-                                                 absl::FormatDuration(options.connect_timeout),
-                                                 " (is `sift coordinator` running there?)"));
+      return absl::UnavailableError(absl::StrCat(
+          "cannot reach the coordinator at ", options.address, " within ",
+          absl::FormatDuration(options.connect_timeout),
+          options.security.tls()
+              ? " (is `sift coordinator` running there, with TLS, and a certificate of the "
+                "cluster CA in --tls-dir naming that host?)"
+              : " (is `sift coordinator` running there? A coordinator with TLS needs --tls-dir)"));
     }
   }
   client->rpc_ = pb::CoordinatorService::NewStub(channel);

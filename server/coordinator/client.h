@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -20,13 +21,16 @@ struct CoordinatorClientOptions {
   std::string address;                                 // host:port
   absl::Duration connect_timeout = absl::Seconds(10);  // Connect waits this long for the channel
   absl::Duration rpc_timeout = absl::Seconds(30);      // deadline of every call (KvGet: + its wait)
+  // TLS (the cluster CA; a member's certificate) and a user's bearer token (common/security.h).
+  SecurityOptions security;
 };
 
 class CoordinatorClient {
  public:
   // Creates the channel and waits until it is connected. UNAVAILABLE naming the address when the
   // coordinator cannot be reached within connect_timeout; INVALID_ARGUMENT for an empty address.
-  // With connect_timeout == 0 it does not wait (calls fail UNAVAILABLE until it is up).
+  // With connect_timeout == 0 it does not wait (calls fail UNAVAILABLE until it is up). The
+  // errors of MakeChannelCredentials (a missing CA, a token file readable by others).
   static StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
       const CoordinatorClientOptions& options);
 

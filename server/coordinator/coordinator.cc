@@ -193,6 +193,76 @@ Status Coordinator::CheckRank(const Job& job, int rank) const {
   return absl::OkStatus();
 }
 
+Status Coordinator::CheckOwner(const Job& job, const Principal& who, absl::string_view method,
+                               bool cancel) {
+  if (!who.checked || who.role == UserRole::kAdmin) return absl::OkStatus();
+  if (who.role == UserRole::kReader && !cancel) return absl::OkStatus();
+  const pb::JobInfo& info = job.rec.info;
+  if (who.role == UserRole::kOperator && !who.user.empty() && info.owner() == who.user) {
+    return absl::OkStatus();
+  }
+  return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                     absl::StrCat(method, ": ", info.job_id(), " is owned by ",
+                                  info.owner().empty() ? "nobody (submitted without security)"
+                                                       : info.owner(),
+                                  "; user ", who.user, " (", UserRoleName(who.role),
+                                  ") may only ", cancel ? "cancel" : "read",
+                                  " its own jobs (admins may do any)"));
+}
+
+Status Coordinator::CheckIdentity(const Member& member, const Principal& who,
+                                  absl::string_view method) {
+  if (!who.checked || member.identity == who.member) return absl::OkStatus();
+  return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                     absl::StrCat(method, ": member ", member.id, " was registered by ",
+                                  member.identity.empty() ? "no certificate" : member.identity,
+                                  "; this call presents ",
+                                  who.member.empty() ? "no member certificate" : who.member));
+}
+
+Status Coordinator::CheckRankCaller(const Job& job, int rank, const Principal& who,
+                                    absl::string_view method) {
+  if (!who.checked) return absl::OkStatus();
+  auto it = rank >= 0 && rank < static_cast<int>(job.worker_ids.size())
+                ? members_.find(job.worker_ids[rank])
+                : members_.end();
+  if (it == members_.end()) {
+    return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                       absl::StrCat(method, ": rank ", rank, " of ", job.rec.info.job_id(),
+                                    " has no live member for ", who.member, " to speak for"));
+  }
+  return CheckIdentity(it->second, who, method);
+}
+
+Status Coordinator::CheckRegistration(const pb::RegisterRequest& request, const Principal& who) {
+  if (!who.checked) return absl::OkStatus();
+  StatusOr<MemberName> name = ParseMemberName(who.member);
+  const bool server = request.role() == pb::EMBEDDING_SERVER;
+  const std::string wanted = server ? absl::StrCat("server-", request.shard()) : "worker or worker-<i>";
+  const bool fits = name.ok() && (server ? name->kind == MemberName::kServer &&
+                                               name->index == static_cast<int64_t>(request.shard())
+                                         : name->kind == MemberName::kWorker);
+  if (!fits) {
+    return AuthRefusal(
+        absl::StatusCode::kPermissionDenied,
+        absl::StrCat("Register: the certificate of ", who.member, " cannot register as ",
+                     server ? absl::StrCat("embedding server shard ", request.shard())
+                            : std::string("a worker"),
+                     " (that needs ", wanted, ")"));
+  }
+  if (name->index < 0) return absl::OkStatus();  // "worker": no slot of its own
+  for (const auto& [id, m] : members_) {
+    if (m.identity == who.member) {
+      return AuthRefusal(
+          absl::StatusCode::kAlreadyExists,
+          absl::StrCat("Register: ", who.member, " is registered and alive (member ", id, " at ",
+                       m.address, "); a second registration is refused until its lease (",
+                       options_.lease_ms, " ms after its last heartbeat) ends"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 Status Coordinator::Log(Job* job, absl::string_view text) {
   // One event per line: newlines in worker-supplied messages become spaces.
   const std::string line =
@@ -469,7 +539,8 @@ Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& 
 // ---------------------------------------------------------------------------------------------
 // Jobs
 
-StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobRequest& request) {
+StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobRequest& request,
+                                  const Principal& who) {
   const std::string source = request.source_name().empty() ? "job.yaml" : request.source_name();
   SIFT_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(request.spec_yaml(), source));
   if (spec.cluster.servers > options_.max_servers || spec.cluster.workers > options_.max_workers) {
@@ -491,6 +562,7 @@ StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobReques
   info.set_job_id(id);
   info.set_name(JobNameFor(spec, source));
   info.set_state(pb::PENDING);
+  info.set_owner(who.user);
   info.set_spec_yaml(JobSpecToYaml(spec));
   info.set_epochs(spec.training.epochs);
   info.set_oracle_test_auc(-1);
@@ -511,23 +583,39 @@ StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobReques
   return response;
 }
 
-StatusOr<pb::JobInfo> Coordinator::GetJob(const pb::GetJobRequest& request) {
+StatusOr<pb::JobInfo> Coordinator::GetJob(const pb::GetJobRequest& request,
+                                  const Principal& who) {
   absl::MutexLock lock(&mu_);
+  if (request.job_id().empty() && who.checked && who.role == UserRole::kOperator) {
+    // An operator's "latest job" is the latest of its own.
+    for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+      if ((*it)->rec.info.owner() == who.user) return (*it)->rec.info;
+    }
+    return absl::NotFoundError(absl::StrCat("user ", who.user, " has submitted no job"));
+  }
   SIFT_ASSIGN_OR_RETURN(Job * job, FindJobOrError(request.job_id()));
+  SIFT_RETURN_IF_ERROR(CheckOwner(*job, who, "GetJob", /*cancel=*/false));
   return job->rec.info;
 }
 
-StatusOr<pb::ListJobsResponse> Coordinator::ListJobs(const pb::ListJobsRequest&) {
+StatusOr<pb::ListJobsResponse> Coordinator::ListJobs(const pb::ListJobsRequest&,
+                                                     const Principal& who) {
   absl::MutexLock lock(&mu_);
   pb::ListJobsResponse response;
-  for (const auto& job : jobs_) *response.add_jobs() = job->rec.info;
+  for (const auto& job : jobs_) {
+    if (CheckOwner(*job, who, "ListJobs", /*cancel=*/false).ok()) {
+      *response.add_jobs() = job->rec.info;
+    }
+  }
   return response;
 }
 
-StatusOr<pb::JobInfo> Coordinator::CancelJob(const pb::CancelJobRequest& request) {
+StatusOr<pb::JobInfo> Coordinator::CancelJob(const pb::CancelJobRequest& request,
+                                  const Principal& who) {
   absl::MutexLock lock(&mu_);
   if (request.job_id().empty()) return absl::InvalidArgumentError("job_id is empty");
   SIFT_ASSIGN_OR_RETURN(Job * job, FindJobOrError(request.job_id()));
+  SIFT_RETURN_IF_ERROR(CheckOwner(*job, who, "CancelJob", /*cancel=*/true));
   const pb::JobState state = job->rec.info.state();
   if (!IsActive(state)) {
     return absl::FailedPreconditionError(
@@ -541,12 +629,14 @@ StatusOr<pb::JobInfo> Coordinator::CancelJob(const pb::CancelJobRequest& request
   return job->rec.info;
 }
 
-StatusOr<pb::GetLogsResponse> Coordinator::GetLogs(const pb::GetLogsRequest& request) {
+StatusOr<pb::GetLogsResponse> Coordinator::GetLogs(const pb::GetLogsRequest& request,
+                                  const Principal& who) {
   absl::MutexLock lock(&mu_);
   if (request.offset() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("offset ", request.offset(), " < 0"));
   }
   SIFT_ASSIGN_OR_RETURN(Job * job, FindJobOrError(request.job_id()));
+  SIFT_RETURN_IF_ERROR(CheckOwner(*job, who, "GetLogs", /*cancel=*/false));
   pb::GetLogsResponse response;
   const int64_t size = static_cast<int64_t>(job->log.size());
   // (offset + the cap could overflow for an offset near INT64_MAX.)
@@ -562,7 +652,8 @@ StatusOr<pb::GetLogsResponse> Coordinator::GetLogs(const pb::GetLogsRequest& req
 // ---------------------------------------------------------------------------------------------
 // Members
 
-StatusOr<pb::RegisterResponse> Coordinator::Register(const pb::RegisterRequest& request) {
+StatusOr<pb::RegisterResponse> Coordinator::Register(const pb::RegisterRequest& request,
+                                  const Principal& who) {
   if (request.role() != pb::WORKER && request.role() != pb::EMBEDDING_SERVER) {
     return absl::InvalidArgumentError(absl::StrCat("role: ", pb::Role_Name(request.role()),
                                                    " is not WORKER or EMBEDDING_SERVER"));
@@ -577,7 +668,9 @@ StatusOr<pb::RegisterResponse> Coordinator::Register(const pb::RegisterRequest& 
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   ExpireLeases();
+  SIFT_RETURN_IF_ERROR(CheckRegistration(request, who));
   Member m;
+  m.identity = who.member;
   m.id = absl::StrCat(member_id_prefix_, next_member_seq_);
   m.seq = next_member_seq_++;
   m.role = request.role();
@@ -609,7 +702,8 @@ StatusOr<pb::RegisterResponse> Coordinator::Register(const pb::RegisterRequest& 
   return response;
 }
 
-StatusOr<pb::HeartbeatResponse> Coordinator::Heartbeat(const pb::HeartbeatRequest& request) {
+StatusOr<pb::HeartbeatResponse> Coordinator::Heartbeat(const pb::HeartbeatRequest& request,
+                                  const Principal& who) {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   ExpireLeases();
@@ -620,6 +714,7 @@ StatusOr<pb::HeartbeatResponse> Coordinator::Heartbeat(const pb::HeartbeatReques
                                             "restarted): register again"));
   }
   Member& m = it->second;
+  SIFT_RETURN_IF_ERROR(CheckIdentity(m, who, "Heartbeat"));
   m.last_seen = Now();
   const std::string id = m.id;
   if (m.role == pb::WORKER) {
@@ -725,10 +820,11 @@ StatusOr<pb::KvGetResponse> Coordinator::KvGet(const pb::KvGetRequest& request) 
 // Workers of the running job
 
 StatusOr<pb::ReportProgressResponse> Coordinator::ReportProgress(
-    const pb::ReportProgressRequest& request) {
+    const pb::ReportProgressRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
   SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
+  SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, request.rank(), who, "ReportProgress"));
   const int64_t epochs = job->spec.training.epochs;
   if (request.rank() != 0 && (request.steps_size() > 0 || request.epoch_end())) {
     return absl::InvalidArgumentError(
@@ -804,10 +900,12 @@ StatusOr<pb::ReportProgressResponse> Coordinator::ReportProgress(
   return pb::ReportProgressResponse();
 }
 
-StatusOr<pb::ReportEvalResponse> Coordinator::ReportEval(const pb::ReportEvalRequest& request) {
+StatusOr<pb::ReportEvalResponse> Coordinator::ReportEval(const pb::ReportEvalRequest& request,
+                                  const Principal& who) {
   absl::MutexLock lock(&mu_);
   SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
+  SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, request.rank(), who, "ReportEval"));
   int split = -1;
   for (int i = 0; i < 2; ++i) {
     if (request.split() == kSplitNames[i]) split = i;
@@ -926,9 +1024,10 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
 }
 
 StatusOr<pb::CheckpointBeginResponse> Coordinator::CheckpointBegin(
-    const pb::CheckpointBeginRequest& request) {
+    const pb::CheckpointBeginRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
   SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, 0, who, "CheckpointBegin"));
   if (request.global_step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("global_step ", request.global_step(), " < 0"));
   }
@@ -940,9 +1039,10 @@ StatusOr<pb::CheckpointBeginResponse> Coordinator::CheckpointBegin(
 }
 
 StatusOr<pb::CheckpointCommitResponse> Coordinator::CheckpointCommit(
-    const pb::CheckpointCommitRequest& request) {
+    const pb::CheckpointCommitRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
   SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, 0, who, "CheckpointCommit"));
   if (!request.failed().empty()) {
     // A failed save does not fail the job: it trains on; recovery uses the last good one.
     job->rec.info.set_state(pb::RUNNING);
@@ -981,10 +1081,11 @@ StatusOr<pb::CheckpointCommitResponse> Coordinator::CheckpointCommit(
 }
 
 StatusOr<pb::ReportFailureResponse> Coordinator::ReportFailure(
-    const pb::ReportFailureRequest& request) {
+    const pb::ReportFailureRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
   SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
+  SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, request.rank(), who, "ReportFailure"));
   const std::string why =
       absl::StrCat("rank ", request.rank(), ": ", SanitizeUtf8(request.message(), 16384));
   SIFT_RETURN_IF_ERROR(request.fatal() ? Finish(job, pb::FAILED, why) : Recover(job, why));

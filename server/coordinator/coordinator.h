@@ -22,6 +22,15 @@
 // - Fenced calls (progress, eval, checkpoint, failure) must name the active job, its current
 //   generation, and the job must be RUNNING or CHECKPOINTING: else FAILED_PRECONDITION.
 // - Recoverable failures count as recoveries; more than max_recoveries fails the job.
+// - Callers (common/security.h; with security off every Principal is Unchecked and nothing
+//   below applies). The service checks the kind of credentials a method needs; here: a job's
+//   owner is its submitter; an operator reads and cancels only its own jobs (ListJobs shows
+//   them only), readers read all, admins do all. A member's certificate CN is recorded at
+//   Register: a server's must be server-<shard>, a worker's worker or worker-<i>; a
+//   registration whose CN is the slot of a live member (server-<i>, worker-<i>) is ALREADY_EXISTS
+//   until that member's lease ends (MemberSession retries). Heartbeat must come from the CN that
+//   registered the member id, a fenced call from the CN of the rank's worker. Refusals carry
+//   the AuthRefusal mark.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +46,7 @@
 #include "absl/time/time.h"
 #include "common/dllogger.h"
 #include "common/job_spec.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "proto/coordinator.pb.h"
 #include "server/coordinator/job_store.h"
@@ -93,15 +103,22 @@ class Coordinator {
   Coordinator& operator=(const Coordinator&) = delete;
 
   // ---- Jobs ----
-  StatusOr<pb::SubmitJobResponse> SubmitJob(const pb::SubmitJobRequest& request);
-  StatusOr<pb::JobInfo> GetJob(const pb::GetJobRequest& request);
-  StatusOr<pb::ListJobsResponse> ListJobs(const pb::ListJobsRequest& request);
-  StatusOr<pb::JobInfo> CancelJob(const pb::CancelJobRequest& request);
-  StatusOr<pb::GetLogsResponse> GetLogs(const pb::GetLogsRequest& request);
+  StatusOr<pb::SubmitJobResponse> SubmitJob(const pb::SubmitJobRequest& request,
+      const Principal& who = Principal::Unchecked());
+  StatusOr<pb::JobInfo> GetJob(const pb::GetJobRequest& request,
+      const Principal& who = Principal::Unchecked());
+  StatusOr<pb::ListJobsResponse> ListJobs(const pb::ListJobsRequest& request,
+      const Principal& who = Principal::Unchecked());
+  StatusOr<pb::JobInfo> CancelJob(const pb::CancelJobRequest& request,
+      const Principal& who = Principal::Unchecked());
+  StatusOr<pb::GetLogsResponse> GetLogs(const pb::GetLogsRequest& request,
+      const Principal& who = Principal::Unchecked());
 
   // ---- Members ----
-  StatusOr<pb::RegisterResponse> Register(const pb::RegisterRequest& request);
-  StatusOr<pb::HeartbeatResponse> Heartbeat(const pb::HeartbeatRequest& request);
+  StatusOr<pb::RegisterResponse> Register(const pb::RegisterRequest& request,
+      const Principal& who = Principal::Unchecked());
+  StatusOr<pb::HeartbeatResponse> Heartbeat(const pb::HeartbeatRequest& request,
+      const Principal& who = Principal::Unchecked());
 
   // ---- Rendezvous KV ----
   // Keys are dropped when the generation they belong to ends: a key equal to a generation's
@@ -114,12 +131,16 @@ class Coordinator {
   StatusOr<pb::KvGetResponse> KvGet(const pb::KvGetRequest& request);
 
   // ---- Workers of the running job (fenced) ----
-  StatusOr<pb::ReportProgressResponse> ReportProgress(const pb::ReportProgressRequest& request);
-  StatusOr<pb::ReportEvalResponse> ReportEval(const pb::ReportEvalRequest& request);
-  StatusOr<pb::CheckpointBeginResponse> CheckpointBegin(const pb::CheckpointBeginRequest& request);
+  StatusOr<pb::ReportProgressResponse> ReportProgress(const pb::ReportProgressRequest& request,
+      const Principal& who = Principal::Unchecked());
+  StatusOr<pb::ReportEvalResponse> ReportEval(const pb::ReportEvalRequest& request,
+      const Principal& who = Principal::Unchecked());
+  StatusOr<pb::CheckpointBeginResponse> CheckpointBegin(const pb::CheckpointBeginRequest& request,
+      const Principal& who = Principal::Unchecked());
   StatusOr<pb::CheckpointCommitResponse> CheckpointCommit(
-      const pb::CheckpointCommitRequest& request);
-  StatusOr<pb::ReportFailureResponse> ReportFailure(const pb::ReportFailureRequest& request);
+      const pb::CheckpointCommitRequest& request, const Principal& who = Principal::Unchecked());
+  StatusOr<pb::ReportFailureResponse> ReportFailure(const pb::ReportFailureRequest& request,
+      const Principal& who = Principal::Unchecked());
 
   // Expires leases and schedules; the service calls it every ~100 ms. Every member call also
   // schedules, so a cluster that becomes whole starts the job without waiting for a tick.
@@ -145,6 +166,7 @@ class Coordinator {
     absl::Time last_seen;
     std::string running_job;  // WORKER: from its last heartbeat ("" = idle)
     int64_t running_generation = 0;
+    std::string identity;  // the CN of its certificate ("" with security off)
   };
   // Predictions of one (epoch, split, rank) of the current generation.
   struct EvalPart {
@@ -179,6 +201,17 @@ class Coordinator {
   StatusOr<Job*> Fence(const std::string& job_id, int64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status CheckRank(const Job& job, int rank) const;
+  // PERMISSION_DENIED when `who` may not see (or, `cancel`, cancel) `job` (the owner rules).
+  static Status CheckOwner(const Job& job, const Principal& who, absl::string_view method,
+                           bool cancel);
+  // PERMISSION_DENIED when `who` is not the certificate that registered `member`.
+  static Status CheckIdentity(const Member& member, const Principal& who, absl::string_view method);
+  // CheckIdentity of rank `rank`'s worker (after CheckRank).
+  Status CheckRankCaller(const Job& job, int rank, const Principal& who, absl::string_view method)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Register's checks of the certificate against the request and the live members.
+  Status CheckRegistration(const pb::RegisterRequest& request, const Principal& who)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Appends a timestamped line to the job's log (memory and disk).
   Status Log(Job* job, absl::string_view text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

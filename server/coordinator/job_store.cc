@@ -101,6 +101,8 @@ JobRecord RecordFromJson(const Json& j) {
   pb::JobInfo& i = r.info;
   i.set_job_id(GetString(j, "job_id"));
   i.set_name(GetString(j, "name"));
+  // Records written before jobs had owners have none.
+  if (j.contains("owner")) i.set_owner(GetString(j, "owner"));
   pb::JobState state;
   if (!pb::JobState_Parse(GetString(j, "state"), &state) || state == pb::JOB_STATE_UNSPECIFIED) {
     throw FieldError{"state", "not a job state"};
@@ -165,6 +167,7 @@ std::string JobRecordToJson(const JobRecord& r) {
   j["format"] = kFormat;
   j["job_id"] = i.job_id();
   j["name"] = i.name();
+  j["owner"] = i.owner();
   j["state"] = pb::JobState_Name(i.state());
   j["message"] = i.message();
   j["spec_yaml"] = i.spec_yaml();

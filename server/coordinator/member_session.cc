@@ -20,7 +20,11 @@ StatusOr<std::unique_ptr<MemberSession>> MemberSession::Start(CoordinatorClient*
       st = s->RegisterOnce();
     }
     if (st.ok()) break;
-    if (!absl::IsUnavailable(st) && !absl::IsDeadlineExceeded(st)) return st;
+    // ALREADY_EXISTS (security on): our certificate's slot is held by a live member — this
+    // process's predecessor, killed before its lease ran out: it frees at the lease's end.
+    if (!absl::IsUnavailable(st) && !absl::IsDeadlineExceeded(st) && !absl::IsAlreadyExists(st)) {
+      return st;
+    }
     if (absl::Now() >= deadline) {
       return Annotate(st, absl::StrCat("registering with the coordinator for ",
                                        absl::FormatDuration(register_timeout)));

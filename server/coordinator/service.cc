@@ -1,6 +1,7 @@
 #include "server/coordinator/service.h"
 
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_listener_watchdog.h"
+#include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "common/metrics.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -40,6 +42,16 @@ enum Method {
   kCheckpointCommit,
   kReportFailure,
 };
+// What each method needs of its caller (security on), in the order of Method.
+const CallerNeeds kMethodNeeds[] = {
+    CallerNeeds::kOperator, CallerNeeds::kReader, CallerNeeds::kReader,  // Submit, Get, List
+    CallerNeeds::kOperator, CallerNeeds::kReader,                        // Cancel, GetLogs
+    CallerNeeds::kMember,   CallerNeeds::kMember,                        // Register, Heartbeat
+    CallerNeeds::kWorker,   CallerNeeds::kWorker,                        // KvSet, KvGet
+    CallerNeeds::kWorker,   CallerNeeds::kWorker,  // ReportProgress, ReportEval
+    CallerNeeds::kWorker,   CallerNeeds::kWorker,  // CheckpointBegin, CheckpointCommit
+    CallerNeeds::kWorker,                          // ReportFailure
+};
 const std::vector<std::string> kMethodNames = {
     "SubmitJob",        "GetJob",       "ListJobs",
     "CancelJob",        "GetLogs",      "Register",
@@ -50,91 +62,106 @@ const std::vector<std::string> kMethodNames = {
 // The generated sync service; every handler is one Coordinator call plus the gRPC metrics.
 class CoordinatorService final : public pb::CoordinatorService::Service {
  public:
-  CoordinatorService(Coordinator* coordinator, GrpcServerMetrics* metrics)
-      : c_(coordinator), metrics_(metrics) {}
+  CoordinatorService(Coordinator* coordinator, GrpcServerMetrics* metrics, bool secured,
+                     const TokenStore* tokens, RefusalRecorder* refusals)
+      : c_(coordinator),
+        metrics_(metrics),
+        secured_(secured),
+        tokens_(tokens),
+        refusals_(refusals) {}
 
-  grpc::Status SubmitJob(grpc::ServerContext*, const pb::SubmitJobRequest* q,
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const pb::SubmitJobRequest* q,
                          pb::SubmitJobResponse* r) override {
     return Handle(
-        kSubmitJob, [&] { return c_->SubmitJob(*q); }, r);
+        kSubmitJob, ctx, [&](const Principal& who) { return c_->SubmitJob(*q, who); }, r);
   }
-  grpc::Status GetJob(grpc::ServerContext*, const pb::GetJobRequest* q, pb::JobInfo* r) override {
+  grpc::Status GetJob(grpc::ServerContext* ctx, const pb::GetJobRequest* q, pb::JobInfo* r) override {
     return Handle(
-        kGetJob, [&] { return c_->GetJob(*q); }, r);
+        kGetJob, ctx, [&](const Principal& who) { return c_->GetJob(*q, who); }, r);
   }
-  grpc::Status ListJobs(grpc::ServerContext*, const pb::ListJobsRequest* q,
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const pb::ListJobsRequest* q,
                         pb::ListJobsResponse* r) override {
     return Handle(
-        kListJobs, [&] { return c_->ListJobs(*q); }, r);
+        kListJobs, ctx, [&](const Principal& who) { return c_->ListJobs(*q, who); }, r);
   }
-  grpc::Status CancelJob(grpc::ServerContext*, const pb::CancelJobRequest* q,
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const pb::CancelJobRequest* q,
                          pb::JobInfo* r) override {
     return Handle(
-        kCancelJob, [&] { return c_->CancelJob(*q); }, r);
+        kCancelJob, ctx, [&](const Principal& who) { return c_->CancelJob(*q, who); }, r);
   }
-  grpc::Status GetLogs(grpc::ServerContext*, const pb::GetLogsRequest* q,
+  grpc::Status GetLogs(grpc::ServerContext* ctx, const pb::GetLogsRequest* q,
                        pb::GetLogsResponse* r) override {
     return Handle(
-        kGetLogs, [&] { return c_->GetLogs(*q); }, r);
+        kGetLogs, ctx, [&](const Principal& who) { return c_->GetLogs(*q, who); }, r);
   }
-  grpc::Status Register(grpc::ServerContext*, const pb::RegisterRequest* q,
+  grpc::Status Register(grpc::ServerContext* ctx, const pb::RegisterRequest* q,
                         pb::RegisterResponse* r) override {
     return Handle(
-        kRegister, [&] { return c_->Register(*q); }, r);
+        kRegister, ctx, [&](const Principal& who) { return c_->Register(*q, who); }, r);
   }
-  grpc::Status Heartbeat(grpc::ServerContext*, const pb::HeartbeatRequest* q,
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const pb::HeartbeatRequest* q,
                          pb::HeartbeatResponse* r) override {
     return Handle(
-        kHeartbeat, [&] { return c_->Heartbeat(*q); }, r);
+        kHeartbeat, ctx, [&](const Principal& who) { return c_->Heartbeat(*q, who); }, r);
   }
-  grpc::Status KvSet(grpc::ServerContext*, const pb::KvSetRequest* q,
+  grpc::Status KvSet(grpc::ServerContext* ctx, const pb::KvSetRequest* q,
                      pb::KvSetResponse* r) override {
     return Handle(
-        kKvSet, [&] { return c_->KvSet(*q); }, r);
+        kKvSet, ctx, [&](const Principal& who) { return c_->KvSet(*q); }, r);
   }
-  grpc::Status KvGet(grpc::ServerContext*, const pb::KvGetRequest* q,
+  grpc::Status KvGet(grpc::ServerContext* ctx, const pb::KvGetRequest* q,
                      pb::KvGetResponse* r) override {
     return Handle(
-        kKvGet, [&] { return c_->KvGet(*q); }, r);
+        kKvGet, ctx, [&](const Principal& who) { return c_->KvGet(*q); }, r);
   }
-  grpc::Status ReportProgress(grpc::ServerContext*, const pb::ReportProgressRequest* q,
+  grpc::Status ReportProgress(grpc::ServerContext* ctx, const pb::ReportProgressRequest* q,
                               pb::ReportProgressResponse* r) override {
     return Handle(
-        kReportProgress, [&] { return c_->ReportProgress(*q); }, r);
+        kReportProgress, ctx, [&](const Principal& who) { return c_->ReportProgress(*q, who); }, r);
   }
-  grpc::Status ReportEval(grpc::ServerContext*, const pb::ReportEvalRequest* q,
+  grpc::Status ReportEval(grpc::ServerContext* ctx, const pb::ReportEvalRequest* q,
                           pb::ReportEvalResponse* r) override {
     return Handle(
-        kReportEval, [&] { return c_->ReportEval(*q); }, r);
+        kReportEval, ctx, [&](const Principal& who) { return c_->ReportEval(*q, who); }, r);
   }
-  grpc::Status CheckpointBegin(grpc::ServerContext*, const pb::CheckpointBeginRequest* q,
+  grpc::Status CheckpointBegin(grpc::ServerContext* ctx, const pb::CheckpointBeginRequest* q,
                                pb::CheckpointBeginResponse* r) override {
     return Handle(
-        kCheckpointBegin, [&] { return c_->CheckpointBegin(*q); }, r);
+        kCheckpointBegin, ctx, [&](const Principal& who) { return c_->CheckpointBegin(*q, who); }, r);
   }
-  grpc::Status CheckpointCommit(grpc::ServerContext*, const pb::CheckpointCommitRequest* q,
+  grpc::Status CheckpointCommit(grpc::ServerContext* ctx, const pb::CheckpointCommitRequest* q,
                                 pb::CheckpointCommitResponse* r) override {
     return Handle(
-        kCheckpointCommit, [&] { return c_->CheckpointCommit(*q); }, r);
+        kCheckpointCommit, ctx, [&](const Principal& who) { return c_->CheckpointCommit(*q, who); }, r);
   }
-  grpc::Status ReportFailure(grpc::ServerContext*, const pb::ReportFailureRequest* q,
+  grpc::Status ReportFailure(grpc::ServerContext* ctx, const pb::ReportFailureRequest* q,
                              pb::ReportFailureResponse* r) override {
     return Handle(
-        kReportFailure, [&] { return c_->ReportFailure(*q); }, r);
+        kReportFailure, ctx, [&](const Principal& who) { return c_->ReportFailure(*q, who); }, r);
   }
 
  private:
+  // The caller's credentials are checked against what the method needs, then the coordinator
+  // answers (with its own checks of owners and member identities); refusals are recorded.
   template <typename Fn, typename Resp>
-  grpc::Status Handle(Method method, Fn fn, Resp* response) {
+  grpc::Status Handle(Method method, grpc::ServerContext* ctx, Fn fn, Resp* response) {
     metrics_->Started(method);
     const auto start = std::chrono::steady_clock::now();
     grpc::Status result;
     try {
-      auto answer = fn();
-      if (answer.ok()) {
-        *response = std::move(answer).value();
-      } else {
-        result = ToGrpc(answer.status());
+      const Principal who = IdentifyCaller(*ctx, secured_, tokens_);
+      Status allowed = CheckCaller(who, kMethodNeeds[method], kMethodNames[method]);
+      if (allowed.ok()) {
+        auto answer = fn(who);
+        if (answer.ok()) {
+          *response = std::move(answer).value();
+        } else {
+          allowed = answer.status();
+        }
+      }
+      if (!allowed.ok()) {
+        if (IsAuthRefusal(allowed)) refusals_->Record(kMethodNames[method], who, allowed);
+        result = ToGrpc(allowed);
       }
     } catch (const std::exception& e) {
       // Nothing in the coordinator throws on purpose; a library that does must not take it down.
@@ -149,6 +176,9 @@ class CoordinatorService final : public pb::CoordinatorService::Service {
 
   Coordinator* c_;
   GrpcServerMetrics* metrics_;
+  const bool secured_;
+  const TokenStore* tokens_;  // null: no users' tokens (user calls are refused)
+  RefusalRecorder* refusals_;
 };
 
 // The job-level and membership series, computed from the coordinator at scrape time.
@@ -226,6 +256,17 @@ Status AddJobCollectables(Coordinator* c, MetricsExposer* exposer) {
   return absl::OkStatus();
 }
 
+// A changed tokens file (or SIGHUP) takes effect here; a bad one keeps the old tokens.
+void ReloadTokens(TokenStore* tokens) {
+  StatusOr<bool> reloaded = tokens->MaybeReload();
+  if (!reloaded.ok()) {
+    std::fprintf(stderr, "sift coordinator: %s\n", std::string(reloaded.status().message()).c_str());
+  } else if (*reloaded) {
+    std::fprintf(stderr, "sift coordinator: reloaded %zu tokens from %s\n", tokens->size(),
+                 tokens->path().c_str());
+  }
+}
+
 }  // namespace
 
 class CoordinatorServer::Impl {
@@ -234,6 +275,8 @@ class CoordinatorServer::Impl {
   std::unique_ptr<Coordinator> coordinator;
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<GrpcServerMetrics> grpc_metrics;
+  std::unique_ptr<RefusalRecorder> refusals;
+  std::unique_ptr<TokenStore> tokens;  // null without --tokens-file
   std::unique_ptr<MetricsExposer> exposer;
   // The gRPC server under the listener watchdog (common/grpc_listener_watchdog.h): rebuilt on
   // its port when it stops accepting; the jobs live on in the coordinator.
@@ -279,6 +322,14 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   AddBuildInfo(*impl->registry, options.version);
   impl->grpc_metrics =
       std::make_unique<GrpcServerMetrics>(*impl->registry, kServiceName, kMethodNames);
+  impl->refusals = std::make_unique<RefusalRecorder>(*impl->registry, "sift coordinator");
+  if (!options.security.tokens_file.empty()) {
+    if (!options.security.tls()) {
+      return absl::InvalidArgumentError(
+          "--tokens-file needs TLS (--tls-dir): bearer tokens would travel in clear");
+    }
+    SIFT_ASSIGN_OR_RETURN(impl->tokens, TokenStore::Open(options.security.tokens_file));
+  }
   if (options.metrics_port >= 0) {
     SIFT_ASSIGN_OR_RETURN(
         impl->exposer,
@@ -293,10 +344,15 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   g.health_service = kServiceName;
   g.max_message_bytes = 256 << 20;  // evaluation predictions arrive in chunks; allow generous ones
   g.limits = options.limits;
+  g.security = options.security;
   Coordinator* c = impl->coordinator.get();
   GrpcServerMetrics* metrics = impl->grpc_metrics.get();
-  auto grpc = WatchedGrpcServer::Start(
-      g, OneService([c, metrics] { return std::make_unique<CoordinatorService>(c, metrics); }));
+  const bool secured = options.security.tls();
+  const TokenStore* tokens = impl->tokens.get();
+  RefusalRecorder* refusals = impl->refusals.get();
+  auto grpc = WatchedGrpcServer::Start(g, OneService([c, metrics, secured, tokens, refusals] {
+    return std::make_unique<CoordinatorService>(c, metrics, secured, tokens, refusals);
+  }));
   if (!grpc.ok()) return grpc.status();
   impl->grpc = std::move(*grpc);
 
@@ -307,6 +363,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     while (!raw->tick_cv.wait_for(lock, tick, [raw] { return raw->stop_ticking; })) {
       lock.unlock();
       raw->coordinator->Tick();
+      if (raw->tokens != nullptr) ReloadTokens(raw->tokens.get());
       lock.lock();
     }
   });

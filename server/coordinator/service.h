@@ -12,7 +12,8 @@
 //   total loss), sift_job_generation {job_id}; sift_job_state{job_id,state} (1 for the current
 //   state, 0 for the others); sift_coordinator_members{member_role} (alive members);
 //   grpc_server_started_total / grpc_server_handled_total / grpc_server_handling_seconds per
-//   grpc_method; sift_build_info{version}.
+//   grpc_method; sift_auth_refusals_total{grpc_method, grpc_code} (calls refused for their
+//   credentials, common/grpc_security.h); sift_build_info{version}.
 //
 // The gRPC server runs under the listener watchdog of common/grpc_listener_watchdog.h: when it
 // stops accepting (file descriptors ran out) it is rebuilt on the same port, jobs intact.
@@ -25,6 +26,7 @@
 
 #include "absl/time/time.h"
 #include "common/grpc_server_limits.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "server/coordinator/coordinator.h"
 
@@ -40,6 +42,10 @@ struct CoordinatorServerOptions {
   // Streams per connection, idle and handshake timeouts, and gRPC's request threads (a sync
   // server: one thread per call in progress; a call finding none free is RESOURCE_EXHAUSTED).
   GrpcServerLimits limits = DefaultLimits();
+  // TLS, member certificates and users' tokens (common/security.h says who may call what; the
+  // README lists every RPC with the identity it needs). tokens_file is re-read when it changes
+  // (checked every tick) and after RequestTokenReload (SIGHUP).
+  SecurityOptions security;
 
   // kDefaultMaxThreads: every worker of the largest cluster a spec allows (4096) can wait in
   // KvGet at once, with 256 threads to spare for heartbeats and the CLI.

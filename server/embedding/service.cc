@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dir_lock.h"
 #include "common/grpc_listener_watchdog.h"
+#include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "common/metrics.h"
 #include "common/thread_pool.h"
@@ -34,6 +35,11 @@ constexpr size_t kMaxCachedRequestBytes = size_t{16} << 20;
 enum Method { kConfigure, kPull, kPush, kStats, kSnapshot, kRestore };
 const std::vector<std::string> kMethodNames = {"Configure", "Pull",     "Push",
                                                "Stats",     "Snapshot", "Restore"};
+// What each method needs of its caller (security on), in the order of Method: the tables are
+// the workers' alone; Stats (shard index, limits, table sizes) is open to every member.
+const CallerNeeds kMethodNeeds[] = {CallerNeeds::kWorker, CallerNeeds::kWorker,
+                                    CallerNeeds::kWorker, CallerNeeds::kMember,
+                                    CallerNeeds::kWorker, CallerNeeds::kWorker};
 
 using RawService = pb::EmbeddingService::WithRawCallbackMethod_Configure<
     pb::EmbeddingService::WithRawCallbackMethod_Pull<
@@ -49,8 +55,13 @@ using RawService = pb::EmbeddingService::WithRawCallbackMethod_Configure<
 // the reply, and records the gRPC metrics.
 class EmbeddingService final : public RawService {
  public:
-  EmbeddingService(EmbeddingShard* shard, int threads, GrpcServerMetrics* metrics)
-      : shard_(shard), pool_(threads + 1), metrics_(metrics) {}
+  EmbeddingService(EmbeddingShard* shard, int threads, GrpcServerMetrics* metrics, bool secured,
+                   RefusalRecorder* refusals)
+      : shard_(shard),
+        pool_(threads + 1),
+        metrics_(metrics),
+        secured_(secured),
+        refusals_(refusals) {}
 
   // The generated typed (sync) overloads stay visible; they are disabled by the raw bases.
   using RawService::Configure;
@@ -114,6 +125,19 @@ class EmbeddingService final : public RawService {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     metrics_->Started(method);
     const auto start = std::chrono::steady_clock::now();
+    if (secured_) {
+      // Checked on gRPC's thread, before any request bytes are parsed.
+      const Principal who = IdentifyCaller(*ctx, /*checked=*/true, /*tokens=*/nullptr);
+      const Status allowed = CheckCaller(who, kMethodNeeds[method], kMethodNames[method]);
+      if (!allowed.ok()) {
+        refusals_->Record(kMethodNames[method], who, allowed);
+        metrics_->Handled(
+            method, static_cast<int>(allowed.code()),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        reactor->Finish(ToGrpc(allowed));
+        return reactor;
+      }
+    }
     pool_.Schedule([this, method, ctx, request, response, reactor, start, fn] {
       grpc::Status status = Run<Req, Resp>(method, ctx, request, response, fn);
       const double seconds =
@@ -182,6 +206,8 @@ class EmbeddingService final : public RawService {
   EmbeddingShard* shard_;
   ThreadPool pool_;  // request threads; destroyed (drained) before the shard
   GrpcServerMetrics* metrics_;
+  const bool secured_;
+  RefusalRecorder* refusals_;
 };
 
 class EmbeddingServer::Impl {
@@ -192,6 +218,7 @@ class EmbeddingServer::Impl {
   std::unique_ptr<EmbeddingShard> shard;
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<GrpcServerMetrics> grpc_metrics;
+  std::unique_ptr<RefusalRecorder> refusals;
   std::unique_ptr<MetricsExposer> exposer;
   // The gRPC server under the listener watchdog (common/grpc_listener_watchdog.h): rebuilt on
   // its port when it stops accepting; the tables live on in the shard.
@@ -301,6 +328,8 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
   impl->grpc_metrics = std::make_unique<GrpcServerMetrics>(
       *impl->registry, kServiceName, kMethodNames,
       std::map<std::string, std::string>{{"shard", absl::StrCat(options.shard.shard)}});
+  impl->refusals = std::make_unique<RefusalRecorder>(
+      *impl->registry, absl::StrCat("sift embedding-server shard ", options.shard.shard));
   if (options.metrics_port >= 0) {
     SIFT_ASSIGN_OR_RETURN(
         impl->exposer,
@@ -316,13 +345,15 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
   g.health_service = kServiceName;
   g.max_message_bytes = static_cast<int>(options.shard.max_message_bytes);
   g.limits = options.limits;
+  g.security = options.security;
   EmbeddingShard* shard = impl->shard.get();
   GrpcServerMetrics* metrics = impl->grpc_metrics.get();
+  RefusalRecorder* refusals = impl->refusals.get();
   const int threads = options.shard.threads;
-  auto grpc =
-      WatchedGrpcServer::Start(g, OneService([shard, metrics, threads] {
-                                 return std::make_unique<EmbeddingService>(shard, threads, metrics);
-                               }));
+  const bool secured = options.security.tls();
+  auto grpc = WatchedGrpcServer::Start(g, OneService([=] {
+    return std::make_unique<EmbeddingService>(shard, threads, metrics, secured, refusals);
+  }));
   if (!grpc.ok()) return grpc.status();
   impl->grpc = std::move(*grpc);
   return std::unique_ptr<EmbeddingServer>(new EmbeddingServer(std::move(impl)));

@@ -12,7 +12,8 @@
 //   grpc_server_started_total / grpc_server_handled_total{grpc_code} /
 //   grpc_server_handling_seconds (histogram) per grpc_method;
 //   sift_ps_rows, sift_ps_memory_bytes (gauges) and sift_ps_pulled_keys_total,
-//   sift_ps_pushed_keys_total (counters) per table; sift_build_info{version}.
+//   sift_ps_pushed_keys_total (counters) per table; sift_auth_refusals_total{grpc_method,
+//   grpc_code} (common/grpc_security.h); sift_build_info{version}.
 //
 // The gRPC server runs under the listener watchdog of common/grpc_listener_watchdog.h: when it
 // stops accepting (file descriptors ran out) it is rebuilt on the same port, tables intact.
@@ -25,6 +26,7 @@
 #include <string>
 
 #include "common/grpc_server_limits.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "server/embedding/shard.h"
 
@@ -38,6 +40,9 @@ struct EmbeddingServerOptions {
   // Streams per connection, idle and handshake timeouts (max_threads must stay 0: requests run
   // on the shard's own `threads`).
   GrpcServerLimits limits;
+  // TLS and member certificates (common/security.h): Configure, Pull, Push, Snapshot and Restore
+  // need a worker's certificate, Stats any member's. Off: plaintext, no checks.
+  SecurityOptions security;
 };
 
 class EmbeddingServer {

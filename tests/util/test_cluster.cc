@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -35,11 +36,20 @@ TestCluster::TestCluster(const TempDir& dir, const std::string& name,
   StartCoordinator();
   coordinator::CoordinatorClientOptions co;
   co.address = coordinator_address_;
+  co.security = ClientSecurity();
   auto client = coordinator::CoordinatorClient::Connect(co);
   EXPECT_TRUE(client.ok()) << client.status() << "\n" << AllErrors();
   if (client.ok()) client_ = std::move(*client);
   for (int i = 0; i < options.servers; ++i) StartServer(i);
   for (int i = 0; i < options.workers; ++i) StartWorker(i);
+}
+
+SecurityOptions TestCluster::ClientSecurity() const {
+  SecurityOptions s;
+  if (options_.tls_root.empty()) return s;
+  s.tls_dir = options_.tls_root + "/client";
+  s.token_file = options_.client_token_file;
+  return s;
 }
 
 TestCluster::~TestCluster() {
@@ -55,6 +65,19 @@ std::string TestCluster::Launch(Member* m, const std::string& label,
   const std::string port_file = dir_.Sub(stem + ".port");
   args.push_back("--port-file");
   args.push_back(port_file);
+  if (!options_.tls_root.empty()) {
+    // Member directories are named as their certificates: coordinator, server-<i>, worker-<i>.
+    absl::string_view index = label;
+    std::string member = label;
+    if (absl::ConsumePrefix(&index, "server")) member = absl::StrCat("server-", index);
+    if (absl::ConsumePrefix(&index, "worker")) member = absl::StrCat("worker-", index);
+    args.push_back("--tls-dir");
+    args.push_back(options_.tls_root + "/" + member);
+    if (label == "coordinator" && !options_.tokens_file.empty()) {
+      args.push_back("--tokens-file");
+      args.push_back(options_.tokens_file);
+    }
+  }
   m->process = std::make_unique<SiftProcess>(args, dir_.Sub(stem));
   const std::string ports = WaitForFile(port_file);
   EXPECT_FALSE(ports.empty()) << label << " wrote no port file\n" << m->process->Err();

@@ -24,6 +24,12 @@ struct TestClusterOptions {
   int heartbeat_ms = 200;
   bool metrics = false;            // --metrics-port 0 on every process
   int worker_exit_after_jobs = 0;  // sift worker --exit-after-jobs
+  // Security on: a `sift certs init` directory (coordinator/, server-<i>/, worker-<i>/, client/);
+  // each process gets --tls-dir of its own member directory. The coordinator reads
+  // `tokens_file`; client() connects with client/ and `client_token_file` ("" = no token).
+  std::string tls_root;
+  std::string tokens_file;
+  std::string client_token_file;
 };
 
 class TestCluster {
@@ -33,6 +39,8 @@ class TestCluster {
   ~TestCluster();
 
   const std::string& coordinator_address() const { return coordinator_address_; }
+  // The security of client() (plaintext when options.tls_root is "").
+  SecurityOptions ClientSecurity() const;
   coordinator::CoordinatorClient& client() { return *client_; }
 
   // (Re)starts one member; a restart gets fresh log files (<name>-<role><i>-<n>.out/.err).
