@@ -22,6 +22,7 @@
 #include "cli/exit_code.h"
 #include "cli/job_client.h"
 #include "cli/local_cluster.h"
+#include "cli/run_security.h"
 #include "common/auc.h"
 #include "common/file_util.h"
 #include "common/http_client.h"
@@ -178,9 +179,15 @@ class BenchCluster {
     lo.worker_threads = threads;
     lo.max_restarts = 0;  // a child that exits ends the benchmark
     lo.cluster_file = JoinPath(work_dir, "cluster.json");
+    coordinator::CoordinatorClientOptions co;
+    if (o.tls) {
+      SIFT_ASSIGN_OR_RETURN(RunSecurity sec, MakeRunSecurity(JoinPath(work_dir, "security"), 1, 1));
+      lo.security_dir = sec.dir;
+      lo.tokens_file = sec.tokens_file;
+      co.security = sec.client;
+    }
     SIFT_ASSIGN_OR_RETURN(bc->cluster_, LocalCluster::Start(lo));
     SIFT_ASSIGN_OR_RETURN(bc->metrics_port_, WorkerMetricsPort(lo.cluster_file));
-    coordinator::CoordinatorClientOptions co;
     co.address = bc->cluster_->coordinator_address();
     co.rpc_timeout = absl::Seconds(10);
     SIFT_ASSIGN_OR_RETURN(bc->client_, coordinator::CoordinatorClient::Connect(co));
@@ -349,20 +356,30 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
   };
 
   std::unique_ptr<BenchCluster> cluster;  // started before the first cluster run
+  std::string tls_work_dir;
+  std::unique_ptr<BenchCluster> tls_cluster;  // compare_tls: the secured one
+  auto start = [&](bool tls, std::string* dir,
+                   std::unique_ptr<BenchCluster>* c) -> Status {
+    if (*c != nullptr) return absl::OkStatus();
+    SIFT_ASSIGN_OR_RETURN(*dir, MakeTempWorkDir());
+    say(absl::StrCat("starting the cluster (", tls ? "mutual TLS; " : "plaintext; ",
+                     "coordinator, 1 embedding server with ", o.server_threads,
+                     " thread(s), 1 worker with ", result.threads, " thread(s)) in ", *dir));
+    ClusterBenchOptions co = o;
+    co.tls = tls;
+    StatusOr<std::unique_ptr<BenchCluster>> started =
+        BenchCluster::Start(co, result.threads, *dir);
+    if (!started.ok()) return Annotate(started.status(), absl::StrCat("logs in ", *dir, "/logs"));
+    *c = std::move(*started);
+    return absl::OkStatus();
+  };
   auto run_cluster = [&](const JobSpec& spec) -> StatusOr<ClusterBenchRun> {
-    if (cluster == nullptr) {
-      SIFT_ASSIGN_OR_RETURN(work_dir, MakeTempWorkDir());
-      say(absl::StrCat("starting the cluster (coordinator, 1 embedding server with ",
-                       o.server_threads, " thread(s), 1 worker with ", result.threads,
-                       " thread(s)) in ", work_dir));
-      StatusOr<std::unique_ptr<BenchCluster>> started =
-          BenchCluster::Start(o, result.threads, work_dir);
-      if (!started.ok()) {
-        return Annotate(started.status(), absl::StrCat("logs in ", work_dir, "/logs"));
-      }
-      cluster = std::move(*started);
-    }
+    SIFT_RETURN_IF_ERROR(start(o.tls, &work_dir, &cluster));
     return cluster->Run(spec);
+  };
+  auto run_tls_cluster = [&](const JobSpec& spec) -> StatusOr<ClusterBenchRun> {
+    SIFT_RETURN_IF_ERROR(start(true, &tls_work_dir, &tls_cluster));
+    return tls_cluster->Run(spec);
   };
 
   for (int64_t k : o.staleness) {
@@ -376,13 +393,23 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
       ClusterBenchRound r;
       r.round = round;
       r.cluster_first = round % 2 == 1;
+      const std::string label = absl::StrFormat("round %d/%d, k=%d:", round + 1, o.repeats,
+                                                static_cast<int>(series.staleness));
+      // compare_tls: the secured cluster right before the plaintext one (cluster first) or right
+      // after it, so the two share their neighbourhood in time.
+      auto tls_run = [&]() -> Status {
+        if (!o.compare_tls) return absl::OkStatus();
+        SIFT_ASSIGN_OR_RETURN(r.cluster_tls, run_tls_cluster(spec));
+        say(absl::StrCat(label, " ", Describe("cluster+tls", r.cluster_tls)));
+        return absl::OkStatus();
+      };
       for (int i = 0; i < 2; ++i) {
         const bool cluster_now = (i == 0) == r.cluster_first;
-        const std::string label = absl::StrFormat("round %d/%d, k=%d:", round + 1, o.repeats,
-                                                  static_cast<int>(series.staleness));
+        if (cluster_now && r.cluster_first) SIFT_RETURN_IF_ERROR(tls_run());
         if (cluster_now) {
           SIFT_ASSIGN_OR_RETURN(r.cluster, run_cluster(spec));
           say(absl::StrCat(label, " ", Describe("cluster   ", r.cluster)));
+          if (!r.cluster_first) SIFT_RETURN_IF_ERROR(tls_run());
         } else {
           StatusOr<ClusterBenchRun> in = RunInProcess(spec, result.threads);
           if (!in.ok()) {
@@ -401,22 +428,32 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
         }
       }
       r.ratio = r.cluster.samples_per_s / r.in_process.samples_per_s;
+      if (o.compare_tls) r.tls_ratio = r.cluster_tls.samples_per_s / r.cluster.samples_per_s;
       series.rounds.push_back(r);
     }
   }
   if (cluster != nullptr) cluster->Stop();
   cluster.reset();
+  if (tls_cluster != nullptr) tls_cluster->Stop();
+  tls_cluster.reset();
+  RemoveWorkDir(tls_work_dir);
 
   for (ClusterBenchSeries& s : result.series) {
-    std::vector<double> in, cl, ratio;
+    std::vector<double> in, cl, ratio, tls, tls_ratio;
     for (const ClusterBenchRound& r : s.rounds) {
       in.push_back(r.in_process.samples_per_s);
       cl.push_back(r.cluster.samples_per_s);
       ratio.push_back(r.ratio);
+      tls.push_back(r.cluster_tls.samples_per_s);
+      tls_ratio.push_back(r.tls_ratio);
     }
     s.median_in_process = Median(in);
     s.median_cluster = Median(cl);
     s.median_ratio = Median(ratio);
+    if (o.compare_tls) {
+      s.median_cluster_tls = Median(tls);
+      s.median_tls_ratio = Median(tls_ratio);
+    }
   }
   result.load_average_after = LoadAverage1();
   RemoveWorkDir(work_dir);
@@ -427,10 +464,12 @@ std::string FormatClusterBench(const ClusterBenchOptions& o, const ClusterBenchR
   std::string out;
   absl::StrAppendFormat(&out,
                         "  setup:      %s, batch %lld, 1 epoch of %lld warm-up + %lld measured "
-                        "steps, %d thread(s) (worker and in-process), server %d thread(s)\n",
+                        "steps, %d thread(s) (worker and in-process), server %d thread(s), "
+                        "cluster %s\n",
                         o.model, static_cast<long long>(o.batch_size),
                         static_cast<long long>(kClusterBenchWarmupSteps),
-                        static_cast<long long>(o.steps), r.threads, o.server_threads);
+                        static_cast<long long>(o.steps), r.threads, o.server_threads,
+                        o.tls ? "with mutual TLS" : "plaintext");
   absl::StrAppendFormat(&out, "  load avg:   %.2f before, %.2f after (1 min)\n",
                         r.load_average_before, r.load_average_after);
   for (const ClusterBenchSeries& s : r.series) {
@@ -446,6 +485,19 @@ std::string FormatClusterBench(const ClusterBenchOptions& o, const ClusterBenchR
                           s.median_in_process, s.median_cluster, s.median_ratio,
                           kClusterOverheadTarget,
                           s.median_ratio >= kClusterOverheadTarget ? "met" : "NOT met");
+    if (o.compare_tls) {
+      absl::StrAppendFormat(&out, "  %-6s %15s %15s %8s\n", "round", "cluster/s", "cluster+tls/s",
+                            "tls/plain");
+      for (const ClusterBenchRound& rd : s.rounds) {
+        absl::StrAppendFormat(&out, "  %-6d %15.0f %15.0f %8.3f\n", rd.round + 1,
+                              rd.cluster.samples_per_s, rd.cluster_tls.samples_per_s,
+                              rd.tls_ratio);
+      }
+      absl::StrAppendFormat(&out, "  %-6s %15.0f %15.0f %8.3f  (target >= %.2f: %s)\n", "median",
+                            s.median_cluster, s.median_cluster_tls, s.median_tls_ratio,
+                            kClusterTlsTarget,
+                            s.median_tls_ratio >= kClusterTlsTarget ? "met" : "NOT met");
+    }
     // Where the time goes: ms per step of each phase, summed over the rounds.
     PhaseTimes in, cl;
     int64_t in_steps = 0, cl_steps = 0;
@@ -483,6 +535,10 @@ nlohmann::json ClusterBenchToJson(const ClusterBenchOptions& o, const ClusterBen
                         {"in_process", RunJson(rd.in_process)},
                         {"cluster", RunJson(rd.cluster)},
                         {"ratio", rd.ratio}});
+      if (o.compare_tls) {
+        rounds.back()["cluster_tls"] = RunJson(rd.cluster_tls);
+        rounds.back()["tls_ratio"] = rd.tls_ratio;
+      }
     }
     series.push_back({{"staleness", s.staleness},
                       {"rounds", rounds},
@@ -491,6 +547,11 @@ nlohmann::json ClusterBenchToJson(const ClusterBenchOptions& o, const ClusterBen
                       {"median_ratio", s.median_ratio},
                       {"target_ratio", kClusterOverheadTarget},
                       {"target_met", s.median_ratio >= kClusterOverheadTarget}});
+    if (o.compare_tls) {
+      series.back()["median_cluster_tls_samples_per_s"] = s.median_cluster_tls;
+      series.back()["median_tls_ratio"] = s.median_tls_ratio;
+      series.back()["tls_target_ratio"] = kClusterTlsTarget;
+    }
   }
   return {{"benchmark", "cluster"},
           {"dataset", o.dataset},
@@ -500,6 +561,8 @@ nlohmann::json ClusterBenchToJson(const ClusterBenchOptions& o, const ClusterBen
           {"steps", o.steps},
           {"threads", r.threads},
           {"server_threads", o.server_threads},
+          {"tls", o.tls},
+          {"compare_tls", o.compare_tls},
           {"repeats", o.repeats},
           {"load_average_before", r.load_average_before},
           {"load_average_after", r.load_average_after},

@@ -33,6 +33,12 @@ struct ClusterBenchOptions {
   int repeats = 2;         // rounds; each runs both ways once per staleness
   std::vector<int64_t> staleness = {1};
   uint64_t seed = 1;
+  // The cluster with security on (mutual TLS with certificates of a CA made for the run, an admin
+  // token for the benchmark's client), as `sift local --secure` runs it.
+  bool tls = false;
+  // Also a second, secured cluster in every round (after the plaintext one in odd rounds, before
+  // it in even ones): its samples/s against the plaintext cluster's, in the same run.
+  bool compare_tls = false;
   // Called with a line per finished run (progress); may be empty.
   std::function<void(const std::string&)> progress;
 };
@@ -51,6 +57,8 @@ struct ClusterBenchRound {
   bool cluster_first = false;  // odd rounds run the cluster first (ABBA order)
   ClusterBenchRun in_process, cluster;
   double ratio = 0;  // cluster / in-process samples/s
+  ClusterBenchRun cluster_tls;  // compare_tls: the secured cluster
+  double tls_ratio = 0;         // compare_tls: cluster_tls / cluster samples/s
 };
 
 struct ClusterBenchSeries {
@@ -58,6 +66,7 @@ struct ClusterBenchSeries {
   std::vector<ClusterBenchRound> rounds;
   double median_in_process = 0, median_cluster = 0;  // samples/s
   double median_ratio = 0;                           // median of the rounds' ratios
+  double median_cluster_tls = 0, median_tls_ratio = 0;  // compare_tls
 };
 
 struct ClusterBenchResult {
@@ -67,6 +76,7 @@ struct ClusterBenchResult {
 };
 
 inline constexpr double kClusterOverheadTarget = 0.8;  // docs/benchmarks.md
+inline constexpr double kClusterTlsTarget = 0.95;      // issue 17: secured / plaintext cluster
 // The trainer's warm-up (TrainerOptions::warmup_steps; a job spec cannot change it): steps run
 // before the measured ones, excluded from samples/s.
 inline const int64_t kClusterBenchWarmupSteps = worker::TrainerOptions{}.warmup_steps;

@@ -79,6 +79,8 @@ void MakeSpecPathsAbsolute(JobSpec* spec, const std::string& base_dir) {
   spec->checkpoint.dir = AbsolutePath(spec->checkpoint.dir, base_dir);
   spec->checkpoint.resume_from = AbsolutePath(spec->checkpoint.resume_from, base_dir);
   spec->results_dir = AbsolutePath(spec->results_dir, base_dir);
+  spec->security.tls_dir = AbsolutePath(spec->security.tls_dir, base_dir);
+  spec->security.token_file = AbsolutePath(spec->security.token_file, base_dir);
 }
 
 std::string CurrentDirectory() {

@@ -122,7 +122,13 @@ Status RunSubmit(const SubmitFlags& f) {
     }
     return absl::OkStatus();
   }
-  SIFT_ASSIGN_OR_RETURN(auto client, f.client.Connect());
+  // The spec's security block fills in what neither a flag nor the environment gave.
+  ClientFlags client_flags = f.client;
+  if (client_flags.security.tls_dir.empty()) client_flags.security.tls_dir = spec.security.tls_dir;
+  if (client_flags.security.token_file.empty()) {
+    client_flags.security.token_file = spec.security.token_file;
+  }
+  SIFT_ASSIGN_OR_RETURN(auto client, client_flags.Connect());
   StatusOr<std::string> id = client->SubmitJob(JobSpecToYaml(spec), f.spec_path);
   if (!id.ok()) return CoordinatorCallError(id.status());
   if (!f.wait) {

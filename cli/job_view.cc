@@ -100,6 +100,7 @@ nlohmann::json JobToJson(const pb::JobInfo& job) {
       {"kind", "Job"},
       {"job_id", job.job_id()},
       {"name", job.name()},
+      {"owner", job.owner()},
       {"state", JobStateName(job.state())},
       {"finished", coordinator::IsFinished(job.state())},
       {"message", job.message()},

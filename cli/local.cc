@@ -7,7 +7,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <random>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -22,6 +27,7 @@
 #include "cli/job_client.h"
 #include "cli/job_view.h"
 #include "cli/local_cluster.h"
+#include "cli/run_security.h"
 #include "common/data/dataset.h"
 #include "common/dir_lock.h"
 #include "common/file_util.h"
@@ -48,6 +54,7 @@ struct LocalFlags {
   std::string cluster_file;
   std::string prometheus_targets;
   std::string progress = "auto";
+  bool secure = false;
 };
 
 // The signal that asked us to stop (0 = none). Set by the handler, read by the main loop.
@@ -121,7 +128,8 @@ Status PrepareWorkDir(const std::string& dir) {
   SIFT_RETURN_IF_ERROR(CheckWorkDir(dir));
   std::error_code ec;
   if (std::filesystem::exists(dir, ec)) {
-    for (const char* sub : {"state", "snapshots", "checkpoints", "logs", "ports", "results"}) {
+    for (const char* sub :
+         {"state", "snapshots", "checkpoints", "logs", "ports", "results", "security"}) {
       std::filesystem::remove_all(JoinPath(dir, sub), ec);
       if (ec) return absl::InternalError(absl::StrCat(JoinPath(dir, sub), ": ", ec.message()));
     }
@@ -237,6 +245,18 @@ Status RunLocal(const LocalFlags& f) {
   o.cluster_file = AbsolutePath(f.cluster_file, cwd);
   o.prometheus_targets = AbsolutePath(f.prometheus_targets, cwd);
   o.interrupted = Interrupted;
+  SecurityOptions client_security;
+  if (f.secure) {
+    SIFT_ASSIGN_OR_RETURN(RunSecurity sec,
+                          MakeRunSecurity(JoinPath(work_dir, "security"), o.servers, o.workers));
+    o.security_dir = sec.dir;
+    o.tokens_file = sec.tokens_file;
+    client_security = sec.client;
+    std::printf(
+        "sift local: security on: TLS and member certificates of a CA made for this run, an "
+        "admin token for this command (%s)\n",
+        sec.dir.c_str());
+  }
   std::printf(
       "sift local: starting a coordinator, %d embedding server(s) (%d thread(s) each) and %d "
       "worker(s) (%d thread(s) each); logs in %s/logs\n",
@@ -252,6 +272,7 @@ Status RunLocal(const LocalFlags& f) {
   coordinator::CoordinatorClientOptions co;
   co.address = cluster->coordinator_address();
   co.rpc_timeout = absl::Seconds(10);
+  co.security = client_security;
   SIFT_ASSIGN_OR_RETURN(auto client, coordinator::CoordinatorClient::Connect(co));
   const std::string source = embedded ? "the embedded default job" : f.spec_path;
   StatusOr<std::string> job_id = client->SubmitJob(JobSpecToYaml(spec), source);
@@ -351,6 +372,10 @@ void AddLocal(CLI::App* app, Action* action) {
                   "and state change)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  cmd->add_flag("--secure", f->secure,
+                 "Security on: TLS with member certificates of a CA made for this run and an admin "
+                 "token for this command (in <work-dir>/security); off by default (every process "
+                 "listens on 127.0.0.1 only)");
   cmd->footer(
       "Exit codes: 0 the job COMPLETED; 1 it FAILED or was CANCELLED, or a child kept crashing "
       "(beyond --max-restarts); 2 usage error or bad job spec; 130/143 interrupted by "

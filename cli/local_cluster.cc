@@ -45,6 +45,22 @@ std::string LocalCluster::PortFile(const Child& c) const {
 }
 
 std::vector<std::string> LocalCluster::Argv(const Child& c) const {
+  std::vector<std::string> argv = RoleArgv(c);
+  if (!options_.security_dir.empty()) {
+    const std::string member = c.role == "coordinator"        ? std::string("coordinator")
+                               : c.role == "embedding-server" ? absl::StrCat("server-", c.index)
+                                                              : absl::StrCat("worker-", c.index);
+    argv.push_back("--tls-dir");
+    argv.push_back(JoinPath(options_.security_dir, member));
+    if (c.role == "coordinator" && !options_.tokens_file.empty()) {
+      argv.push_back("--tokens-file");
+      argv.push_back(options_.tokens_file);
+    }
+  }
+  return argv;
+}
+
+std::vector<std::string> LocalCluster::RoleArgv(const Child& c) const {
   const std::string& bin = options_.binary;
   const std::string port_file = PortFile(c);
   if (c.role == "coordinator") {

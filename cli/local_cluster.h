@@ -33,6 +33,11 @@ struct LocalClusterOptions {
   std::string cluster_file;        // "" = none; JSON: the coordinator and every child
   std::string prometheus_targets;  // "" = none; Prometheus file_sd JSON of every /metrics
   absl::Duration start_timeout = absl::Seconds(120);  // per child, until its port file appears
+  // Security on (common/security.h): a `sift certs init` directory; each child gets --tls-dir of
+  // its own member directory (coordinator, server-<i>, worker-<i>), the coordinator also
+  // --tokens-file `tokens_file`. "" = plaintext.
+  std::string security_dir;
+  std::string tokens_file;
   // Polled while waiting for children; true aborts the wait (CANCELLED).
   std::function<bool()> interrupted = [] { return false; };
 };
@@ -74,7 +79,8 @@ class LocalCluster {
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
   std::string LogPath(const Child& c) const;
   std::string PortFile(const Child& c) const;
-  std::vector<std::string> Argv(const Child& c) const;
+  std::vector<std::string> Argv(const Child& c) const;      // RoleArgv + the security flags
+  std::vector<std::string> RoleArgv(const Child& c) const;  // the role's own flags
   Status Launch(Child* c);      // starts the process
   Status AwaitPorts(Child* c);  // waits for its port file, reads the ports
   Status WriteDescriptionFiles() const;

@@ -349,6 +349,10 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                          {"keep", p.Int(&k.keep, 1, L::kMaxKeep)},
                          {"resume_from", p.String(&k.resume_from, L::kMaxPathBytes)},
                      })},
+      {"security", p.Section({
+                       {"tls_dir", p.String(&spec.security.tls_dir, L::kMaxPathBytes)},
+                       {"token_file", p.String(&spec.security.token_file, L::kMaxPathBytes)},
+                   })},
       {"tables",
        [&](const Entry& e) -> Status {
          if (!e.value.IsDefined() || e.value.IsNull()) return absl::OkStatus();

@@ -95,6 +95,16 @@ struct JobSpec {
   Training training;
   Cluster cluster;
   Checkpoint checkpoint;
+  // The submitter's own security settings (common/security.h), the names of the flags without
+  // their dashes: `sift submit` uses them where neither --tls-dir / --token-file nor
+  // $SIFT_TLS_DIR / $SIFT_TOKEN_FILE is given. Client-side only: JobSpecToYaml leaves them out,
+  // so they never reach the coordinator or the job's record.
+  struct Security {
+    std::string tls_dir;
+    std::string token_file;
+    bool operator==(const Security&) const = default;
+  };
+  Security security;
   // `tables: {item_feat_0: {capacity: 1000000}}`; names [A-Za-z0-9_]{1,64}. A name the dataset
   // has no table of fails the job naming tables.<name>.
   std::map<std::string, Table> tables;

@@ -101,6 +101,7 @@ StatusOr<PsBenchResult> RunPsBenchmark(const PsBenchOptions& o) {
     so.bind_address = "127.0.0.1";
     so.metrics_port = -1;
     so.shard.threads = threads;
+    so.security = o.server_security;
     SIFT_ASSIGN_OR_RETURN(local_server, embedding::EmbeddingServer::Start(so));
     servers = {absl::StrCat("127.0.0.1:", local_server->port())};
     result.servers_label = absl::StrCat("in-process loopback server ", servers[0]);
@@ -120,6 +121,7 @@ StatusOr<PsBenchResult> RunPsBenchmark(const PsBenchOptions& o) {
   EmbeddingClientOptions co;
   co.servers = servers;
   co.encoding = o.encoding;
+  co.security = o.client_security;
   std::vector<ClientState> clients(static_cast<size_t>(o.clients));
   const size_t dim = static_cast<size_t>(o.dim);
   const size_t max_keys = static_cast<size_t>(o.max_keys);

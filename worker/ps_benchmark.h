@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "common/security.h"
+
 #include "common/status.h"
 #include "common/wire_float.h"
 
@@ -34,6 +36,10 @@ struct PsBenchOptions {
   bool check = false;
   bool replace = false;
   uint64_t seed = 1;
+  // TLS: the in-process server's (its server-0 member directory) and the clients' (a worker's
+  // directory, or the CA of external servers). Off: plaintext.
+  SecurityOptions server_security;
+  SecurityOptions client_security;
 };
 
 struct PsBenchRow {

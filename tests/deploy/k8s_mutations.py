@@ -1,6 +1,7 @@
 """Negative tests of k8s_check.py (ctest DeployK8s.Mutations): the checks must be able to fail.
 
-The overlay is rendered once (with the monitoring component); the unmutated rendering must pass.
+The overlay is rendered once (with the monitoring and cert-manager components; the shipped
+overlays include components/security); the unmutated rendering must pass.
 Then each mutation below is applied to a copy of the rendered documents, written to a temporary
 file and checked like any rendering; each must be rejected with a message naming the document
 and the field. The mutations live here, not as manifests a user could apply.
@@ -191,6 +192,134 @@ def _shard_source(docs):
     c["env"] = [e for e in c["env"] if e["name"] != "SIFT_SHARD"]
 
 
+def _env(c, name):
+    return next(e for e in c["env"] if e["name"] == name)
+
+
+def _volume(doc, name):
+    return next(v for v in doc["spec"]["template"]["spec"]["volumes"] if v["name"] == name)
+
+
+def _coordinator_no_tls(docs):
+    c = _container(_find(docs, "Deployment", "sift-coordinator"), "coordinator")
+    c["env"] = [e for e in c["env"] if e["name"] != "SIFT_TLS_DIR"]
+
+
+def _key_readable(docs):
+    _volume(_find(docs, "Deployment", "sift-coordinator"), "tls")["secret"]["defaultMode"] = 0o644
+
+
+def _tls_dir_not_mounted(docs):
+    c = _container(_find(docs, "Job", "sift-worker"), "worker")
+    _env(c, "SIFT_TLS_DIR")["value"] = "/etc/sift/certs"
+
+
+def _server_secrets_swapped(docs):
+    _volume(_find(docs, "StatefulSet", "sift-ps"), "tls-server-1")["secret"][
+        "secretName"] = "sift-server-0-tls"
+
+
+def _server_secret_missing(docs):
+    sts = _find(docs, "StatefulSet", "sift-ps")
+    spec = sts["spec"]["template"]["spec"]
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "tls-server-1"]
+    c = _container(sts, "embedding-server")
+    c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "tls-server-1"]
+
+
+def _server_one_cert(docs):
+    c = _container(_find(docs, "StatefulSet", "sift-ps"), "embedding-server")
+    _env(c, "SIFT_TLS_DIR")["value"] = "/etc/sift/tls/server-0"
+
+
+def _no_tokens_file(docs):
+    c = _container(_find(docs, "Deployment", "sift-coordinator"), "coordinator")
+    c["env"] = [e for e in c["env"] if e["name"] != "SIFT_TOKENS_FILE"]
+
+
+def _tokens_env_typo(docs):
+    c = _container(_find(docs, "Deployment", "sift-coordinator"), "coordinator")
+    _env(c, "SIFT_TOKENS_FILE")["name"] = "SIFT_TOKEN_FILE"
+
+
+def _probe_plaintext(docs):
+    c = _container(_find(docs, "Deployment", "sift-coordinator"), "coordinator")
+    cmd = c["readinessProbe"]["exec"]["command"]
+    cmd[:] = [a for a in cmd if not a.startswith("--tls-dir")]
+
+
+def _probe_shard_dir(docs):
+    c = _container(_find(docs, "StatefulSet", "sift-ps"), "embedding-server")
+    cmd = c["livenessProbe"]["exec"]["command"]
+    cmd[:] = [a if not a.startswith("--tls-dir") else "--tls-dir=/etc/sift/tls/server-{shard}"
+              for a in cmd]
+
+
+def _submit_no_token(docs):
+    c = _container(_find(docs, "Job", "sift-submit"), "submit")
+    c["env"] = [e for e in c["env"] if e["name"] != "SIFT_TOKEN_FILE"]
+
+
+def _token_not_secret(docs):
+    c = _container(_find(docs, "Job", "sift-submit"), "submit")
+    _env(c, "SIFT_TOKEN_FILE")["value"] = "/etc/sift/job/job.yaml"
+
+
+def _submit_no_fsgroup(docs):
+    del _find(docs, "Job", "sift-submit")["spec"]["template"]["spec"]["securityContext"]["fsGroup"]
+
+
+def _mount_writable(docs):
+    c = _container(_find(docs, "Job", "sift-worker"), "worker")
+    next(m for m in c["volumeMounts"] if m["name"] == "tls")["readOnly"] = False
+
+
+def _advertise_pod_ip(docs):
+    c = _container(_find(docs, "StatefulSet", "sift-ps"), "embedding-server")
+    c["args"] = [a if not a.startswith("--advertise-host") else "--advertise-host=$(POD_IP)"
+                 for a in c["args"]]
+    c["env"].append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+
+
+def _cert_wrong_cn(docs):
+    _find(docs, "Certificate", "sift-server-1")["spec"]["commonName"] = "server-0"
+
+
+def _cert_missing_dns(docs):
+    spec = _find(docs, "Certificate", "sift-server-1")["spec"]
+    spec["dnsNames"] = [n for n in spec["dnsNames"] if n != "sift-ps-1.sift-ps"]
+
+
+def _cert_coordinator_dns(docs):
+    spec = _find(docs, "Certificate", "sift-coordinator")["spec"]
+    spec["dnsNames"] = [n for n in spec["dnsNames"] if n != "sift-coordinator"]
+
+
+def _cert_typo(docs):
+    spec = _find(docs, "Certificate", "sift-worker")["spec"]
+    spec["dnsName"] = spec.pop("dnsNames")
+
+
+def _cert_missing(docs):
+    docs.remove(_find(docs, "Certificate", "sift-worker"))
+
+
+def _cert_no_client_auth(docs):
+    spec = _find(docs, "Certificate", "sift-worker")["spec"]
+    spec["usages"] = [u for u in spec["usages"] if u != "client auth"]
+
+
+def _cert_two_issuers(docs):
+    _find(docs, "Certificate", "sift-server-0")["spec"]["issuerRef"]["name"] = "sift-selfsigned"
+
+
+def _monitor_grpc_port(docs):
+    for d in docs:
+        if d.get("kind") == "Service" and d["metadata"]["name"] == "sift-ps":
+            for p in d["spec"]["ports"]:
+                p["name"] = {"grpc": "metrics", "metrics": "grpc"}[p["name"]]
+
+
 # (name, mutation, substrings every one of which must appear in one error line)
 MUTATIONS = [
     ("unknown field replica:", _rename_replicas,
@@ -258,12 +387,63 @@ MUTATIONS = [
      ["Job/sift-submit", "containerName sbumit is no container"]),
     ("shard not from pod-index", _shard_source,
      ["StatefulSet/sift-ps", "SIFT_SHARD", "apps.kubernetes.io/pod-index"]),
+    # security (components/security, components/cert-manager)
+    ("coordinator without TLS", _coordinator_no_tls,
+     ["Deployment/sift-coordinator", "containers[coordinator]", "TLS is off", "SIFT_TLS_DIR"]),
+    ("key readable by others", _key_readable,
+     ["Deployment/sift-coordinator", "volumes[tls]", "defaultMode 0644", "tls.key",
+      "defaultMode: 0400"]),
+    ("TLS dir not mounted", _tls_dir_not_mounted,
+     ["Job/sift-worker", "containers[worker]", "/etc/sift/certs is on no volumeMount"]),
+    ("server Secrets swapped", _server_secrets_swapped,
+     ["StatefulSet/sift-ps", "volumes[tls-server-1]", "sift-server-0-tls",
+      "expected sift-server-1-tls"]),
+    ("a shard's Secret not mounted", _server_secret_missing,
+     ["StatefulSet/sift-ps", "(shard 1)", "/etc/sift/tls/server-1 is on no volumeMount"]),
+    ("one certificate for every shard", _server_one_cert,
+     ["StatefulSet/sift-ps", "same for all 2 shards", "{shard}"]),
+    ("coordinator without tokens", _no_tokens_file,
+     ["Deployment/sift-coordinator", "no --tokens-file or SIFT_TOKENS_FILE"]),
+    ("SIFT_TOKEN_FILE on the coordinator", _tokens_env_typo,
+     ["Deployment/sift-coordinator", "env SIFT_TOKEN_FILE", "sift coordinator --help", "ignored"]),
+    ("probe without --tls-dir", _probe_plaintext,
+     ["Deployment/sift-coordinator", "readinessProbe", "no --tls-dir"]),
+    ("probe with {shard}", _probe_shard_dir,
+     ["StatefulSet/sift-ps", "livenessProbe", "does not expand {shard}"]),
+    ("submit without a token", _submit_no_token,
+     ["Job/sift-submit", "containers[submit]", "no --token-file or SIFT_TOKEN_FILE"]),
+    ("token on a ConfigMap", _token_not_secret,
+     ["Job/sift-submit", "/etc/sift/job/job.yaml", "no Secret volume"]),
+    ("no fsGroup for 0400 Secrets", _submit_no_fsgroup,
+     ["Job/sift-submit", "securityContext has no fsGroup", "0400"]),
+    ("Secret mounted writable", _mount_writable,
+     ["Job/sift-worker", "volumeMount tls", "readOnly: true"]),
+    ("server advertises its pod IP", _advertise_pod_ip,
+     ["StatefulSet/sift-ps", "--advertise-host $(POD_IP)", "a pod IP is in no certificate"]),
+    ("Certificate with another shard's CN", _cert_wrong_cn,
+     ["Certificate/sift-server-1", "spec.commonName 'server-0' != 'server-1'"]),
+    ("Certificate without the server's DNS name", _cert_missing_dns,
+     ["Certificate/sift-server-1", "spec.dnsNames lacks sift-ps-1.sift-ps"]),
+    ("Certificate without the coordinator's Service name", _cert_coordinator_dns,
+     ["Certificate/sift-coordinator", "spec.dnsNames lacks sift-coordinator"]),
+    ("Certificate typo", _cert_typo,
+     ["Certificate/sift-worker", "spec", "'dnsName' was unexpected"]),
+    ("Secret without a Certificate", _cert_missing,
+     ["Secret sift-worker-tls", "Job/sift-worker", "no Certificate"]),
+    ("Certificate without client auth", _cert_no_client_auth,
+     ["Certificate/sift-worker", "spec.usages lacks 'client auth'"]),
+    ("members from two issuers", _cert_two_issuers,
+     ["Certificate/sift-server-0", "spec.issuerRef Issuer/sift-selfsigned", "one CA"]),
+    ("ServiceMonitor scrapes the gRPC port", _monitor_grpc_port,
+     ["ServiceMonitor/sift", "spec.endpoints[0].port metrics", "container port 7000",
+      "--metrics-port [9100]"]),
 ]
 
 
 def run(args, versions):
-    monitoring = os.path.join(os.path.abspath(args.dir), "..", "..", "components", "monitoring")
-    text = k8s_check.render(args.kubectl, args.dir, [monitoring])
+    components = os.path.join(os.path.abspath(args.dir), "..", "..", "components")
+    text = k8s_check.render(args.kubectl, args.dir, [os.path.join(components, "monitoring"),
+                                                     os.path.join(components, "cert-manager")])
     base = k8s_check.load_docs(text, args.dir)
     check = lambda docs: k8s_check.check_docs(docs, args.sift, versions,  # noqa: E731
                                               args.deploy_dir, args.promtool)
@@ -271,7 +451,8 @@ def run(args, versions):
     if clean:
         print("the unmutated rendering is not clean:\n  " + "\n  ".join(clean))
         return 1
-    print(f"{args.dir} + components/monitoring: clean ({len(base)} documents)")
+    print(f"{args.dir} + components/monitoring + components/cert-manager: clean ({len(base)} "
+          f"documents)")
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         for i, (name, mutate, expected) in enumerate(MUTATIONS):

@@ -7,7 +7,12 @@
 #   DeploySlurm.GpuRequest  sift.sbatch with its --gpus-per-task=1 on a node with 2 fake GPUs
 #                         (device files): each worker task gets its own CUDA_VISIBLE_DEVICES
 # Each also checks the workers' --threads and the Prometheus targets file (promtool check config
-# with deploy/prometheus/prometheus.yml). Each takes 10-16 s; needs Debian's slurmctld, slurmd,
+# with deploy/prometheus/prometheus.yml), and runs secured as shipped: TLS with mutual
+# authentication on every role and the users' tokens on the coordinator (HetJob and GpuRequest
+# with the security directory sift.sbatch makes for the job, OneGroup with local-cluster.sh's
+# site directory), every role with its own certificate and nothing refused; HetJob also refuses
+# a key readable by others (exit 2) and runs with SIFT_SECURITY=off, OneGroup refuses a reader's
+# submission (exit 2). Each takes 10-16 s; needs Debian's slurmctld, slurmd,
 # slurm-client and munge (`make deps`) and root (slurmd; the check fails without it). Free ports
 # and a private temp dir: safe beside other tests (ctest -j).
 foreach(mode hetjob small gpu)

@@ -13,6 +13,16 @@
 # 2 fake GPUs (SIFT_SLURM_FAKE_GPUS: device files, no GPU), checking each worker task got its own
 # one (CUDA_VISIBLE_DEVICES); the spec's workers stay on the CPU backend. The cluster is torn
 # down on every path. Needs root (slurmd starts the job steps).
+# Security is on in every mode, as shipped: TLS with mutual authentication on every gRPC endpoint
+# and users' tokens on the coordinator. `hetjob` and `gpu` use the security directory sift.sbatch
+# makes for the job (sift certs init for the job's nodes, a token for the user), `small` the
+# site directory local-cluster.sh makes (a generic `worker` certificate, SIFT_SECURITY_DIR from
+# its env.sh). Each checks that every role ran with its own certificate (the coordinator's and
+# servers' own start-up lines, the worker tasks' lines), that the job COMPLETED with nothing
+# refused, and the files' modes (0600, the job's CA key removed). `hetjob` also checks that a key
+# readable by others is refused before anything starts (exit 2, naming the file) and that
+# SIFT_SECURITY=off runs without TLS; `small` that a reader's token cannot submit (the
+# coordinator refuses it: exit 2, "role reader").
 # Usage: slurm_check.sh SIFT_BINARY DEPLOY_DIR [hetjob|small|gpu] [PROMTOOL]
 set -euo pipefail
 
@@ -59,6 +69,20 @@ our_processes() {
   done
 }
 
+# The workers end by themselves once the job finished (--exit-after-jobs 1: they ask the
+# coordinator for the job's state), not stopped by the script; the Kubernetes worker Job
+# completes that way.
+check_workers_ended() { # $1: the run, for the message
+  local i log
+  for i in 0 1; do
+    log=$tmp/work/logs/worker-$i.log
+    { grep -Eq '^sift worker: job-[0-9]+ COMPLETED; 1 of 1 job\(s\) finished$' "$log" &&
+      grep -qx "\[sift.sbatch\] worker task $i: exit 0" "$log"; } ||
+      fail "$1: worker $i did not end by itself after the job (--exit-after-jobs 1):" \
+        "$(tail -n 3 "$log")"
+  done
+}
+
 coordinator_port=""
 cleanup() {
   local rc=$? pid
@@ -82,10 +106,21 @@ trap 'exit 143' TERM INT
 t0=$SECONDS
 fake_gpus=0
 [[ $mode == gpu ]] && fake_gpus=2
-SIFT_SLURM_FAKE_GPUS=$fake_gpus "$deploy/slurm/local-cluster.sh" start "$cluster" 8 >/dev/null
+# The submitter's own settings must not leak into the job (sbatch exports the environment).
+unset SIFT_TLS_DIR SIFT_TOKENS_FILE SIFT_TOKEN_FILE SIFT_TLS_SERVER_NAME SIFT_SECURITY SIFT_SECURITY_DIR
+SIFT_BIN=$sift SIFT_SLURM_FAKE_GPUS=$fake_gpus "$deploy/slurm/local-cluster.sh" start "$cluster" 8 >/dev/null
 # shellcheck disable=SC1091
 . "$cluster/env.sh"
 echo "cluster up in $((SECONDS - t0)) s: $(sinfo -h -o '%P %N %t' | tr '\n' ';')"
+[[ ${SIFT_SECURITY_DIR:-} == "$cluster/security" && -f $cluster/security/worker/tls.key ]] ||
+  fail "local-cluster.sh made no security directory (SIFT_SECURITY_DIR=${SIFT_SECURITY_DIR:-})"
+# hetjob and gpu: the directory sift.sbatch makes for the job; small: the site's (env.sh).
+if [[ $mode == small ]]; then
+  secdir=$cluster/security worker_cert=worker
+else
+  unset SIFT_SECURITY_DIR
+  secdir=$tmp/work/security worker_cert=worker-N
+fi
 
 "$sift" data gen --preset tiny --seed 1 --out "$tmp/data" --threads 2 >/dev/null
 cat >"$tmp/job.yaml" <<'EOF'
@@ -193,6 +228,31 @@ gpus=$(sed -n 's/^\[sift.sbatch\] worker task .*, GPUs: \([^,]*\),.*/\1/p' "$tmp
 if [[ $mode == gpu ]]; then expected="0 1 "; else expected="none none "; fi
 [[ $gpus == "$expected" ]] || fail "worker GPUs (CUDA_VISIBLE_DEVICES) were '$gpus', expected '$expected'"
 
+# Security: every role with its own certificate, nothing refused, the files private.
+what="$mode job with TLS and tokens"
+grep -q "security: TLS on, certificates in $secdir" "$out" || fail "the script did not run with TLS from $secdir"
+[[ $mode == small ]] || grep -q "certificates in $secdir (made for this job)" "$out" ||
+  fail "the script did not make the job's security directory"
+grep -q "TLS on ($secdir/coordinator), tokens $secdir/tokens.csv" "$tmp/work/logs/coordinator.log" ||
+  fail "the coordinator did not run with TLS and the tokens file: $(head -n 3 "$tmp/work/logs/coordinator.log")"
+for i in 0 1; do
+  grep -q "^sift embedding-server: shard $i of 2 .*, TLS on ($secdir/server-$i)" "$tmp/work/logs/server-$i.log" ||
+    fail "embedding server $i did not run with TLS from $secdir/server-$i"
+  want=$secdir/${worker_cert/N/$i}
+  grep -qx "\[sift.sbatch\] worker task $i: TLS $want" "$tmp/work/logs/worker-$i.log" ||
+    fail "worker $i did not run with TLS from $want"
+done
+refused=$(grep -h 'refused' "$tmp"/work/logs/coordinator.log "$tmp"/work/logs/server-*.log | sort | uniq -c || true)
+[[ -z $refused ]] || fail "calls of the job's own members and of this script were refused:"$'\n'"$refused"
+check_workers_ended "$what"
+for f in "$secdir"/*/tls.key "$secdir/tokens.csv" "$secdir/submit.token"; do
+  [[ $(stat -c %a "$f") == 600 ]] || fail "$f is mode $(stat -c %a "$f"), not 0600"
+done
+if [[ $mode != small ]]; then
+  [[ ! -e $secdir/ca/ca.key ]] || fail "the job's CA key $secdir/ca/ca.key was kept"
+  grep -Eq "^[0-9a-f]{64},$(id -un),admin$" "$secdir/tokens.csv" || fail "no admin token in $secdir/tokens.csv"
+fi
+
 # Nothing left: the Slurm job is gone and no sift process of this test runs.
 [[ -z $(squeue -h -j "$job" -t PENDING,RUNNING,SUSPENDED,CONFIGURING -o %i 2>/dev/null) ]] ||
   fail "job $job is still in squeue"
@@ -227,6 +287,48 @@ if [[ $mode == hetjob ]]; then
     fail "no message naming the failed worker step"
   left=$(our_processes)
   [[ -z $left ]] || fail "processes left running after the failed job: $left"
+
+  # A server key that others can read: refused before anything starts, naming the file.
+  cp -a "$secdir" "$tmp/sec-open"
+  chmod 0644 "$tmp/sec-open/server-1/tls.key"
+  SIFT_SECURITY_DIR=$tmp/sec-open sbatch --wait --parsable --output="$tmp/open-key.out" \
+    "$deploy/slurm/sift.sbatch" >/dev/null && rc=0 || rc=$?
+  cat "$tmp/open-key.out"
+  [[ $rc -eq 2 ]] || fail "a key of mode 0644: sbatch exited $rc, expected 2"
+  grep -q "$tmp/sec-open/server-1/tls.key is mode 0644: .*chmod 600 $tmp/sec-open/server-1/tls.key" \
+    "$tmp/open-key.out" || fail "no message naming the key of mode 0644"
+  ! grep -q 'coordinator .* logs in' "$tmp/open-key.out" || fail "the coordinator started with a key of mode 0644"
+
+  # Security off: plaintext, no tokens, the job completes.
+  SIFT_SECURITY=off sbatch --wait --parsable --output="$tmp/off.out" "$deploy/slurm/sift.sbatch" \
+    >/dev/null && rc=0 || rc=$?
+  [[ $rc -eq 0 ]] || { cat "$tmp/off.out"; fail "SIFT_SECURITY=off: sbatch exited $rc, expected 0"; }
+  grep -q 'security: off (SIFT_SECURITY=off' "$tmp/off.out" || fail "SIFT_SECURITY=off: the script did not say so"
+  grep -Eq 'job job-[0-9]+ COMPLETED' "$tmp/off.out" || fail "SIFT_SECURITY=off: no COMPLETED job"
+  grep -q 'TLS off, tokens none' "$tmp/work/logs/coordinator.log" || fail "SIFT_SECURITY=off: the coordinator ran with TLS"
+  grep -q '^sift embedding-server: shard 0 .*, TLS off$' "$tmp/work/logs/server-0.log" ||
+    fail "SIFT_SECURITY=off: the servers ran with TLS"
+  check_workers_ended "SIFT_SECURITY=off"
+  left=$(our_processes)
+  [[ -z $left ]] || fail "processes left running after the SIFT_SECURITY=off job: $left"
+fi
+
+# One group: a user whose token has role reader may watch but not submit; the coordinator
+# (its tokens file re-read at start) refuses the submission, and the script exits 2.
+if [[ $mode == small ]]; then
+  reader_token=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+  (umask 077 && echo "$reader_token" >"$tmp/reader.token")
+  echo "$reader_token,reader-user,reader" >>"$secdir/tokens.csv"
+  SIFT_TOKEN_FILE=$tmp/reader.token SIFT_SLURM_SCRIPT=$deploy/slurm/sift.sbatch sbatch --wait \
+    --parsable --ntasks=4 --output="$tmp/reader.out" "$deploy/slurm/sift-small.sbatch" >/dev/null &&
+    rc=0 || rc=$?
+  cat "$tmp/reader.out"
+  [[ $rc -eq 2 ]] || fail "a reader's token: sbatch exited $rc, expected 2 (the submission refused)"
+  grep -q 'user reader-user has role reader' "$tmp/reader.out" || fail "no refusal naming the reader's role"
+  grep -q 'refused SubmitJob from user reader-user (reader)' "$tmp/work/logs/coordinator.log" ||
+    fail "the coordinator did not log the refused submission"
+  left=$(our_processes)
+  [[ -z $left ]] || fail "processes left running after the refused submission: $left"
 fi
 
 echo "PASS: $mode job completed ($(grep -Eo 'test AUC 0\.[0-9]+' "$out" | head -n 1)), nothing left running, $((SECONDS - t0)) s in all"

@@ -401,6 +401,18 @@ TEST(JobSpecTest, TableCapacities) {
               StartsWith("job.yaml:4: tables.a: duplicate key"));
 }
 
+TEST(JobSpecTest, TheSecurityBlockIsTheSubmittersAndNeverTravels) {
+  StatusOr<JobSpec> spec = ParseJobSpec(
+      "dataset: d\nsecurity: {tls_dir: pki/client, token_file: ~/.sift-token}\n", "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->security.tls_dir, "pki/client");
+  EXPECT_EQ(spec->security.token_file, "~/.sift-token");
+  // Not in the canonical spec the coordinator stores.
+  EXPECT_EQ(JobSpecToYaml(*spec).find("security"), std::string::npos);
+  EXPECT_THAT(ErrorOf("dataset: d\nsecurity: {tokens_file: t}\n"),
+              StartsWith("job.yaml:2: security.tokens_file: unknown key"));
+}
+
 // Row 4: a 50 MB job name was stored; names and paths are bounded, UTF-8, printable.
 TEST(JobSpecTest, StringsAreBoundedPrintableUtf8) {
   EXPECT_EQ(ErrorOf(absl::StrCat("dataset: d\nname: ", std::string(257, 'a'), "\n")),
