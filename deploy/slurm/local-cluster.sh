@@ -6,11 +6,19 @@
 # sift.sbatch with SBATCH_GPUS_PER_TASK=0. With SIFT_SLURM_FAKE_GPUS=N (1-4), gpu1 gets N `gpu`
 # GRES backed by harmless device files (/dev/null, /dev/zero, ...): GPU requests are scheduled and
 # bound (CUDA_VISIBLE_DEVICES per task) as on a real GPU node, but there is no GPU behind them.
+# Security: with sift at hand (SIFT_BIN, else `sift` on PATH) it also makes DIR/security, a site
+# security directory as an administrator would (deploy/slurm/README.md, "Security"): a CA
+# (ca/ca.key kept, for `sift certs issue`), the coordinator's and 2 x CPUS_PER_NODE servers'
+# certificates and one for every worker (CN worker), all valid for this host's name, 127.0.0.1
+# and localhost; tokens.csv with one admin token for you, in submit.token (keys and tokens 0600);
+# env.sh exports SIFT_SECURITY_DIR=DIR/security. Without sift, or with SIFT_SECURITY=off, it makes
+# none (sift.sbatch then makes one per job, or runs without TLS when SIFT_SECURITY=off).
 #
 # Usage:
-#   [SIFT_SLURM_FAKE_GPUS=N] \
+#   [SIFT_SLURM_FAKE_GPUS=N] [SIFT_BIN=PATH] [SIFT_SECURITY=off] \
 #   local-cluster.sh start DIR [CPUS_PER_NODE]   start (DIR must be empty or absent); prints the
-#                                                line to source: `. DIR/env.sh` (sets SLURM_CONF)
+#                                                line to source: `. DIR/env.sh` (sets SLURM_CONF,
+#                                                SIFT_SECURITY_DIR)
 #   local-cluster.sh stop DIR                    stop every daemon started in DIR (idempotent)
 #
 # Needs: Debian's slurmctld, slurmd, slurm-client, munge (22.05); run as root (slurmd launches
@@ -19,7 +27,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -51,6 +59,26 @@ wait_for() {
   return 1
 }
 
+# DIR/security (see the top): the certificates and a token, as `sift certs` makes them.
+make_security() {
+  local dir=$1/security servers=$2 host=$3 sift token user
+  sift=$(command -v "${SIFT_BIN:-sift}") || {
+    echo "local-cluster.sh: no sift (SIFT_BIN, PATH): no security directory;" \
+      "sift.sbatch makes one per job" >&2
+    return 0
+  }
+  "$sift" certs init --out "$dir" --servers "$servers" --workers 0 --dns "$host" >/dev/null ||
+    die "sift certs init --out $dir failed"
+  "$sift" certs issue --ca "$dir/ca" --name worker --out "$dir/worker" --dns "$host" >/dev/null ||
+    die "sift certs issue --name worker failed"
+  token=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+  user=$(id -un)
+  user=${user//[^A-Za-z0-9._@-]/_}
+  (umask 077 && printf '%s\n' "$token" >"$dir/submit.token" &&
+    printf '# token,user,role (local-cluster.sh)\n%s,%s,admin\n' "$token" "$user" >"$dir/tokens.csv") ||
+    die "cannot write the tokens in $dir"
+}
+
 start() {
   local dir=$1 cpus=${2:-8}
   [[ $cpus =~ ^[1-9][0-9]*$ ]] || die "CPUS_PER_NODE must be a positive integer, got '$cpus'"
@@ -69,6 +97,9 @@ start() {
   else
     read -r ctld_port d1_port d2_port < <(free_ports)
   fi
+
+  # Before any daemon starts: a failure here leaves nothing running.
+  [[ ${SIFT_SECURITY:-on} == off ]] || make_security "$dir" $((2 * cpus)) "$(hostname)"
 
   # munge: its own key, socket, pid, log and seed; munged insists on private directories.
   mkdir -p "$dir/munge" "$dir/ctld" "$dir/spool" "$dir/log"
@@ -119,7 +150,7 @@ SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 # Hetjobs are started by the backfill scheduler only: run it every second, not every 30 s.
 SchedulerParameters=bf_interval=1
-# `sbatch --wait` polls after 2 s, then every 4x longer while that is under MinJobAge/2 (10 s,
+# sbatch --wait polls after 2 s, then every 4x longer while that is under MinJobAge/2 (10 s,
 # 42 s, ...); MinJobAge=5 keeps it polling every 2 s (finished jobs stay visible for 5 s+).
 MinJobAge=5
 SlurmdParameters=config_overrides
@@ -136,6 +167,7 @@ EOF
 export SLURM_CONF=$dir/slurm.conf
 EOF
   export SLURM_CONF=$dir/slurm.conf
+  [[ ! -d $dir/security ]] || echo "export SIFT_SECURITY_DIR=$dir/security" >>"$dir/env.sh"
 
   slurmctld -f "$SLURM_CONF" || die "slurmctld did not start (see $dir/log/slurmctld.log)"
   mkdir -p "$dir/spool/cpu1" "$dir/spool/gpu1"

@@ -722,7 +722,8 @@ def security_errors(docs, sift):
     """TLS and tokens: what every sift gRPC process of the rendering needs and is given."""
     errors = []
     helper = SiftHelp(sift)
-    services = {(d.get("metadata") or {}).get("name"): d for d in docs if d.get("kind") == "Service"}
+    services = {(d.get("metadata") or {}).get("name"): d
+                for d in docs if d.get("kind") == "Service"}
     workloads = [d for d in docs if d.get("kind") in WORKLOAD_KINDS]
     secrets_needed = {}  # Secret name -> [CN expected or None, {dialled names}, workload]
     coordinator_names = set()
@@ -734,6 +735,8 @@ def security_errors(docs, sift):
 
     def need(secret, cn, names, w):
         entry = secrets_needed.setdefault(secret, [cn, set(), kn(w)])
+        if entry[0] is None and cn is not None:  # a member's Secret, also mounted for its CA
+            entry[0], entry[2] = cn, kn(w)
         entry[1].update(names)
 
     for w in workloads:
@@ -779,7 +782,7 @@ def security_errors(docs, sift):
                                       f"shards: shard i needs the certificate server-<i> (use "
                                       f"{{shard}} in the path, e.g. /etc/sift/tls/server-{{shard}})")
                         continue
-                    names = server_dial_names(w, c, argv, env, services, where, errors)
+                    names = server_dial_names(w, c, env, where, errors)
                     for i in range(replicas):
                         d = tls.replace("{shard}", str(i))
                         e, got = secret_volume_errors(w, f"{where} (shard {i})", c, d, MEMBER_KEYS,
@@ -850,7 +853,7 @@ def security_errors(docs, sift):
     return errors + certificate_errors(docs, secrets_needed)
 
 
-def server_dial_names(w, c, argv, env, services, where, errors):
+def server_dial_names(w, c, env, where, errors):
     """The names the workers dial each shard at: the server's --advertise-host, which with TLS
     must be the pod's DNS name $(POD_NAME).<headless Service> (a pod IP is in no certificate)."""
     raw = flag_value(sift_invocation(c) or [], "--advertise-host")
