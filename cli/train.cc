@@ -115,6 +115,10 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
                   "Rows and gradients on the wire to the embedding servers")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
       ->capture_default_str();
+  cmd->add_option("--tls-dir", o.embedding_security.tls_dir,
+                  "TLS to --embedding-servers with this member directory (a worker's: ca.crt, "
+                  "tls.crt, tls.key; README Security)")
+      ->envname("SIFT_TLS_DIR");
 #endif
   if (!bench) {
     cmd->add_option("--save-checkpoint", o.save_checkpoint,

@@ -29,6 +29,8 @@ const char* NeedsText(CallerNeeds needs) {
   switch (needs) {
     case CallerNeeds::kReader:
       return "a user's bearer token (role reader, operator or admin)";
+    case CallerNeeds::kReadJob:
+      return "a user's bearer token (role reader, operator or admin) or a member certificate";
     case CallerNeeds::kOperator:
       return "a user's bearer token with role operator or admin";
     case CallerNeeds::kMember:
@@ -104,6 +106,10 @@ bool IsAuthRefusal(const Status& status) {
 
 Status CheckCaller(const Principal& who, CallerNeeds needs, absl::string_view method) {
   if (!who.checked) return absl::OkStatus();
+  if (needs == CallerNeeds::kReadJob) {
+    if (!who.member.empty()) return CheckCaller(who, CallerNeeds::kMember, method);
+    needs = CallerNeeds::kReader;
+  }
   const bool wants_user = needs == CallerNeeds::kReader || needs == CallerNeeds::kOperator;
   if (wants_user) {
     if (who.user.empty()) {

@@ -76,6 +76,7 @@ struct Principal {
 // What a method needs of its caller.
 enum class CallerNeeds {
   kReader,    // a user with any role
+  kReadJob,   // a user with any role, or a member (a worker ending with its job reads its state)
   kOperator,  // a user with role operator or admin
   kMember,    // a member certificate (worker or server)
   kWorker,    // a worker's certificate

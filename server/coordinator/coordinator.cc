@@ -196,7 +196,8 @@ Status Coordinator::CheckRank(const Job& job, int rank) const {
 Status Coordinator::CheckOwner(const Job& job, const Principal& who, absl::string_view method,
                                bool cancel) {
   if (!who.checked || who.role == UserRole::kAdmin) return absl::OkStatus();
-  if (who.role == UserRole::kReader && !cancel) return absl::OkStatus();
+  // Readers, and members (GetJob only, CheckCaller decides), read every job.
+  if ((who.role == UserRole::kReader || !who.member.empty()) && !cancel) return absl::OkStatus();
   const pb::JobInfo& info = job.rec.info;
   if (who.role == UserRole::kOperator && !who.user.empty() && info.owner() == who.user) {
     return absl::OkStatus();

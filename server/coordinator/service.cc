@@ -44,7 +44,7 @@ enum Method {
 };
 // What each method needs of its caller (security on), in the order of Method.
 const CallerNeeds kMethodNeeds[] = {
-    CallerNeeds::kOperator, CallerNeeds::kReader, CallerNeeds::kReader,  // Submit, Get, List
+    CallerNeeds::kOperator, CallerNeeds::kReadJob, CallerNeeds::kReader,  // Submit, Get, List
     CallerNeeds::kOperator, CallerNeeds::kReader,                        // Cancel, GetLogs
     CallerNeeds::kMember,   CallerNeeds::kMember,                        // Register, Heartbeat
     CallerNeeds::kWorker,   CallerNeeds::kWorker,                        // KvSet, KvGet

@@ -245,6 +245,13 @@ TEST_F(SecureCoordinatorTest, CertificatesOfAnotherCaExpiredOrNoneAndPlaintextAr
   EXPECT_EQ(As("worker-1")->Heartbeat(beat).status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(As("worker-0")->Heartbeat(beat).ok());
+  // A member reads a job's state (a worker ending with its job), but nothing else of the users'.
+  auto id = As("client", "alice")->SubmitJob(kSpec, "job.yaml");
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_TRUE(As("worker-0")->GetJob(*id).ok());
+  EXPECT_EQ(As("worker-0")->GetLogs(*id, 0).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(As("worker-0")->CancelJob(*id).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(As("coordinator")->GetJob(*id).status().code(), absl::StatusCode::kPermissionDenied);
 }
 
 TEST_F(SecureCoordinatorTest, ARotatedTokensFileTakesEffectWithoutARestart) {
@@ -313,6 +320,7 @@ TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUnd
   co.tls_root = pki.root;
   co.tokens_file = pki.TokensFile();
   co.client_token_file = pki.TokenFile("alice");
+  co.worker_exit_after_jobs = 2;  // as the Kubernetes Job runs it: the worker reads the job state
   TestCluster cluster(*dir_, "secure", co);
   TestJob job;
   job.dataset = Tiny();
@@ -439,6 +447,8 @@ TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUnd
     EXPECT_EQ(got.epochs_done(e).train_loss(), want.epochs_done(e).train_loss()) << "epoch " << e;
   }
   EXPECT_NE(got.last_checkpoint().dir(), "/tmp/attacker");
+  // The worker saw both jobs finish (GetJob with its certificate) and exited by itself.
+  EXPECT_EQ(cluster.WaitWorkerExit(0, 60), 0) << cluster.WorkerOutput(0);
   const std::string logs = cluster.Logs(id);
   EXPECT_THAT(logs, ::testing::Not(HasSubstr("attacker")));
   // Each refusal was counted and logged (who, what, from where; never a token).
@@ -446,6 +456,8 @@ TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUnd
   EXPECT_THAT(errors, HasSubstr("refused CancelJob from user bob (operator) from ipv4:127.0.0.1"));
   EXPECT_THAT(errors, HasSubstr("refused Configure from an anonymous caller from ipv4:127.0.0.1"));
   EXPECT_THAT(errors, ::testing::Not(HasSubstr(TestPki::Token("bob"))));
+  // The listener watchdog's probes get through TLS (else it would restart the listeners).
+  EXPECT_THAT(errors, ::testing::Not(HasSubstr("restarting the listener")));
 }
 
 }  // namespace

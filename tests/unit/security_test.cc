@@ -90,6 +90,11 @@ TEST(CheckCallerTest, EveryCallerAgainstEveryNeed) {
       {&server, CallerNeeds::kWorker, C::kPermissionDenied},
       {&coordinator, CallerNeeds::kMember, C::kPermissionDenied},
       {&stranger, CallerNeeds::kMember, C::kPermissionDenied},
+      {&anonymous, CallerNeeds::kReadJob, C::kUnauthenticated},
+      {&reader, CallerNeeds::kReadJob, C::kOk},
+      {&worker, CallerNeeds::kReadJob, C::kOk},
+      {&server, CallerNeeds::kReadJob, C::kOk},
+      {&coordinator, CallerNeeds::kReadJob, C::kPermissionDenied},
   };
   for (const Row& r : rows) {
     const Status s = CheckCaller(*r.who, r.needs, "Method");
