@@ -84,9 +84,9 @@ void AddBenchCluster(CLI::App* bench, Action* action) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_flag("--tls", o.tls,
-                 "Run the cluster with security on (mutual TLS, member certificates of a CA made "
-                 "for this run, an admin token): its cost is the change of the cluster/in-process "
-                 "ratio against a run without --tls");
+                "Run the cluster with security on (mutual TLS, member certificates of a CA made "
+                "for this run, an admin token): its cost is the change of the cluster/in-process "
+                "ratio against a run without --tls");
   cmd->add_flag("--compare-tls", o.compare_tls,
                 "Also run a secured cluster in every round next to the plaintext one and report "
                 "their samples/s ratio (this run's cost of TLS)");

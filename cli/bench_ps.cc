@@ -6,9 +6,9 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <vector>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
@@ -100,8 +100,8 @@ Status RunBenchPs(BenchPsFlags flags) {
       "calls per size%s\n",
       o.dim, flags.encoding.c_str(), o.clients, o.clients == 1 ? "" : "s", o.warmup, o.iters,
       o.check ? ", checked against the in-process table" : "");
-  std::printf("\n  %-10s %-9s %-4s %9s %9s %9s %13s %8s %7s\n", "target", "transport", "op",
-              "keys", "p50_ms", "p99_ms", "keys/s", "GB/s", "#wrong");
+  std::printf("\n  %-10s %-9s %-4s %9s %9s %9s %13s %8s %7s\n", "target", "transport", "op", "keys",
+              "p50_ms", "p99_ms", "keys/s", "GB/s", "#wrong");
   for (const Pass& pass : passes) {
     for (const worker::PsBenchRow& row : pass.result.rows) {
       const std::string wrong = row.wrong < 0 ? "-" : std::to_string(row.wrong);

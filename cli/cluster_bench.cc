@@ -358,8 +358,7 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
   std::unique_ptr<BenchCluster> cluster;  // started before the first cluster run
   std::string tls_work_dir;
   std::unique_ptr<BenchCluster> tls_cluster;  // compare_tls: the secured one
-  auto start = [&](bool tls, std::string* dir,
-                   std::unique_ptr<BenchCluster>* c) -> Status {
+  auto start = [&](bool tls, std::string* dir, std::unique_ptr<BenchCluster>* c) -> Status {
     if (*c != nullptr) return absl::OkStatus();
     SIFT_ASSIGN_OR_RETURN(*dir, MakeTempWorkDir());
     say(absl::StrCat("starting the cluster (", tls ? "mutual TLS; " : "plaintext; ",
@@ -367,8 +366,7 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
                      " thread(s), 1 worker with ", result.threads, " thread(s)) in ", *dir));
     ClusterBenchOptions co = o;
     co.tls = tls;
-    StatusOr<std::unique_ptr<BenchCluster>> started =
-        BenchCluster::Start(co, result.threads, *dir);
+    StatusOr<std::unique_ptr<BenchCluster>> started = BenchCluster::Start(co, result.threads, *dir);
     if (!started.ok()) return Annotate(started.status(), absl::StrCat("logs in ", *dir, "/logs"));
     *c = std::move(*started);
     return absl::OkStatus();
@@ -490,8 +488,7 @@ std::string FormatClusterBench(const ClusterBenchOptions& o, const ClusterBenchR
                             "tls/plain");
       for (const ClusterBenchRound& rd : s.rounds) {
         absl::StrAppendFormat(&out, "  %-6d %15.0f %15.0f %8.3f\n", rd.round + 1,
-                              rd.cluster.samples_per_s, rd.cluster_tls.samples_per_s,
-                              rd.tls_ratio);
+                              rd.cluster.samples_per_s, rd.cluster_tls.samples_per_s, rd.tls_ratio);
       }
       absl::StrAppendFormat(&out, "  %-6s %15.0f %15.0f %8.3f  (target >= %.2f: %s)\n", "median",
                             s.median_cluster, s.median_cluster_tls, s.median_tls_ratio,

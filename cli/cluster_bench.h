@@ -56,7 +56,7 @@ struct ClusterBenchRound {
   int round = 0;
   bool cluster_first = false;  // odd rounds run the cluster first (ABBA order)
   ClusterBenchRun in_process, cluster;
-  double ratio = 0;  // cluster / in-process samples/s
+  double ratio = 0;             // cluster / in-process samples/s
   ClusterBenchRun cluster_tls;  // compare_tls: the secured cluster
   double tls_ratio = 0;         // compare_tls: cluster_tls / cluster samples/s
 };
@@ -64,8 +64,8 @@ struct ClusterBenchRound {
 struct ClusterBenchSeries {
   int64_t staleness = 0;
   std::vector<ClusterBenchRound> rounds;
-  double median_in_process = 0, median_cluster = 0;  // samples/s
-  double median_ratio = 0;                           // median of the rounds' ratios
+  double median_in_process = 0, median_cluster = 0;     // samples/s
+  double median_ratio = 0;                              // median of the rounds' ratios
   double median_cluster_tls = 0, median_tls_ratio = 0;  // compare_tls
 };
 

@@ -29,7 +29,7 @@ Status RunCoordinator(CoordinatorFlags flags) {
     return absl::InvalidArgumentError("--state-dir is required");
   }
   flags.options.version = SIFT_VERSION;
-  StopSignals stop;  // before any thread starts
+  StopSignals stop;            // before any thread starts
   InstallTokenReloadSignal();  // SIGHUP re-reads --tokens-file
 
   SIFT_ASSIGN_OR_RETURN(auto server, coordinator::CoordinatorServer::Start(flags.options));

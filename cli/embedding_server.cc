@@ -40,7 +40,7 @@ StatusOr<std::unique_ptr<coordinator::MemberSession>> JoinCluster(
   coordinator::CoordinatorClientOptions co;
   co.address = flags.coordinator;
   co.connect_timeout = absl::ZeroDuration();  // MemberSession::Start retries until its timeout
-  co.security = flags.options.security;  // this server's certificate is its member identity
+  co.security = flags.options.security;       // this server's certificate is its member identity
   SIFT_ASSIGN_OR_RETURN(*client, coordinator::CoordinatorClient::Connect(co));
   coordinator::pb::RegisterRequest req;
   req.set_role(coordinator::pb::EMBEDDING_SERVER);

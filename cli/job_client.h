@@ -22,8 +22,9 @@ StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> ConnectCoordinator(
     const SecurityOptions& security = SecurityOptions());
 
 // The exit code of a failed coordinator call: 2 for NOT_FOUND (unknown job), INVALID_ARGUMENT
-// (bad spec), UNAUTHENTICATED and PERMISSION_DENIED (credentials), UNAVAILABLE and DEADLINE_EXCEEDED (the coordinator is unreachable: the message
-// gets the hint); 1 otherwise (e.g. FAILED_PRECONDITION: cancel of a finished job).
+// (bad spec), UNAUTHENTICATED and PERMISSION_DENIED (credentials), UNAVAILABLE and
+// DEADLINE_EXCEEDED (the coordinator is unreachable: the message gets the hint); 1 otherwise (e.g.
+// FAILED_PRECONDITION: cancel of a finished job).
 Status CoordinatorCallError(const Status& s);
 
 // A finished job as a command's result: OK for COMPLETED; otherwise ABORTED with exit code 1,

@@ -11,11 +11,11 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
-#include <random>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -373,9 +373,9 @@ void AddLocal(CLI::App* app, Action* action) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_flag("--secure", f->secure,
-                 "Security on: TLS with member certificates of a CA made for this run and an admin "
-                 "token for this command (in <work-dir>/security); off by default (every process "
-                 "listens on 127.0.0.1 only)");
+                "Security on: TLS with member certificates of a CA made for this run and an admin "
+                "token for this command (in <work-dir>/security); off by default (every process "
+                "listens on 127.0.0.1 only)");
   cmd->footer(
       "Exit codes: 0 the job COMPLETED; 1 it FAILED or was CANCELLED, or a child kept crashing "
       "(beyond --max-restarts); 2 usage error or bad job spec; 130/143 interrupted by "

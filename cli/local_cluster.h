@@ -81,7 +81,7 @@ class LocalCluster {
   std::string PortFile(const Child& c) const;
   std::vector<std::string> Argv(const Child& c) const;      // RoleArgv + the security flags
   std::vector<std::string> RoleArgv(const Child& c) const;  // the role's own flags
-  Status Launch(Child* c);      // starts the process
+  Status Launch(Child* c);                                  // starts the process
   Status AwaitPorts(Child* c);  // waits for its port file, reads the ports
   Status WriteDescriptionFiles() const;
 

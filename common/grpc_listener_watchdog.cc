@@ -133,8 +133,7 @@ bool WatchedGrpcServer::Probe() const {
     grpc::experimental::TlsChannelCredentialsOptions tls;
     tls.set_verify_server_certs(false);
     tls.set_check_call_host(false);
-    tls.set_certificate_verifier(
-        std::make_shared<grpc::experimental::NoOpCertificateVerifier>());
+    tls.set_certificate_verifier(std::make_shared<grpc::experimental::NoOpCertificateVerifier>());
     creds = grpc::experimental::TlsCredentials(tls);
   }
   auto channel = grpc::CreateCustomChannel(absl::StrCat(host, ":", port_), creds, args);

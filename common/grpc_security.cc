@@ -75,8 +75,7 @@ void OnReloadSignal(int) { RequestTokenReload(); }
 
 }  // namespace
 
-StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const SecurityOptions& o) {
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const SecurityOptions& o) {
   if (!o.tls()) return grpc::InsecureServerCredentials();
   SIFT_ASSIGN_OR_RETURN(std::string ca, ReadPem(Join(o.tls_dir, "ca.crt"), "the cluster CA"));
   SIFT_ASSIGN_OR_RETURN(std::string cert,
@@ -101,8 +100,7 @@ StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     return grpc::InsecureChannelCredentials();
   }
   grpc::SslCredentialsOptions opts;
-  SIFT_ASSIGN_OR_RETURN(opts.pem_root_certs,
-                        ReadPem(Join(o.tls_dir, "ca.crt"), "the cluster CA"));
+  SIFT_ASSIGN_OR_RETURN(opts.pem_root_certs, ReadPem(Join(o.tls_dir, "ca.crt"), "the cluster CA"));
   const std::string cert_path = Join(o.tls_dir, "tls.crt");
   if (Exists(cert_path)) {
     SIFT_ASSIGN_OR_RETURN(opts.pem_cert_chain, ReadPem(cert_path, "the member certificate"));

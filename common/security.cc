@@ -114,14 +114,13 @@ Status CheckCaller(const Principal& who, CallerNeeds needs, absl::string_view me
   if (wants_user) {
     if (who.user.empty()) {
       const std::string presented =
-          who.member.empty() ? who.token_problem
-                             : absl::StrCat("a member certificate (", who.member,
-                                            ") but no user token");
-      return AuthRefusal(
-          absl::StatusCode::kUnauthenticated,
-          absl::StrCat(method, " needs ", NeedsText(needs), "; the call presented ",
-                       presented.empty() ? "none" : presented,
-                       " (pass --token-file or set $SIFT_TOKEN_FILE)"));
+          who.member.empty()
+              ? who.token_problem
+              : absl::StrCat("a member certificate (", who.member, ") but no user token");
+      return AuthRefusal(absl::StatusCode::kUnauthenticated,
+                         absl::StrCat(method, " needs ", NeedsText(needs), "; the call presented ",
+                                      presented.empty() ? "none" : presented,
+                                      " (pass --token-file or set $SIFT_TOKEN_FILE)"));
     }
     if (needs == CallerNeeds::kOperator && who.role < UserRole::kOperator) {
       return AuthRefusal(absl::StatusCode::kPermissionDenied,

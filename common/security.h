@@ -60,9 +60,9 @@ StatusOr<MemberName> ParseMemberName(absl::string_view common_name);
 
 // Who made a call, as the server saw it.
 struct Principal {
-  bool checked = false;    // the server runs with security on: the checks below apply
-  std::string member;      // CN of a verified member certificate ("" = none presented)
-  std::string user;        // the token's user ("" = no valid token)
+  bool checked = false;  // the server runs with security on: the checks below apply
+  std::string member;    // CN of a verified member certificate ("" = none presented)
+  std::string user;      // the token's user ("" = no valid token)
   UserRole role = UserRole::kNone;
   std::string token_problem;  // why no user: "no bearer token" / "an unknown bearer token"
   std::string peer;           // "ipv4:10.0.0.5:41234"

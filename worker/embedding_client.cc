@@ -482,8 +482,7 @@ StatusOr<std::unique_ptr<EmbeddingClient>> EmbeddingClient::Connect(
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
     // One TCP connection per server per client: shards do not share a subchannel.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    impl->channels.push_back(
-        grpc::CreateCustomChannel(options.servers[s], creds, args));
+    impl->channels.push_back(grpc::CreateCustomChannel(options.servers[s], creds, args));
     impl->stubs.push_back(pb::EmbeddingService::NewStub(impl->channels.back()));
     impl->generic.push_back(std::make_unique<grpc::GenericStub>(impl->channels.back()));
     impl->queues.push_back(std::make_unique<grpc::CompletionQueue>());

@@ -80,8 +80,8 @@ struct TrainerOptions {
   std::string wire_encoding = "fp32";  // fp32 | fp16 | bf16: rows and gradients on the wire
   // TLS to the embedding servers: the cluster CA and this worker's certificate (off: plaintext).
   SecurityOptions embedding_security;
-  std::string save_checkpoint;         // "" = none; saved after every epoch
-  std::string load_checkpoint;         // "" = fresh start
+  std::string save_checkpoint;  // "" = none; saved after every epoch
+  std::string load_checkpoint;  // "" = fresh start
   // 0: save_checkpoint is the checkpoint directory, saved over in place (sift train). K >= 1
   // (cluster jobs, checkpoint.keep): save_checkpoint is the job's directory; each checkpoint
   // goes to its step-<N>/ (worker/checkpoint.h) and after a commit the newest K are kept (the

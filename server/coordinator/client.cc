@@ -28,8 +28,7 @@ StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   SIFT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
                         MakeChannelCredentials(options.security));
   ApplyChannelSecurity(options.security, &args);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.address, creds, args);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.address, creds, args);
   if (options.connect_timeout > absl::ZeroDuration()) {
     const auto deadline =
         std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options.connect_timeout);

@@ -202,13 +202,12 @@ Status Coordinator::CheckOwner(const Job& job, const Principal& who, absl::strin
   if (who.role == UserRole::kOperator && !who.user.empty() && info.owner() == who.user) {
     return absl::OkStatus();
   }
-  return AuthRefusal(absl::StatusCode::kPermissionDenied,
-                     absl::StrCat(method, ": ", info.job_id(), " is owned by ",
-                                  info.owner().empty() ? "nobody (submitted without security)"
-                                                       : info.owner(),
-                                  "; user ", who.user, " (", UserRoleName(who.role),
-                                  ") may only ", cancel ? "cancel" : "read",
-                                  " its own jobs (admins may do any)"));
+  return AuthRefusal(
+      absl::StatusCode::kPermissionDenied,
+      absl::StrCat(method, ": ", info.job_id(), " is owned by ",
+                   info.owner().empty() ? "nobody (submitted without security)" : info.owner(),
+                   "; user ", who.user, " (", UserRoleName(who.role), ") may only ",
+                   cancel ? "cancel" : "read", " its own jobs (admins may do any)"));
 }
 
 Status Coordinator::CheckIdentity(const Member& member, const Principal& who,
@@ -239,7 +238,8 @@ Status Coordinator::CheckRegistration(const pb::RegisterRequest& request, const 
   if (!who.checked) return absl::OkStatus();
   StatusOr<MemberName> name = ParseMemberName(who.member);
   const bool server = request.role() == pb::EMBEDDING_SERVER;
-  const std::string wanted = server ? absl::StrCat("server-", request.shard()) : "worker or worker-<i>";
+  const std::string wanted =
+      server ? absl::StrCat("server-", request.shard()) : "worker or worker-<i>";
   const bool fits = name.ok() && (server ? name->kind == MemberName::kServer &&
                                                name->index == static_cast<int64_t>(request.shard())
                                          : name->kind == MemberName::kWorker);
@@ -541,7 +541,7 @@ Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& 
 // Jobs
 
 StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobRequest& request,
-                                  const Principal& who) {
+                                                       const Principal& who) {
   const std::string source = request.source_name().empty() ? "job.yaml" : request.source_name();
   SIFT_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(request.spec_yaml(), source));
   if (spec.cluster.servers > options_.max_servers || spec.cluster.workers > options_.max_workers) {
@@ -584,8 +584,7 @@ StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobReques
   return response;
 }
 
-StatusOr<pb::JobInfo> Coordinator::GetJob(const pb::GetJobRequest& request,
-                                  const Principal& who) {
+StatusOr<pb::JobInfo> Coordinator::GetJob(const pb::GetJobRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
   if (request.job_id().empty() && who.checked && who.role == UserRole::kOperator) {
     // An operator's "latest job" is the latest of its own.
@@ -612,7 +611,7 @@ StatusOr<pb::ListJobsResponse> Coordinator::ListJobs(const pb::ListJobsRequest&,
 }
 
 StatusOr<pb::JobInfo> Coordinator::CancelJob(const pb::CancelJobRequest& request,
-                                  const Principal& who) {
+                                             const Principal& who) {
   absl::MutexLock lock(&mu_);
   if (request.job_id().empty()) return absl::InvalidArgumentError("job_id is empty");
   SIFT_ASSIGN_OR_RETURN(Job * job, FindJobOrError(request.job_id()));
@@ -631,7 +630,7 @@ StatusOr<pb::JobInfo> Coordinator::CancelJob(const pb::CancelJobRequest& request
 }
 
 StatusOr<pb::GetLogsResponse> Coordinator::GetLogs(const pb::GetLogsRequest& request,
-                                  const Principal& who) {
+                                                   const Principal& who) {
   absl::MutexLock lock(&mu_);
   if (request.offset() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("offset ", request.offset(), " < 0"));
@@ -654,7 +653,7 @@ StatusOr<pb::GetLogsResponse> Coordinator::GetLogs(const pb::GetLogsRequest& req
 // Members
 
 StatusOr<pb::RegisterResponse> Coordinator::Register(const pb::RegisterRequest& request,
-                                  const Principal& who) {
+                                                     const Principal& who) {
   if (request.role() != pb::WORKER && request.role() != pb::EMBEDDING_SERVER) {
     return absl::InvalidArgumentError(absl::StrCat("role: ", pb::Role_Name(request.role()),
                                                    " is not WORKER or EMBEDDING_SERVER"));
@@ -704,7 +703,7 @@ StatusOr<pb::RegisterResponse> Coordinator::Register(const pb::RegisterRequest& 
 }
 
 StatusOr<pb::HeartbeatResponse> Coordinator::Heartbeat(const pb::HeartbeatRequest& request,
-                                  const Principal& who) {
+                                                       const Principal& who) {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   ExpireLeases();
@@ -902,7 +901,7 @@ StatusOr<pb::ReportProgressResponse> Coordinator::ReportProgress(
 }
 
 StatusOr<pb::ReportEvalResponse> Coordinator::ReportEval(const pb::ReportEvalRequest& request,
-                                  const Principal& who) {
+                                                         const Principal& who) {
   absl::MutexLock lock(&mu_);
   SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));

@@ -104,21 +104,21 @@ class Coordinator {
 
   // ---- Jobs ----
   StatusOr<pb::SubmitJobResponse> SubmitJob(const pb::SubmitJobRequest& request,
-      const Principal& who = Principal::Unchecked());
+                                            const Principal& who = Principal::Unchecked());
   StatusOr<pb::JobInfo> GetJob(const pb::GetJobRequest& request,
-      const Principal& who = Principal::Unchecked());
+                               const Principal& who = Principal::Unchecked());
   StatusOr<pb::ListJobsResponse> ListJobs(const pb::ListJobsRequest& request,
-      const Principal& who = Principal::Unchecked());
+                                          const Principal& who = Principal::Unchecked());
   StatusOr<pb::JobInfo> CancelJob(const pb::CancelJobRequest& request,
-      const Principal& who = Principal::Unchecked());
+                                  const Principal& who = Principal::Unchecked());
   StatusOr<pb::GetLogsResponse> GetLogs(const pb::GetLogsRequest& request,
-      const Principal& who = Principal::Unchecked());
+                                        const Principal& who = Principal::Unchecked());
 
   // ---- Members ----
   StatusOr<pb::RegisterResponse> Register(const pb::RegisterRequest& request,
-      const Principal& who = Principal::Unchecked());
+                                          const Principal& who = Principal::Unchecked());
   StatusOr<pb::HeartbeatResponse> Heartbeat(const pb::HeartbeatRequest& request,
-      const Principal& who = Principal::Unchecked());
+                                            const Principal& who = Principal::Unchecked());
 
   // ---- Rendezvous KV ----
   // Keys are dropped when the generation they belong to ends: a key equal to a generation's
@@ -131,16 +131,16 @@ class Coordinator {
   StatusOr<pb::KvGetResponse> KvGet(const pb::KvGetRequest& request);
 
   // ---- Workers of the running job (fenced) ----
-  StatusOr<pb::ReportProgressResponse> ReportProgress(const pb::ReportProgressRequest& request,
-      const Principal& who = Principal::Unchecked());
+  StatusOr<pb::ReportProgressResponse> ReportProgress(
+      const pb::ReportProgressRequest& request, const Principal& who = Principal::Unchecked());
   StatusOr<pb::ReportEvalResponse> ReportEval(const pb::ReportEvalRequest& request,
-      const Principal& who = Principal::Unchecked());
-  StatusOr<pb::CheckpointBeginResponse> CheckpointBegin(const pb::CheckpointBeginRequest& request,
-      const Principal& who = Principal::Unchecked());
+                                              const Principal& who = Principal::Unchecked());
+  StatusOr<pb::CheckpointBeginResponse> CheckpointBegin(
+      const pb::CheckpointBeginRequest& request, const Principal& who = Principal::Unchecked());
   StatusOr<pb::CheckpointCommitResponse> CheckpointCommit(
       const pb::CheckpointCommitRequest& request, const Principal& who = Principal::Unchecked());
   StatusOr<pb::ReportFailureResponse> ReportFailure(const pb::ReportFailureRequest& request,
-      const Principal& who = Principal::Unchecked());
+                                                    const Principal& who = Principal::Unchecked());
 
   // Expires leases and schedules; the service calls it every ~100 ms. Every member call also
   // schedules, so a cluster that becomes whole starts the job without waiting for a tick.

@@ -22,9 +22,9 @@ namespace sift::coordinator {
 
 class MemberSession {
  public:
-  // Registers `request` (retrying UNAVAILABLE, and ALREADY_EXISTS of a live slot, until `register_timeout`, or until
-  // StopRequested(): CANCELLED) and starts heartbeating.
-  // `client` must outlive the session.
+  // Registers `request` (retrying UNAVAILABLE, and ALREADY_EXISTS of a live slot, until
+  // `register_timeout`, or until StopRequested(): CANCELLED) and starts heartbeating. `client` must
+  // outlive the session.
   static StatusOr<std::unique_ptr<MemberSession>> Start(CoordinatorClient* client,
                                                         const pb::RegisterRequest& request,
                                                         absl::Duration register_timeout);

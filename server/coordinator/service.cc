@@ -1,8 +1,8 @@
 #include "server/coordinator/service.h"
 
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <map>
@@ -45,9 +45,9 @@ enum Method {
 // What each method needs of its caller (security on), in the order of Method.
 const CallerNeeds kMethodNeeds[] = {
     CallerNeeds::kOperator, CallerNeeds::kReadJob, CallerNeeds::kReader,  // Submit, Get, List
-    CallerNeeds::kOperator, CallerNeeds::kReader,                        // Cancel, GetLogs
-    CallerNeeds::kMember,   CallerNeeds::kMember,                        // Register, Heartbeat
-    CallerNeeds::kWorker,   CallerNeeds::kWorker,                        // KvSet, KvGet
+    CallerNeeds::kOperator, CallerNeeds::kReader,                         // Cancel, GetLogs
+    CallerNeeds::kMember,   CallerNeeds::kMember,                         // Register, Heartbeat
+    CallerNeeds::kWorker,   CallerNeeds::kWorker,                         // KvSet, KvGet
     CallerNeeds::kWorker,   CallerNeeds::kWorker,  // ReportProgress, ReportEval
     CallerNeeds::kWorker,   CallerNeeds::kWorker,  // CheckpointBegin, CheckpointCommit
     CallerNeeds::kWorker,                          // ReportFailure
@@ -75,7 +75,8 @@ class CoordinatorService final : public pb::CoordinatorService::Service {
     return Handle(
         kSubmitJob, ctx, [&](const Principal& who) { return c_->SubmitJob(*q, who); }, r);
   }
-  grpc::Status GetJob(grpc::ServerContext* ctx, const pb::GetJobRequest* q, pb::JobInfo* r) override {
+  grpc::Status GetJob(grpc::ServerContext* ctx, const pb::GetJobRequest* q,
+                      pb::JobInfo* r) override {
     return Handle(
         kGetJob, ctx, [&](const Principal& who) { return c_->GetJob(*q, who); }, r);
   }
@@ -127,12 +128,14 @@ class CoordinatorService final : public pb::CoordinatorService::Service {
   grpc::Status CheckpointBegin(grpc::ServerContext* ctx, const pb::CheckpointBeginRequest* q,
                                pb::CheckpointBeginResponse* r) override {
     return Handle(
-        kCheckpointBegin, ctx, [&](const Principal& who) { return c_->CheckpointBegin(*q, who); }, r);
+        kCheckpointBegin, ctx, [&](const Principal& who) { return c_->CheckpointBegin(*q, who); },
+        r);
   }
   grpc::Status CheckpointCommit(grpc::ServerContext* ctx, const pb::CheckpointCommitRequest* q,
                                 pb::CheckpointCommitResponse* r) override {
     return Handle(
-        kCheckpointCommit, ctx, [&](const Principal& who) { return c_->CheckpointCommit(*q, who); }, r);
+        kCheckpointCommit, ctx, [&](const Principal& who) { return c_->CheckpointCommit(*q, who); },
+        r);
   }
   grpc::Status ReportFailure(grpc::ServerContext* ctx, const pb::ReportFailureRequest* q,
                              pb::ReportFailureResponse* r) override {
@@ -260,7 +263,8 @@ Status AddJobCollectables(Coordinator* c, MetricsExposer* exposer) {
 void ReloadTokens(TokenStore* tokens) {
   StatusOr<bool> reloaded = tokens->MaybeReload();
   if (!reloaded.ok()) {
-    std::fprintf(stderr, "sift coordinator: %s\n", std::string(reloaded.status().message()).c_str());
+    std::fprintf(stderr, "sift coordinator: %s\n",
+                 std::string(reloaded.status().message()).c_str());
   } else if (*reloaded) {
     std::fprintf(stderr, "sift coordinator: reloaded %zu tokens from %s\n", tokens->size(),
                  tokens->path().c_str());
@@ -351,8 +355,9 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   const TokenStore* tokens = impl->tokens.get();
   RefusalRecorder* refusals = impl->refusals.get();
   auto grpc = WatchedGrpcServer::Start(g, OneService([c, metrics, secured, tokens, refusals] {
-    return std::make_unique<CoordinatorService>(c, metrics, secured, tokens, refusals);
-  }));
+                                         return std::make_unique<CoordinatorService>(
+                                             c, metrics, secured, tokens, refusals);
+                                       }));
   if (!grpc.ok()) return grpc.status();
   impl->grpc = std::move(*grpc);
 

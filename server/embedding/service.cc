@@ -352,8 +352,9 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
   const int threads = options.shard.threads;
   const bool secured = options.security.tls();
   auto grpc = WatchedGrpcServer::Start(g, OneService([=] {
-    return std::make_unique<EmbeddingService>(shard, threads, metrics, secured, refusals);
-  }));
+                                         return std::make_unique<EmbeddingService>(
+                                             shard, threads, metrics, secured, refusals);
+                                       }));
   if (!grpc.ok()) return grpc.status();
   impl->grpc = std::move(*grpc);
   return std::unique_ptr<EmbeddingServer>(new EmbeddingServer(std::move(impl)));

@@ -7,8 +7,8 @@
 // - a certificate of another CA, an expired one, none, and a plaintext client are refused;
 // - roles and owners (reader, operator, admin), wrong and missing tokens, and a rotation of the
 //   tokens file (a change on disk, and SIGHUP) taking effect without a restart.
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <utime.h>
 
@@ -242,8 +242,7 @@ TEST_F(SecureCoordinatorTest, CertificatesOfAnotherCaExpiredOrNoneAndPlaintextAr
   // worker-0's member id cannot be heartbeaten by worker-1.
   cpb::HeartbeatRequest beat;
   beat.set_member_id(ok->member_id());
-  EXPECT_EQ(As("worker-1")->Heartbeat(beat).status().code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(As("worker-1")->Heartbeat(beat).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(As("worker-0")->Heartbeat(beat).ok());
   // A member reads a job's state (a worker ending with its job), but nothing else of the users'.
   auto id = As("client", "alice")->SubmitJob(kSpec, "job.yaml");
@@ -345,7 +344,11 @@ TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUnd
   const std::string id = cluster.Submit(job.Yaml());
   ASSERT_FALSE(id.empty());
   const cpb::JobInfo running = cluster.WaitForJob(
-      id, [](const cpb::JobInfo& j) { return j.global_step() > 0 || coordinator::IsFinished(j.state()); }, 240);
+      id,
+      [](const cpb::JobInfo& j) {
+        return j.global_step() > 0 || coordinator::IsFinished(j.state());
+      },
+      240);
   ASSERT_EQ(running.servers_size(), 2);
   const SecurityOptions anonymous = pki.As("client");
   const SecurityOptions bob = pki.As("client", "bob");
@@ -392,8 +395,7 @@ TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUnd
 
   const std::string& coord = cluster.coordinator_address();
   // CancelJob and ReportFailure(fatal) on alice's job.
-  EXPECT_EQ(Client(coord, bob)->CancelJob(id).status().code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Client(coord, bob)->CancelJob(id).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(Client(coord, anonymous)->CancelJob(id).status().code(),
             absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(Client(coord, pki.As("client", "rita"))->CancelJob(id).status().code(),

@@ -26,9 +26,10 @@ class TokenStoreTest : public ::testing::Test {
 };
 
 TEST_F(TokenStoreTest, FindsUsersByToken) {
-  auto store = TokenStore::Open(Write(
-      "# token,user,role\n\n  aaaaaaaaaaaaaaaa1 , alice , operator \nbbbbbbbbbbbbbbbb2,rita,reader\r\n"
-      "cccccccccccccccc3,root@example.com,admin\n"));
+  auto store =
+      TokenStore::Open(Write("# token,user,role\n\n  aaaaaaaaaaaaaaaa1 , alice , operator "
+                             "\nbbbbbbbbbbbbbbbb2,rita,reader\r\n"
+                             "cccccccccccccccc3,root@example.com,admin\n"));
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ((*store)->size(), 3u);
   auto alice = (*store)->Find("aaaaaaaaaaaaaaaa1");
@@ -70,7 +71,7 @@ TEST_F(TokenStoreTest, BadLinesNameFileAndLine) {
 TEST_F(TokenStoreTest, ReloadsOnChangeAndOnRequestAndKeepsTokensWhenTheFileIsBad) {
   auto store = TokenStore::Open(Write("aaaaaaaaaaaaaaaa,alice,admin\n"));
   ASSERT_TRUE(store.ok());
-  EXPECT_FALSE(*(*store)->MaybeReload());  // nothing changed
+  EXPECT_FALSE(*(*store)->MaybeReload());      // nothing changed
   Write("bbbbbbbbbbbbbbbbbbbb,bob,reader\n");  // another size: a change without a signal
   EXPECT_TRUE(*(*store)->MaybeReload());
   EXPECT_EQ((*store)->Find("aaaaaaaaaaaaaaaa"), nullptr);

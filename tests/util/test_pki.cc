@@ -21,9 +21,7 @@ CertificateSpec Spec(const std::string& cn, absl::Time from, absl::Time to) {
   return s;
 }
 
-void Check(const Status& s, const std::string& what) {
-  EXPECT_TRUE(s.ok()) << what << ": " << s;
-}
+void Check(const Status& s, const std::string& what) { EXPECT_TRUE(s.ok()) << what << ": " << s; }
 
 void WritePrivate(const std::string& path, const std::string& text) {
   Check(WriteFileAtomic(path, text), path);
