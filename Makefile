@@ -11,7 +11,8 @@ DEMO_DIR ?= out/demo
 # local Slurm cluster (slurmctld, slurmd, munge), yamllint, and Python for the deploy checks.
 BUILD_PACKAGES := build-essential cmake ninja-build pkg-config libabsl-dev libyaml-cpp-dev \
   libcli11-dev nlohmann-json3-dev zlib1g-dev libprotobuf-dev protobuf-compiler \
-  libdnnl-dev libgrpc++-dev protobuf-compiler-grpc grpc-proto prometheus-cpp-dev libgloo-dev
+  libdnnl-dev libgrpc++-dev protobuf-compiler-grpc grpc-proto prometheus-cpp-dev libgloo-dev \
+  libssl-dev
 TEST_PACKAGES := libgtest-dev libgmock-dev python3 python3-venv prometheus \
   slurmctld slurmd slurm-client munge yamllint
 # PyPI packages of the deploy checks (deploy/requirements.txt), in a venv at .venv.
