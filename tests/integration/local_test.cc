@@ -2,8 +2,9 @@
 // real local cluster (coordinator, 2 servers, 1 worker), prints the final table, writes the
 // cluster file and the Prometheus targets, exits 0 and leaves no process; SIGINT in the middle
 // of a job cancels it, stops every child and exits 130; SIGKILL of the launcher takes its
-// children with it.
+// children with it; --secure runs the job over mutual TLS with the same result.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
@@ -135,6 +136,46 @@ TEST(Local, RunsAJobPrintsTheTableAndLeavesNoProcess) {
       {"local", spec, "--servers", "1", "--workers", "1", "--work-dir", work, "--progress", "off"});
   ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
   EXPECT_THAT(again.out, HasSubstr("job job-1 COMPLETED"));
+}
+
+// The final table's "test AUC   0.8337 ..." value ("" when absent).
+std::string FinalTestAuc(const std::string& out) {
+  const size_t at = out.find("  test AUC   ");
+  if (at == std::string::npos) return "";
+  const size_t start = at + 13;
+  return out.substr(start, out.find(' ', start) - start);
+}
+
+// Issue 17: --secure runs the job with TLS, member certificates and a token, and trains exactly
+// as without it (k = 0: the same test AUC to the last printed digit).
+TEST(Local, SecureRunsTheJobOverMutualTlsWithTheSameResult) {
+  testing::TempDir dir;
+  const std::string data = local_test::MakeSmallDataset(dir);
+  const std::string spec = local_test::WriteSpec(dir, data, /*epochs=*/1, /*steps=*/4);
+  auto plain = RunSift({"local", spec, "--servers", "1", "--workers", "1", "--work-dir",
+                        dir.Sub("plain"), "--progress", "off"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  const std::string work = dir.Sub("secure");
+  auto secure = RunSift({"local", spec, "--servers", "1", "--workers", "1", "--work-dir", work,
+                         "--progress", "off", "--secure"});
+  ASSERT_EQ(secure.exit_code, 0) << secure.out << secure.err;
+  EXPECT_THAT(secure.out, HasSubstr("security on"));
+  EXPECT_THAT(secure.out, HasSubstr("COMPLETED (1 of 1 epochs"));
+  EXPECT_FALSE(FinalTestAuc(plain.out).empty()) << plain.out;
+  EXPECT_EQ(FinalTestAuc(secure.out), FinalTestAuc(plain.out));
+  // Every child ran with its own member directory; keys and tokens are private.
+  EXPECT_THAT(testing::ReadAll(work + "/logs/coordinator-0.log"),
+              HasSubstr("TLS on (" + work + "/security/coordinator)"));
+  EXPECT_THAT(testing::ReadAll(work + "/logs/embedding-server-0.log"),
+              HasSubstr("--tls-dir " + work + "/security/server-0"));
+  EXPECT_THAT(testing::ReadAll(work + "/logs/worker-0.log"),
+              HasSubstr("--tls-dir " + work + "/security/worker-0"));
+  for (const std::string& f : {"/security/worker-0/tls.key", "/security/tokens.csv",
+                               "/security/client/token", "/security/ca/ca.key"}) {
+    struct stat st;
+    ASSERT_EQ(::stat((work + f).c_str(), &st), 0) << f;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << f;
+  }
 }
 
 TEST(Local, SigintMidJobCancelsAndLeavesNoProcess) {
