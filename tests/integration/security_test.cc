@@ -178,6 +178,35 @@ TEST_F(SecureCoordinatorTest, RolesAndOwnersDecideWhoMayDoWhat) {
   EXPECT_GE(Refusals("SubmitJob", "PERMISSION_DENIED"), 1);
 }
 
+// The CLI as a user runs it: `sift submit` with the spec's security block (or the flags),
+// `sift jobs` with the flags, `sift health` with only the CA; without them, exit 2 naming why.
+TEST_F(SecureCoordinatorTest, TheCliTakesItsSecurityFromFlagsEnvironmentOrTheSpec) {
+  const std::string spec = dir_.Sub("job.yaml");
+  sift::testing::WriteAll(spec,
+                          absl::StrCat(kSpec, "security: {tls_dir: ", pki_.root,
+                                       "/client, token_file: ", pki_.TokenFile("alice"), "}\n"));
+  auto submitted = sift::testing::RunSift({"submit", spec, "--coordinator", address_});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  auto jobs =
+      sift::testing::RunSift({"jobs", "--coordinator", address_, "--tls-dir", pki_.root + "/client",
+                              "--token-file", pki_.TokenFile("rita"), "-o", "json"});
+  ASSERT_EQ(jobs.exit_code, 0) << jobs.err;
+  EXPECT_THAT(jobs.out, HasSubstr("\"owner\": \"alice\""));
+  auto bob = sift::testing::RunSift({"cancel", "job-1", "--coordinator", address_, "--tls-dir",
+                                     pki_.root + "/client", "--token-file", pki_.TokenFile("bob")});
+  EXPECT_EQ(bob.exit_code, 2);
+  EXPECT_THAT(bob.err, HasSubstr("PERMISSION_DENIED"));
+  EXPECT_THAT(bob.err, HasSubstr("is owned by alice"));
+  auto anonymous = sift::testing::RunSift(
+      {"jobs", "--coordinator", address_, "--tls-dir", pki_.root + "/client"});
+  EXPECT_EQ(anonymous.exit_code, 2);
+  EXPECT_THAT(anonymous.err, HasSubstr("UNAUTHENTICATED"));
+  auto health = sift::testing::RunSift({"health", address_, "--tls-dir", pki_.root + "/client"});
+  EXPECT_EQ(health.exit_code, 0) << health.err;
+  EXPECT_THAT(health.out, HasSubstr("SERVING"));
+  EXPECT_NE(sift::testing::RunSift({"health", address_}).exit_code, 0);  // plaintext
+}
+
 TEST_F(SecureCoordinatorTest, MissingAndWrongTokensAreUnauthenticated) {
   auto anonymous = As("client");
   auto s = anonymous->ListJobs();
