@@ -147,6 +147,7 @@ StatusOr<std::shared_ptr<const TokenStore::Map>> TokenStore::Load(FileStamp* sta
     stamp->inode = st.st_ino;
     stamp->size = st.st_size;
     stamp->mtime = st.st_mtim;
+    stamp->ctime = st.st_ctim;
   }
   SIFT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path_));
   auto map = std::make_shared<Map>();
@@ -211,9 +212,12 @@ StatusOr<bool> TokenStore::MaybeReload() {
   const bool have = ::stat(path_.c_str(), &st) == 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const bool changed = have && (st.st_ino != stamp_.inode || st.st_size != stamp_.size ||
-                                  st.st_mtim.tv_sec != stamp_.mtime.tv_sec ||
-                                  st.st_mtim.tv_nsec != stamp_.mtime.tv_nsec);
+    auto differ = [](const timespec& a, const timespec& b) {
+      return a.tv_sec != b.tv_sec || a.tv_nsec != b.tv_nsec;
+    };
+    const bool changed =
+        have && (st.st_ino != stamp_.inode || st.st_size != stamp_.size ||
+                 differ(st.st_mtim, stamp_.mtime) || differ(st.st_ctim, stamp_.ctime));
     if (!changed && signals == seen_signals_) return false;
     seen_signals_ = signals;
     if (have) {
@@ -221,6 +225,7 @@ StatusOr<bool> TokenStore::MaybeReload() {
       stamp_.inode = st.st_ino;
       stamp_.size = st.st_size;
       stamp_.mtime = st.st_mtim;
+      stamp_.ctime = st.st_ctim;
     }
   }
   FileStamp stamp;

@@ -62,9 +62,9 @@ class TokenStore {
   // The user of `token`; nullptr when unknown.
   std::shared_ptr<const User> Find(absl::string_view token) const;
 
-  // Re-reads the file when its mtime, size or inode changed, or when a reload signal
-  // (RequestTokenReload) came since the last call. A file that fails to load keeps the tokens in
-  // use and returns the error (the caller logs it). Returns whether tokens were replaced.
+  // Re-reads the file when its mtime, ctime (a chmod), size or inode changed, or when a reload
+  // signal (RequestTokenReload) came since the last call. A file that fails to load keeps the
+  // tokens in use and returns the error (the caller logs it). Returns whether tokens were replaced.
   StatusOr<bool> MaybeReload();
   int64_t reloads() const { return reloads_.load(); }
   size_t size() const;
@@ -75,6 +75,7 @@ class TokenStore {
     ino_t inode = 0;
     off_t size = 0;
     timespec mtime = {};
+    timespec ctime = {};  // a chmod of a file refused for its mode retries it
   };
   using Map = absl::flat_hash_map<std::string, std::shared_ptr<const User>>;  // digest -> user
   explicit TokenStore(std::string path) : path_(std::move(path)) {}

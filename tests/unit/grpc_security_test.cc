@@ -2,6 +2,7 @@
 // reloads on change, on request (SIGHUP's path), and a bad file keeping the tokens in use.
 #include "common/grpc_security.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 
 #include "common/file_util.h"
@@ -79,7 +80,13 @@ TEST_F(TokenStoreTest, ReloadsOnChangeAndOnRequestAndKeepsTokensWhenTheFileIsBad
   EXPECT_EQ((*store)->reloads(), 1);
   RequestTokenReload();
   EXPECT_TRUE(*(*store)->MaybeReload());  // asked for, though the file did not change
-  Write("this line is bad\n");
+  InstallTokenReloadSignal();
+  ASSERT_EQ(::raise(SIGHUP), 0);  // the handler asks for a reload; the process lives on
+  EXPECT_TRUE(*(*store)->MaybeReload());
+  EXPECT_FALSE(*(*store)->MaybeReload());
+  Write("this line is bad\n", 0644);  // refused for its mode: retried after the chmod
+  EXPECT_FALSE((*store)->MaybeReload().ok());
+  ASSERT_EQ(::chmod(path_.c_str(), 0600), 0);
   auto bad = (*store)->MaybeReload();
   EXPECT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("the previous ones stay in use"));
