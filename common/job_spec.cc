@@ -379,9 +379,9 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                                          "} (user_feat_0, item_feat_1, ...), got ",
                                          Describe(kv.first)));
            }
-           JobSpec::Table* table = &spec.tables[name];
+           JobSpec::Table* entry = &spec.tables[name];
            names.emplace_back(name,
-                              p.Section({{"capacity", p.Int(&table->capacity, 0, L::kMaxCapacity)}}));
+                              p.Section({{"capacity", p.Int(&entry->capacity, 0, L::kMaxCapacity)}}));
          }
          return p.ParseMap(e.value, e.field, e.line(), names);
        }},
