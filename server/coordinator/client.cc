@@ -24,7 +24,11 @@ StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   // Reconnect quickly after a coordinator restart (the default backoff grows to 120 s).
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // Not the retry interval: gRPC's minimum time one connection attempt may take (TCP, the TLS
+  // handshake, HTTP/2 settings). At 100 ms a TLS handshake on a loaded machine never finished
+  // ("tcp handshaker shutdown", a worker failing to register for a minute); a refused connection
+  // still fails at once and is retried after the backoff above.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20000);
   SIFT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
                         MakeChannelCredentials(options.security));
   ApplyChannelSecurity(options.security, &args);
