@@ -259,7 +259,6 @@ void InstallTokenReloadSignal() {
 Principal IdentifyCaller(const grpc::ServerContextBase& ctx, bool checked,
                          const TokenStore* tokens) {
   Principal p;
-  p.peer = ctx.peer();
   p.checked = checked;
   if (!checked) return p;
   const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
@@ -305,8 +304,10 @@ RefusalRecorder::RefusalRecorder(prometheus::Registry& registry, std::string ser
                    .Register(registry)),
       server_name_(std::move(server_name)) {}
 
-void RefusalRecorder::Record(absl::string_view method, const Principal& who,
-                             const Status& refusal) {
+void RefusalRecorder::Record(absl::string_view method, const Principal& caller,
+                             const Status& refusal, const grpc::ServerContextBase& ctx) {
+  Principal who = caller;
+  who.peer = ctx.peer();
   const int code = static_cast<int>(refusal.code());
   family_
       ->Add({{"grpc_method", std::string(method)},

@@ -96,7 +96,8 @@ void RequestTokenReload();
 void InstallTokenReloadSignal();
 
 // The Principal of a call on a server whose security is `checked` (off: Principal::Unchecked()
-// plus the peer): the verified client certificate's CN, and the user of its bearer token.
+// plus nothing): the verified client certificate's CN, and the user of its bearer token. The
+// peer is left empty (a string per call on the Pull/Push path): RefusalRecorder::Record fills it.
 Principal IdentifyCaller(const grpc::ServerContextBase& ctx, bool checked,
                          const TokenStore* tokens);
 
@@ -109,7 +110,9 @@ class RefusalRecorder {
   static constexpr int kLogBurst = 20;
   static constexpr int kLogWindowSeconds = 10;
   RefusalRecorder(prometheus::Registry& registry, std::string server_name);
-  void Record(absl::string_view method, const Principal& who, const Status& refusal);
+  // `ctx`: the refused call (its peer goes into the log line).
+  void Record(absl::string_view method, const Principal& who, const Status& refusal,
+              const grpc::ServerContextBase& ctx);
   int64_t total() const { return total_.load(); }
 
  private:

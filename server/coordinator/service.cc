@@ -163,7 +163,7 @@ class CoordinatorService final : public pb::CoordinatorService::Service {
         }
       }
       if (!allowed.ok()) {
-        if (IsAuthRefusal(allowed)) refusals_->Record(kMethodNames[method], who, allowed);
+        if (IsAuthRefusal(allowed)) refusals_->Record(kMethodNames[method], who, allowed, *ctx);
         result = ToGrpc(allowed);
       }
     } catch (const std::exception& e) {

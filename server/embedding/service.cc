@@ -130,7 +130,7 @@ class EmbeddingService final : public RawService {
       const Principal who = IdentifyCaller(*ctx, /*checked=*/true, /*tokens=*/nullptr);
       const Status allowed = CheckCaller(who, kMethodNeeds[method], kMethodNames[method]);
       if (!allowed.ok()) {
-        refusals_->Record(kMethodNames[method], who, allowed);
+        refusals_->Record(kMethodNames[method], who, allowed, *ctx);
         metrics_->Handled(
             method, static_cast<int>(allowed.code()),
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

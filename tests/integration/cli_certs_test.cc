@@ -19,6 +19,7 @@
 #include "common/tls_certs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/openssl_test_util.h"
 #include "tests/util/test_util.h"
 
 namespace sift {
@@ -32,67 +33,26 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::UnorderedElementsAre;
 
-struct OsslFree {
-  void operator()(X509* p) const { X509_free(p); }
-  void operator()(X509_STORE* p) const { X509_STORE_free(p); }
-  void operator()(X509_STORE_CTX* p) const { X509_STORE_CTX_free(p); }
-  void operator()(BIO* p) const { BIO_free(p); }
-  void operator()(GENERAL_NAMES* p) const { GENERAL_NAMES_free(p); }
-};
-template <typename T>
-using Ptr = std::unique_ptr<T, OsslFree>;
-
-Ptr<X509> ParseCert(const std::string& pem) {
-  Ptr<BIO> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  Ptr<X509> cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-  EXPECT_NE(cert, nullptr) << pem;
-  return cert;
-}
-
 // X509_verify_cert of the certificate file `leaf` against the CA file `ca`, as a TLS server and
 // as a TLS client: X509_V_OK or the verifier's error.
 int Verify(const std::string& ca, const std::string& leaf) {
-  Ptr<X509> ca_cert = ParseCert(ReadAll(ca));
-  Ptr<X509> leaf_cert = ParseCert(ReadAll(leaf));
-  Ptr<X509_STORE> store(X509_STORE_new());
-  EXPECT_EQ(X509_STORE_add_cert(store.get(), ca_cert.get()), 1);
   for (int purpose : {X509_PURPOSE_SSL_SERVER, X509_PURPOSE_SSL_CLIENT}) {
-    Ptr<X509_STORE_CTX> ctx(X509_STORE_CTX_new());
-    EXPECT_EQ(X509_STORE_CTX_init(ctx.get(), store.get(), leaf_cert.get(), nullptr), 1);
-    EXPECT_EQ(X509_STORE_CTX_set_purpose(ctx.get(), purpose), 1);
-    if (X509_verify_cert(ctx.get()) != 1) return X509_STORE_CTX_get_error(ctx.get());
+    const int err = sift::testing::VerifyCert(ReadAll(ca), ReadAll(leaf), purpose);
+    if (err != X509_V_OK) return err;
   }
   return X509_V_OK;
 }
 
-// The certificate's IP SANs in dotted text.
-std::vector<std::string> IpSans(const std::string& cert_file) {
-  Ptr<X509> cert = ParseCert(ReadAll(cert_file));
-  Ptr<GENERAL_NAMES> names(static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr)));
+// The certificate's SANs of one kind ("IP" in dotted text, "DNS"), in order.
+std::vector<std::string> SansOf(const std::string& cert_file, const std::string& kind) {
   std::vector<std::string> out;
-  for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names.get()); ++i) {
-    const GENERAL_NAME* gn = sk_GENERAL_NAME_value(names.get(), i);
-    if (gn->type != GEN_IPADD || ASN1_STRING_length(gn->d.iPAddress) != 4) continue;
-    const unsigned char* b = ASN1_STRING_get0_data(gn->d.iPAddress);
-    out.push_back(absl::StrCat(b[0], ".", b[1], ".", b[2], ".", b[3]));
+  for (const std::string& san : sift::testing::CertSans(ReadAll(cert_file))) {
+    if (san.rfind(kind + ":", 0) == 0) out.push_back(san.substr(kind.size() + 1));
   }
   return out;
 }
-
-std::vector<std::string> DnsSans(const std::string& cert_file) {
-  Ptr<X509> cert = ParseCert(ReadAll(cert_file));
-  Ptr<GENERAL_NAMES> names(static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr)));
-  std::vector<std::string> out;
-  for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names.get()); ++i) {
-    const GENERAL_NAME* gn = sk_GENERAL_NAME_value(names.get(), i);
-    if (gn->type != GEN_DNS) continue;
-    out.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(gn->d.dNSName)),
-                     static_cast<size_t>(ASN1_STRING_length(gn->d.dNSName)));
-  }
-  return out;
-}
+std::vector<std::string> IpSans(const std::string& cert_file) { return SansOf(cert_file, "IP"); }
+std::vector<std::string> DnsSans(const std::string& cert_file) { return SansOf(cert_file, "DNS"); }
 
 int FileMode(const std::string& path) {
   struct stat st;

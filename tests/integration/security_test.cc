@@ -68,12 +68,16 @@ std::unique_ptr<coordinator::CoordinatorClient> Client(const std::string& addres
 
 std::unique_ptr<epb::EmbeddingService::Stub> EmbeddingStub(const std::string& address,
                                                            const SecurityOptions& security) {
+  // Each stub on a connection of its own (a local subchannel pool), so one caller's handshake and
+  // credentials never serve another's calls.
   auto creds = MakeChannelCredentials(security);
-  EXPECT_TRUE(creds.ok()) << creds.status();
+  if (!creds.ok()) {
+    ADD_FAILURE() << creds.status();
+    return nullptr;
+  }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return epb::EmbeddingService::NewStub(grpc::CreateCustomChannel(
-      address, creds.ok() ? *creds : grpc::InsecureChannelCredentials(), args));
+  return epb::EmbeddingService::NewStub(grpc::CreateCustomChannel(address, *creds, args));
 }
 
 // Replaces `path` with `text` at mode 0600 in one rename, as an operator's `install -m 600` does
@@ -390,6 +394,7 @@ TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUnd
   for (const std::string& address : running.servers()) {
     for (const SecurityOptions& who : {anonymous, bob}) {
       auto stub = EmbeddingStub(address, who);
+      ASSERT_NE(stub, nullptr);
       epb::ConfigureRequest configure;
       configure.set_replace(true);
       epb::ConfigureResponse configured;
@@ -410,6 +415,7 @@ TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUnd
     }
     // A server's certificate is not a worker's.
     auto peer = EmbeddingStub(address, pki.As("server-1"));
+    ASSERT_NE(peer, nullptr);
     epb::ConfigureRequest configure;
     configure.set_replace(true);
     epb::ConfigureResponse configured;
@@ -419,6 +425,7 @@ TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUnd
               grpc::StatusCode::PERMISSION_DENIED);
     // Plaintext cannot connect at all.
     auto plain = EmbeddingStub(address, SecurityOptions());
+    ASSERT_NE(plain, nullptr);
     EXPECT_EQ(Call([&](grpc::ClientContext* c) {
                 return plain->Configure(c, configure, &configured);
               }).error_code(),

@@ -21,6 +21,7 @@
 #include "common/file_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/openssl_test_util.h"
 #include "tests/util/test_util.h"
 
 namespace sift {
@@ -33,24 +34,9 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
-struct X509Free {
-  void operator()(X509* p) const { X509_free(p); }
-  void operator()(X509_STORE* p) const { X509_STORE_free(p); }
-  void operator()(X509_STORE_CTX* p) const { X509_STORE_CTX_free(p); }
-  void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
-  void operator()(BIO* p) const { BIO_free(p); }
-  void operator()(BIGNUM* p) const { BN_free(p); }
-  void operator()(GENERAL_NAMES* p) const { GENERAL_NAMES_free(p); }
-};
 template <typename T>
-using Ptr = std::unique_ptr<T, X509Free>;
-
-Ptr<X509> ParseCert(const std::string& pem) {
-  Ptr<BIO> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  Ptr<X509> cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-  EXPECT_NE(cert, nullptr) << pem;
-  return cert;
-}
+using Ptr = sift::testing::OsslPtr<T>;
+using sift::testing::ParseCert;
 
 Ptr<EVP_PKEY> ParseKey(const std::string& pem) {
   Ptr<BIO> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
@@ -63,16 +49,7 @@ Ptr<EVP_PKEY> ParseKey(const std::string& pem) {
 // X509_V_OK or the verifier's error.
 int Verify(const std::string& ca_pem, const std::string& leaf_pem,
            int purpose = X509_PURPOSE_SSL_SERVER) {
-  Ptr<X509> ca = ParseCert(ca_pem);
-  Ptr<X509> leaf = ParseCert(leaf_pem);
-  Ptr<X509_STORE> store(X509_STORE_new());
-  EXPECT_EQ(X509_STORE_add_cert(store.get(), ca.get()), 1);
-  Ptr<X509_STORE_CTX> ctx(X509_STORE_CTX_new());
-  EXPECT_EQ(X509_STORE_CTX_init(ctx.get(), store.get(), leaf.get(), nullptr), 1);
-  EXPECT_EQ(X509_STORE_CTX_set_purpose(ctx.get(), purpose), 1);
-  if (X509_verify_cert(ctx.get()) == 1) return X509_V_OK;
-  const int err = X509_STORE_CTX_get_error(ctx.get());
-  return err == X509_V_OK ? X509_V_ERR_UNSPECIFIED : err;
+  return sift::testing::VerifyCert(ca_pem, leaf_pem, purpose);
 }
 
 // Whether `cert` has the extension `nid`, marked critical.
@@ -81,28 +58,8 @@ bool IsCritical(X509* cert, int nid) {
   return i >= 0 && X509_EXTENSION_get_critical(X509_get_ext(cert, i)) == 1;
 }
 
-// The subjectAltName entries, "DNS:name" and "IP:address".
 std::vector<std::string> Sans(const std::string& cert_pem) {
-  Ptr<X509> cert = ParseCert(cert_pem);
-  Ptr<GENERAL_NAMES> names(static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr)));
-  std::vector<std::string> out;
-  for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names.get()); ++i) {
-    const GENERAL_NAME* gn = sk_GENERAL_NAME_value(names.get(), i);
-    if (gn->type == GEN_DNS) {
-      const ASN1_STRING* s = gn->d.dNSName;
-      out.push_back("DNS:" + std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
-                                         static_cast<size_t>(ASN1_STRING_length(s))));
-    } else if (gn->type == GEN_IPADD) {
-      char* text = nullptr;
-      Ptr<BIO> bio(BIO_new(BIO_s_mem()));
-      GENERAL_NAME_print(bio.get(), const_cast<GENERAL_NAME*>(gn));
-      long n = BIO_get_mem_data(bio.get(), &text);
-      std::string printed(text, static_cast<size_t>(n));  // "IP Address:1.2.3.4"
-      out.push_back("IP:" + printed.substr(printed.find(':') + 1));
-    }
-  }
-  return out;
+  return sift::testing::CertSans(cert_pem);
 }
 
 CertificateSpec Spec(const std::string& cn) {
