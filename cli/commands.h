@@ -36,6 +36,7 @@ void AddLocal(CLI::App* app, Action* action);             // sift local
 void AddWorker(CLI::App* app, Action* action);            // sift worker
 void AddCoordinator(CLI::App* app, Action* action);       // sift coordinator
 void AddCerts(CLI::App* app, Action* action);             // sift certs
+void AddReport(CLI::App* app, Action* action);            // sift report
 
 // The full command line, as typed (benchmarks print it).
 const std::string& CommandLine();

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   AddWorker(&app, &action);
   AddCoordinator(&app, &action);
   AddCerts(&app, &action);
+  AddReport(&app, &action);
 #endif
 
   try {

@@ -2,9 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <utility>
 #include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
 
 namespace sift {
 namespace {
@@ -48,6 +54,53 @@ double ExactAuc(absl::Span<const double> scores, absl::Span<const float> labels)
 
 double ExactAuc(absl::Span<const float> scores, absl::Span<const float> labels) {
   return AucImpl(scores, labels);
+}
+
+}  // namespace sift
+
+namespace sift {
+
+Status WritePredictionsCsv(const std::string& path, absl::Span<const double> scores,
+                           absl::Span<const float> labels) {
+  if (scores.size() != labels.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", scores.size(), " scores but ",
+                                                   labels.size(), " labels"));
+  }
+  std::string text = "score,label\n";
+  text.reserve(text.size() + scores.size() * 26);
+  char line[64];
+  for (size_t i = 0; i < scores.size(); ++i) {
+    const int n = std::snprintf(line, sizeof(line), "%.17g,%.9g\n", scores[i],
+                                static_cast<double>(labels[i]));
+    text.append(line, static_cast<size_t>(n));
+  }
+  return WriteFileAtomic(path, text);
+}
+
+StatusOr<Predictions> ReadPredictionsCsv(const std::string& path) {
+  SIFT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  Predictions p;
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    if (line.empty()) continue;
+    if (line_no == 1) {
+      if (line != "score,label") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":1: expected the header \"score,label\""));
+      }
+      continue;
+    }
+    std::pair<absl::string_view, absl::string_view> f = absl::StrSplit(line, ',');
+    double score = 0, label = 0;
+    if (!absl::SimpleAtod(f.first, &score) || !absl::SimpleAtod(f.second, &label)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": expected \"<score>,<label>\", got \"", line, "\""));
+    }
+    p.scores.push_back(score);
+    p.labels.push_back(static_cast<float>(label));
+  }
+  return p;
 }
 
 }  // namespace sift

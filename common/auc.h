@@ -6,13 +6,29 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/types/span.h"
+#include "common/status.h"
 
 namespace sift {
 
 // REQUIRES: scores.size() == labels.size().
 double ExactAuc(absl::Span<const double> scores, absl::Span<const float> labels);
 double ExactAuc(absl::Span<const float> scores, absl::Span<const float> labels);
+
+// The predictions an exact AUC was computed from, saved for ROC curves (`sift report`): a CSV
+// with the header "score,label", one line per sample in the order given, scores with 17
+// significant digits (they read back exactly). Written atomically (temp file, fsync, rename).
+inline constexpr char kTestPredictionsFile[] = "test_predictions.csv";
+Status WritePredictionsCsv(const std::string& path, absl::Span<const double> scores,
+                           absl::Span<const float> labels);
+struct Predictions {
+  std::vector<double> scores;
+  std::vector<float> labels;
+};
+// Reads WritePredictionsCsv's file; errors name the path and line.
+StatusOr<Predictions> ReadPredictionsCsv(const std::string& path);
 
 }  // namespace sift

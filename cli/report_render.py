@@ -1,0 +1,438 @@
+#!/usr/bin/env python3
+"""The renderer of `sift report`: DIR/report.json (written by sift report) becomes DIR/report.md
+and the plots DIR/plots/*.png, in the reference's order and naming (README, "Results report").
+
+    python3 render_report.py DIR
+
+sift embeds this file and writes it to DIR/render_report.py on every report, so a report can be
+re-rendered from its directory alone. Statistics: numpy and scipy.stats.ks_2samp; plots: matplotlib
+(Agg). The pure functions (mean_std, ks_test, roc_points, trapezoid_auc, the grouping helpers) are
+tested in tests/report/render_test.py.
+"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+from scipy import stats
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+
+FP32 = "fp32"
+
+
+# ---- statistics ----
+
+def mean_std(values):
+    """Mean and sample standard deviation (n - 1 in the denominator; 0 for one value)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return float("nan"), float("nan")
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def ks_test(a, b):
+    """Two-sample Kolmogorov-Smirnov test (scipy's ks_2samp, two-sided): (statistic, p-value)."""
+    r = stats.ks_2samp(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+    return float(r.statistic), float(r.pvalue)
+
+
+def roc_points(scores, labels):
+    """The ROC curve of `scores` against `labels` (> 0.5 positive): (fpr, tpr) arrays from (0, 0)
+    to (1, 1), one point per distinct score (tied scores move both rates at once)."""
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64) > 0.5
+    order = np.argsort(-s, kind="mergesort")
+    s, y = s[order], y[order]
+    tp = np.cumsum(y)
+    fp = np.cumsum(~y)
+    # The last index of each group of equal scores.
+    last = np.r_[np.nonzero(np.diff(s))[0], s.size - 1] if s.size else np.array([], dtype=int)
+    pos, neg = max(int(y.sum()), 1), max(int((~y).sum()), 1)
+    fpr = np.r_[0.0, fp[last] / neg]
+    tpr = np.r_[0.0, tp[last] / pos]
+    return fpr, tpr
+
+
+def trapezoid_auc(fpr, tpr):
+    """Area under the curve by the trapezoid rule: with roc_points' tie groups this equals the
+    rank AUC with average ranks for ties (sift's exact AUC)."""
+    fpr = np.asarray(fpr, dtype=np.float64)
+    tpr = np.asarray(tpr, dtype=np.float64)
+    return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2.0))
+
+
+# ---- grouping ----
+
+def group_without(configs, axis):
+    """Configurations grouped by every axis but `axis`: {key: {value of axis: config}}."""
+    groups = {}
+    for c in configs:
+        key = tuple((a, v) for a, v in c["axes"].items() if a != axis)
+        groups.setdefault(key, {})[c["axes"].get(axis)] = c
+    return groups
+
+
+def precision_pairs(configs):
+    """(fp32 configuration, other configuration) for every pair that differs only in precision."""
+    pairs = []
+    for _, by_precision in group_without(configs, "precision").items():
+        base = by_precision.get(FP32)
+        if base is None:
+            continue
+        for p, c in by_precision.items():
+            if p != FP32:
+                pairs.append((base, c))
+    return pairs
+
+
+# ---- formatting ----
+
+def fmt(x, digits=4):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:.{digits}f}"
+
+
+def fmt_int(x):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:,.0f}"
+
+
+def fmt_p(p):
+    return f"{p:.4g}"
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+class Report:
+    def __init__(self, out_dir):
+        self.dir = out_dir
+        with open(os.path.join(out_dir, "report.json")) as f:
+            self.r = json.load(f)
+        self.axes = self.r["axes"]
+        self.configs = self.r["configs"]
+        self.runs = self.r["runs"]
+        self.plots = os.path.join(out_dir, "plots")
+        os.makedirs(self.plots, exist_ok=True)
+
+    def completed(self, config):
+        return [r for r in self.runs if r["config"] == config["index"] and r.get("state") == "completed"]
+
+    def all_runs(self, config):
+        return [r for r in self.runs if r["config"] == config["index"]]
+
+    def aucs(self, config):
+        return [r["test_auc"] for r in self.completed(config)]
+
+    def axis_cells(self, config, skip=()):
+        return [config["axes"][a] for a in self.axes if a not in skip]
+
+    def short_label(self, config, skip=()):
+        return ", ".join(f"{a}={config['axes'][a]}" for a in self.axes if a not in skip)
+
+    # ---- sections ----
+
+    def header(self):
+        m = self.r["machine"]
+        gpus = ", ".join(m.get("gpus") or []) or "none"
+        lines = [
+            f"# {self.r['name']}",
+            "",
+            f"Generated by `sift report` on {m['date']} from `{self.r['matrix']}`: "
+            f"{len(self.configs)} configuration(s), {len(self.runs)} run(s) "
+            f"({self.r['launcher']}).",
+            "",
+            table(["machine", ""], [
+                ["CPU", f"{m['cpu_model']} ({m['cpus']} CPUs)"],
+                ["ISA", f"sift kernels {m['cpu_kernels_isa']}; oneDNN {m['onednn']}; "
+                        f"bf16 {m['bf16']}; features {m['cpu_features']}"],
+                ["GPU", gpus],
+                ["sift", f"{m['sift_version']}, commit `{m['sift_commit']}`, {m['build_type']}"],
+                ["host", m["hostname"]],
+            ]),
+        ]
+        return "\n".join(lines)
+
+    def accuracy(self):
+        rows = []
+        for c in self.configs:
+            done = self.completed(c)
+            aucs = [r["test_auc"] for r in done]
+            mean, std = mean_std(aucs)
+            oracle = [r["test_auc"] / r["oracle_test_auc"] for r in done if r.get("oracle_test_auc")]
+            ttt = [r["time_to_train"] for r in done if "time_to_train" in r]
+            rows.append(self.axis_cells(c) + [
+                f"{len(done)}/{len(self.all_runs(c))}",
+                f"{fmt(mean)} ± {fmt(std)}",
+                fmt(min(aucs)) if aucs else "—",
+                fmt(max(aucs)) if aucs else "—",
+                fmt(mean_std(oracle)[0]) if oracle else "—",
+                fmt(mean_std(ttt)[0], 1) if ttt else "—",
+            ])
+        return "\n".join([
+            "## Training accuracy",
+            "",
+            "Test AUC of the final model (exact, on the full test split) over the runs of each "
+            "configuration; ± is the sample standard deviation (n − 1). Time to train: the DLLL "
+            "`time_to_train` (training steps, evaluation excluded), mean over runs.",
+            "",
+            table(self.axes + ["runs", "test AUC mean ± std", "min", "max", "/ oracle",
+                               "time to train (s)"], rows),
+        ])
+
+    def stability(self):
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(self.configs) + 2), 4.8))
+        rng = np.random.default_rng(0)
+        labels = []
+        for i, c in enumerate(self.configs):
+            aucs = self.aucs(c)
+            labels.append(self.short_label(c).replace(", ", "\n"))
+            if not aucs:
+                continue
+            x = i + rng.uniform(-0.12, 0.12, size=len(aucs))
+            ax.scatter(x, aucs, s=36, alpha=0.8, zorder=3)
+            mean = float(np.mean(aucs))
+            ax.hlines(mean, i - 0.3, i + 0.3, colors="black", linewidth=1.5, zorder=4)
+        ax.set_xticks(range(len(self.configs)))
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_ylabel("test AUC")
+        ax.set_title("Training stability: test AUC of every run (bar: mean)")
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(self.plots, "stability.png"), dpi=120)
+        plt.close(fig)
+        notes = []
+        for c in self.configs:
+            aucs = self.aucs(c)
+            if len(aucs) < 2:
+                continue
+            if all(a == aucs[0] for a in aucs):
+                notes.append(f"- {self.short_label(c)}: all {len(aucs)} runs give the identical "
+                             f"test AUC {aucs[0]:.17g} (bit for bit)"
+                             + (": deterministic, one seed repeated." if self.repeated_seed(c)
+                                else "."))
+            else:
+                notes.append(f"- {self.short_label(c)}: the runs' test AUC spans "
+                             f"{max(aucs) - min(aucs):.4f} (min {min(aucs):.4f}, "
+                             f"max {max(aucs):.4f}).")
+        return "\n".join(["## Training stability", "",
+                          "![Test AUC of every run per configuration](plots/stability.png)", ""]
+                         + notes)
+
+    def repeated_seed(self, c):
+        seeds = {r["seed"] for r in self.completed(c)}
+        return len(seeds) == 1 and len(self.completed(c)) > 1
+
+    def precision(self):
+        pairs = precision_pairs(self.configs)
+        if not pairs:
+            return "\n".join(["## Impact of precision", "",
+                              "No pair of configurations that differ only in precision with one of "
+                              "them fp32 (add `precision: [fp32, bf16]` to the matrix)."])
+        rows, sentences = [], []
+        for base, other in pairs:
+            a, b = self.aucs(base), self.aucs(other)
+            ma, sa = mean_std(a)
+            mb, sb = mean_std(b)
+            if not a or not b:
+                rows.append(self.axis_cells(base, skip=("precision",))
+                            + [other["axes"]["precision"], f"{fmt(ma)} ± {fmt(sa)}",
+                               f"{fmt(mb)} ± {fmt(sb)}", "—", "—", f"{len(a)} / {len(b)}"])
+                continue
+            d, p = ks_test(a, b)
+            rows.append(self.axis_cells(base, skip=("precision",))
+                        + [other["axes"]["precision"], f"{fmt(ma)} ± {fmt(sa)}",
+                           f"{fmt(mb)} ± {fmt(sb)}", fmt(d), fmt_p(p), f"{len(a)} / {len(b)}"])
+            who = self.short_label(base, skip=("precision",)) or "all runs"
+            prec = other["axes"]["precision"]
+            if p < 0.05:
+                sentences.append(
+                    f"- {who}: p = {fmt_p(p)} < 0.05: the test AUCs of fp32 and {prec} runs come "
+                    f"from different distributions (mean difference {mb - ma:+.4f}).")
+            else:
+                sentences.append(
+                    f"- {who}: p = {fmt_p(p)} ≥ 0.05: no evidence that {prec} changes the test AUC "
+                    f"(mean difference {mb - ma:+.4f}); with {len(a)} and {len(b)} runs the test "
+                    "can only detect a large shift.")
+        return "\n".join([
+            "## Impact of precision",
+            "",
+            "Two-sample Kolmogorov–Smirnov test (scipy.stats.ks_2samp, two-sided) between the test "
+            "AUCs of the fp32 runs and the runs at another precision of the same configuration.",
+            "",
+            table([a for a in self.axes if a != "precision"]
+                  + ["precision", "fp32 test AUC mean ± std", "test AUC mean ± std",
+                     "KS statistic", "p-value", "runs fp32 / other"], rows),
+            "",
+        ] + sentences)
+
+    def roc(self):
+        fig, ax = plt.subplots(figsize=(6.4, 6.0))
+        drawn = 0
+        for c in self.configs:
+            run = next((r for r in self.completed(c) if r.get("predictions")), None)
+            if run is None:
+                continue
+            scores, labels = read_predictions(run["predictions"])
+            fpr, tpr = roc_points(scores, labels)
+            ax.plot(fpr, tpr, linewidth=1.4,
+                    label=f"{self.short_label(c)}, seed {run['seed']} (AUC {run['test_auc']:.4f})")
+            drawn += 1
+        ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=0.8, label="chance")
+        ax.set_xlabel("false positive rate")
+        ax.set_ylabel("true positive rate")
+        ax.set_title("ROC curves, test split (one run per configuration)")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=7, loc="lower right")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(self.plots, "roc.png"), dpi=120)
+        plt.close(fig)
+        return "\n".join(["## ROC curves", "",
+                          f"The test-split ROC of the final model of one run per configuration "
+                          f"({drawn} curves; the legend's AUC is the run's exact test AUC).", "",
+                          "![ROC curves](plots/roc.png)"])
+
+    def performance(self):
+        warm = self.r.get("warmup_steps", 20)
+        rate = {}
+        for c in self.configs:
+            rate[c["index"]] = mean_std([r["samples_per_s"] for r in self.completed(c)
+                                         if r.get("samples_per_s")])
+        def speedup(c, axis, base_value):
+            group = group_without(self.configs, axis)
+            key = tuple((a, v) for a, v in c["axes"].items() if a != axis)
+            base = group.get(key, {}).get(base_value)
+            if base is None or base is c or axis not in c["axes"]:
+                return "—" if base is not c else "1.00×"
+            b, x = rate[base["index"]][0], rate[c["index"]][0]
+            return f"{x / b:.2f}×" if b and x and not math.isnan(b) and not math.isnan(x) else "—"
+        rows = []
+        for c in self.configs:
+            mean, std = rate[c["index"]]
+            rows.append(self.axis_cells(c) + [
+                len(self.completed(c)), f"{fmt_int(mean)} ± {fmt_int(std)}",
+                speedup(c, "workers", "1") if "workers" in self.axes else "—",
+                speedup(c, "precision", FP32) if "precision" in self.axes else "—",
+            ])
+        lines = [
+            "## Training performance",
+            "",
+            f"Samples/s of each run: the mean of its DLLL per-step `samples/s`, the first {warm} "
+            "steps excluded (as the reference's benchmark does); then mean ± std over runs. "
+            "Speedup vs 1 worker is strong scaling (the same global batch); vs fp32 the same "
+            "configuration at fp32.",
+            "",
+            table(self.axes + ["runs", "samples/s mean ± std", "speedup vs 1 worker",
+                               "speedup vs fp32"], rows),
+        ]
+        inference = self.r.get("inference") or []
+        if inference:
+            rows = []
+            for b in inference:
+                if b.get("state") != "completed":
+                    rows.append([b["model"], b["backend"], b["precision"], b["batch_size"],
+                                 "failed", "—", "—", "—", "—"])
+                    continue
+                j = b["bench"]
+                rows.append([b["model"], b["backend"], j.get("precision", b["precision"]),
+                             b["batch_size"], fmt_int(j["throughput"]),
+                             fmt(j["latency_mean_ms"], 2), fmt(j["latency_p90_ms"], 2),
+                             fmt(j["latency_p95_ms"], 2), fmt(j["latency_p99_ms"], 2)])
+            lines += ["", "### Inference performance", "",
+                      "`sift bench inference` (forward only, on the training split; warm-up steps "
+                      "excluded) per batch size; latency is per batch.", "",
+                      table(["model", "backend", "precision", "batch size", "samples/s",
+                             "latency mean (ms)", "p90 (ms)", "p95 (ms)", "p99 (ms)"], rows)]
+            self.inference_plot(inference)
+            lines += ["", "![Inference throughput per batch size](plots/inference.png)"]
+        return "\n".join(lines)
+
+    def inference_plot(self, inference):
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        series = {}
+        for b in inference:
+            if b.get("state") == "completed":
+                series.setdefault(f"{b['model']} {b['backend']} {b['precision']}", []).append(
+                    (b["batch_size"], b["bench"]["throughput"]))
+        for name, pts in series.items():
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size (samples)")
+        ax.set_ylabel("samples/s")
+        ax.set_title("Inference throughput")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(self.plots, "inference.png"), dpi=120)
+        plt.close(fig)
+
+    def failures(self):
+        bad = [r for r in self.runs if r.get("state") != "completed"]
+        bad_inf = [b for b in self.r.get("inference") or [] if b.get("state") != "completed"]
+        if not bad and not bad_inf:
+            return "## Failed runs\n\nNone: every run completed."
+        rows = [[r["name"], r.get("state", "?"), r.get("message", ""), f"`{r.get('log', '')}`"]
+                for r in bad]
+        rows += [[f"inference {b['model']} {b['precision']} batch {b['batch_size']}",
+                  b.get("state", "?"), b.get("message", ""), f"`{b.get('log', '')}`"]
+                 for b in bad_inf]
+        return "\n".join(["## Failed runs", "",
+                          "Left out of every table above; rerun the same `sift report` command "
+                          "to retry them.", "", table(["run", "state", "message", "log"], rows)])
+
+    def commands(self):
+        lines = ["## Commands", "", f"The report: `{self.r['command']}`", "",
+                 "Every number above comes from one of these (each run's DLLL log is "
+                 "`<dir>/results/log.json`):", ""]
+        for r in self.runs:
+            if r.get("command"):
+                lines.append(f"- `{r['command']}`")
+        for b in self.r.get("inference") or []:
+            if b.get("command"):
+                lines.append(f"- `{b['command']}`")
+        lines += ["", "The matrix:", "", "```yaml", self.r.get("matrix_text", "").rstrip(), "```"]
+        return "\n".join(lines)
+
+    def render(self):
+        parts = [self.header(), self.accuracy(), self.stability(), self.precision(), self.roc(),
+                 self.performance(), self.failures(), self.commands()]
+        text = "\n\n".join(parts) + "\n"
+        tmp = os.path.join(self.dir, "report.md.tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(self.dir, "report.md"))
+
+
+def read_predictions(path):
+    """sift's test_predictions.csv (header score,label): (scores, labels) arrays."""
+    data = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
+    return data[:, 0], data[:, 1]
+
+
+def main(argv):
+    if len(argv) != 2:
+        print("usage: render_report.py DIR (the directory of sift report's report.json)",
+              file=sys.stderr)
+        return 2
+    Report(argv[1]).render()
+    print(os.path.join(argv[1], "report.md"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
