@@ -208,9 +208,16 @@ class LocalEnv : public TrainerEnv {
 
   Status OnEpochTrained(int64_t, const DllMetrics&, double) override { return absl::OkStatus(); }
 
-  StatusOr<EvalResult> OnEvaluation(int64_t, data::Split, const EvalPredictions& p) override {
+  StatusOr<EvalResult> OnEvaluation(int64_t epoch, data::Split split,
+                                    const EvalPredictions& p) override {
     EvalResult r;
     r.auc = ExactAuc(absl::MakeConstSpan(p.scores), absl::MakeConstSpan(p.labels));
+    if (split == data::Split::kTest && epoch == o_.epochs - 1 && !o_.results_dir.empty()) {
+      // The final model's test predictions, for ROC curves (sift report), as a cluster job's.
+      const std::vector<double> scores(p.scores.begin(), p.scores.end());
+      SIFT_RETURN_IF_ERROR(WritePredictionsCsv(JoinPath(o_.results_dir, kTestPredictionsFile),
+                                               scores, p.labels));
+    }
     r.loss = p.scores.empty() ? 0 : p.loss_sum / static_cast<double>(p.scores.size());
     return r;
   }

@@ -958,6 +958,11 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
       loss_sum += p.loss_sum;
     }
     auc[split] = ExactAuc(scores, labels);
+    if (split == 1 && epoch == job->spec.training.epochs - 1 && !job->spec.results_dir.empty()) {
+      // The final model's test predictions, for ROC curves (sift report).
+      SIFT_RETURN_IF_ERROR(WritePredictionsCsv(
+          JoinPath(job->spec.results_dir, kTestPredictionsFile), scores, labels));
+    }
     loss[split] = scores.empty() ? std::numeric_limits<double>::quiet_NaN()
                                  : loss_sum / static_cast<double>(scores.size());
     for (int r = 0; r < world; ++r) job->eval.erase({epoch, split, r});
