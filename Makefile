@@ -13,6 +13,8 @@ BUILD_PACKAGES := build-essential cmake ninja-build pkg-config libabsl-dev libya
   libcli11-dev nlohmann-json3-dev zlib1g-dev libprotobuf-dev protobuf-compiler \
   libdnnl-dev libgrpc++-dev protobuf-compiler-grpc grpc-proto prometheus-cpp-dev libgloo-dev \
   libssl-dev
+# `sift report` renders with Debian's Python: matplotlib for the plots, scipy's ks_2samp.
+REPORT_PACKAGES := python3-matplotlib python3-scipy python3-numpy
 TEST_PACKAGES := libgtest-dev libgmock-dev python3 python3-venv prometheus \
   slurmctld slurmd slurm-client munge yamllint
 # PyPI packages of the deploy checks (deploy/requirements.txt), in a venv at .venv.
@@ -41,7 +43,7 @@ deps-build:
 	$(call apt_install,$(BUILD_PACKAGES))
 
 deps:
-	$(call apt_install,$(BUILD_PACKAGES) $(TEST_PACKAGES))
+	$(call apt_install,$(BUILD_PACKAGES) $(REPORT_PACKAGES) $(TEST_PACKAGES))
 	@if ! [ -x $(VENV)/bin/python3 ] || ! cmp -s deploy/requirements.txt $(VENV)/requirements.txt; then \
 	  echo "make deps: installing deploy/requirements.txt into $(VENV)"; \
 	  python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check \

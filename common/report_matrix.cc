@@ -48,6 +48,7 @@ class MatrixParser {
     ReportMatrix m;
     m.source = source_;
     YAML::Node job, matrix, runs, inference;
+    bool has_matrix = false;
     std::string dataset;
     std::vector<int> key_lines;
     for (const auto& kv : root) key_lines.push_back(kv.first.Mark().line);
@@ -64,6 +65,7 @@ class MatrixParser {
         job_key_ = kv.first;
       } else if (key == "matrix") {
         matrix = v;
+        has_matrix = true;
       } else if (key == "runs") {
         runs = v;
       } else if (key == "inference") {
@@ -83,6 +85,9 @@ class MatrixParser {
     }
     SIFT_RETURN_IF_ERROR(ParseRuns(runs, &m));
     SIFT_RETURN_IF_ERROR(ParseInference(inference, &m));
+    if (!has_matrix) {
+      return LineError(0, "matrix", "missing: give at least one axis, e.g. 'matrix: {model: [sim]}'");
+    }
     SIFT_RETURN_IF_ERROR(ParseAxes(matrix, base, &m));
     if (m.name.empty()) m.name = "sift report";
     return m;
@@ -303,9 +308,6 @@ class MatrixParser {
   }
 
   Status ParseAxes(const YAML::Node& matrix, const JobSpec& base, ReportMatrix* m) const {
-    if (!matrix.IsDefined()) {
-      return LineError(0, "matrix", "missing: give at least one axis, e.g. 'matrix: {model: [sim]}'");
-    }
     if (!matrix.IsMap() || matrix.size() == 0) {
       return Error(matrix, "matrix",
                    absl::StrCat("empty: give at least one axis of ",

@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/local_test_util.h"
+#include "tests/util/test_cluster.h"
 #include "tests/util/test_util.h"
 
 namespace sift {
@@ -273,13 +274,13 @@ TEST_F(ReportTest, OneSeedRepeatedDeterministicallyGivesIdenticalAucsAndTheRepor
 }
 
 TEST_F(ReportTest, AFailingRunIsReportedAndTheOthersStillRun) {
-  // A copy of the dataset whose training file is cut short: it passes the checks before the runs
+  // A copy of the dataset whose events file is cut short: it passes the checks before the runs
   // (a dataset directory with its feature spec) and fails in its run.
   const std::string broken = dir_->Sub("broken-data");
   fs::copy(*dataset_, broken, fs::copy_options::recursive);
   int truncated = 0;
   for (const auto& e : fs::directory_iterator(broken)) {
-    if (e.path().filename().string().find("train") != std::string::npos && e.is_regular_file()) {
+    if (e.path().filename() == "events.bin") {
       fs::resize_file(e.path(), fs::file_size(e.path()) / 3);
       ++truncated;
     }
@@ -310,6 +311,39 @@ TEST_F(ReportTest, AFailingRunIsReportedAndTheOthersStillRun) {
   EXPECT_THAT(md, HasSubstr("## Failed runs"));
   EXPECT_THAT(md, HasSubstr(failed_log));
   EXPECT_THAT(md, Not(HasSubstr("None: every run completed.")));
+}
+
+TEST_F(ReportTest, RunsAreJobsOnACoordinatorWithItsSharedResultsDirectory) {
+  testing::TestClusterOptions co;
+  co.servers = 1;
+  co.workers = 1;
+  testing::TestCluster cluster(*dir_, "report-cluster", co);
+  const std::string matrix = WriteMatrix("cluster.yaml",
+                                         "matrix:\n  workers: [1]\n"
+                                         "runs: {seeds: [1, 2]}\n");
+  const std::string out = dir_->Sub("report-cluster");
+  testing::RunResult r = testing::RunSift(
+      {"report", "--matrix", matrix, "--out", out, "--coordinator", cluster.coordinator_address()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err << cluster.AllErrors();
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("on the coordinator ", cluster.coordinator_address())));
+  const std::map<std::string, json> results = Results(out);
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& [name, res] : results) {
+    EXPECT_EQ(res["state"], "completed") << name;
+    EXPECT_FALSE(res["job_id"].get<std::string>().empty());
+    // The coordinator wrote the run's log and predictions into the report's directory.
+    const std::string results_dir = out + "/runs/" + name + "/results";
+    EXPECT_EQ(ReadRunLog(results_dir + "/log.json").test_auc, res["test_auc"].get<double>());
+    EXPECT_TRUE(fs::exists(results_dir + "/test_predictions.csv"));
+  }
+  const std::string md = testing::ReadAll(out + "/report.md");
+  EXPECT_THAT(md, HasSubstr("(coordinator)"));
+  EXPECT_THAT(md, HasSubstr(absl::StrCat("--coordinator ", cluster.coordinator_address())));
+  // A second report on the same cluster reuses both runs (the key includes the launcher).
+  testing::RunResult again = testing::RunSift(
+      {"report", "--matrix", matrix, "--out", out, "--coordinator", cluster.coordinator_address()});
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_THAT(again.out, HasSubstr("2 done before (reused), 0 to run"));
 }
 
 TEST_F(ReportTest, BadMatricesFailBeforeAnyRunStarts) {
