@@ -567,10 +567,11 @@ Status RunReport(const ReportFlags& f_in) {
         if (!done && !f.render_only) {
           r = json::object();
           SIFT_RETURN_IF_ERROR(MakeDirs(dir));
-          SIFT_RETURN_IF_ERROR(resolve_dataset(&s));
+          JobSpec resolved = s;  // the key stays that of the matrix's spec (a preset's name)
+          SIFT_RETURN_IF_ERROR(resolve_dataset(&resolved));
           const std::string bench_json = JoinPath(dir, "bench.json");
           std::vector<std::string> argv =
-              InferenceArgv(binary, s, batch, m.inference_steps, bench_json);
+              InferenceArgv(binary, resolved, batch, m.inference_steps, bench_json);
           std::printf("sift report: inference %s %s batch %lld\n", s.model.type.c_str(),
                       s.cluster.precision.c_str(), static_cast<long long>(batch));
           std::fflush(stdout);

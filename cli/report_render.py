@@ -90,6 +90,16 @@ def precision_pairs(configs):
     return pairs
 
 
+# ---- plotting ----
+
+def style(i, n):
+    """Colour and line style of series i of n: distinct for up to 20 series (tab10, then tab20),
+    then the line style changes too."""
+    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+    styles = ["-", "--", ":", "-."]
+    return cmap(i % cmap.N), styles[(i // cmap.N) % len(styles)]
+
+
 # ---- formatting ----
 
 def fmt(x, digits=4):
@@ -200,7 +210,7 @@ class Report:
             if not aucs:
                 continue
             x = i + rng.uniform(-0.12, 0.12, size=len(aucs))
-            ax.scatter(x, aucs, s=36, alpha=0.8, zorder=3)
+            ax.scatter(x, aucs, s=36, alpha=0.8, zorder=3, color=style(i, len(self.configs))[0])
             mean = float(np.mean(aucs))
             ax.hlines(mean, i - 0.3, i + 0.3, colors="black", linewidth=1.5, zorder=4)
         ax.set_xticks(range(len(self.configs)))
@@ -277,15 +287,18 @@ class Report:
         ] + sentences)
 
     def roc(self):
-        fig, ax = plt.subplots(figsize=(6.4, 6.0))
+        n = len(self.configs)
+        side = 6.4 if n <= 6 else 8.0
+        fig, ax = plt.subplots(figsize=(side, side * 0.94))
         drawn = 0
-        for c in self.configs:
+        for i, c in enumerate(self.configs):
             run = next((r for r in self.completed(c) if r.get("predictions")), None)
             if run is None:
                 continue
             scores, labels = read_predictions(run["predictions"])
             fpr, tpr = roc_points(scores, labels)
-            ax.plot(fpr, tpr, linewidth=1.4,
+            colour, line = style(i, n)
+            ax.plot(fpr, tpr, linewidth=1.3, color=colour, linestyle=line,
                     label=f"{self.short_label(c)}, seed {run['seed']} (AUC {run['test_auc']:.4f})")
             drawn += 1
         ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=0.8, label="chance")
@@ -366,9 +379,11 @@ class Report:
             if b.get("state") == "completed":
                 series.setdefault(f"{b['model']} {b['backend']} {b['precision']}", []).append(
                     (b["batch_size"], b["bench"]["throughput"]))
-        for name, pts in series.items():
+        for i, (name, pts) in enumerate(series.items()):
             pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+            colour, line = style(i, len(series))
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colour,
+                    linestyle=line, label=name)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size (samples)")
         ax.set_ylabel("samples/s")

@@ -246,6 +246,19 @@ TEST_F(ReportTest, TwoConfigurationsTimesTwoRunsResumeAfterAKillAndMatchTheirLog
   testing::RunResult again = testing::RunSift({"report", "--matrix", matrix, "--out", out});
   ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
   EXPECT_THAT(again.out, HasSubstr("4 done before (reused), 0 to run"));
+  EXPECT_THAT(again.out, HasSubstr("(0 run(s) here, 4 reused, 0 failed)"));
+  // Redrawn from what is there; a dry run lists the runs as done.
+  testing::RunResult render =
+      testing::RunSift({"report", "--matrix", matrix, "--out", out, "--render-only"});
+  ASSERT_EQ(render.exit_code, 0) << render.out << render.err;
+  auto accuracy = [](const std::string& text) {
+    const size_t from = text.find("## Training accuracy");
+    return text.substr(from, text.find("## Training stability") - from);
+  };
+  EXPECT_EQ(accuracy(testing::ReadAll(out + "/report.md")), accuracy(md));
+  testing::RunResult dry = testing::RunSift({"report", "--matrix", matrix, "--out", out, "--dry-run"});
+  ASSERT_EQ(dry.exit_code, 0) << dry.out << dry.err;
+  EXPECT_THAT(dry.out, HasSubstr(absl::StrCat("done  ", first_name)));
 }
 
 TEST_F(ReportTest, OneSeedRepeatedDeterministicallyGivesIdenticalAucsAndTheReportSaysSo) {
