@@ -3,7 +3,7 @@
 // (the matrix, datasets, CUDA devices, the Python renderer's packages), then runs every run that
 // is not already done — `sift local` on this machine, or `sift submit`-style jobs with
 // --coordinator — each in <out>/runs/<name>/ keyed by its canonical spec, so an interrupted
-// report resumes and a larger matrix adds only what is new; then the inference benchmarks; then
+// report resumes and a larger matrix adds only what is new; then the benchmarks; then
 // <out>/report.json and report.md with PNG plots (cli/report_render.py, run with Debian's Python:
 // matplotlib, scipy).
 // Exit codes: 0 every run completed and the report is written; 1 a run failed (the report is
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -33,6 +34,7 @@
 #include "cli/security_flags.h"
 #include "common/auc.h"
 #include "common/data/dataset.h"
+#include "common/dir_lock.h"
 #include "common/dllogger.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
@@ -173,13 +175,41 @@ Status ReadRunNumbers(const std::string& log_path, json* r) {
   const size_t skip = step_rates.size() > static_cast<size_t>(kReportWarmupSteps)
                           ? static_cast<size_t>(kReportWarmupSteps)
                           : 0;
-  double sum = 0;
-  for (size_t i = skip; i < step_rates.size(); ++i) sum += step_rates[i];
-  const size_t n = step_rates.size() - skip;
+  // Samples over time, as the reference's performance calculator (and PerfStats) compute it: at
+  // a constant global batch, the harmonic mean of the per-step rates.
+  double seconds_per_sample = 0;
+  size_t n = 0;
+  for (size_t i = skip; i < step_rates.size(); ++i) {
+    if (step_rates[i] > 0 && std::isfinite(step_rates[i])) {
+      seconds_per_sample += 1.0 / step_rates[i];
+      ++n;
+    }
+  }
   (*r)["steps"] = step_rates.size();
   (*r)["warmup_steps_excluded"] = skip;
-  (*r)["samples_per_s"] = n > 0 ? sum / static_cast<double>(n) : 0.0;
+  (*r)["samples_per_s"] = n > 0 ? static_cast<double>(n) / seconds_per_sample : 0.0;
+  const json auc = r->value("test_auc", json());
+  if (!auc.is_number() || !std::isfinite(auc.get<double>())) {
+    return absl::DataLossError(absl::StrCat(
+        log_path, ": the final test AUC is not a number (a diverged run, or a split with one class)"));
+  }
   return absl::OkStatus();
+}
+
+// The "state" of a result ("" when it has none).
+std::string StateOf(const json& r) {
+  if (!r.is_object()) return "";
+  const auto state = r.find("state");
+  return state != r.end() && state->is_string() ? state->get<std::string>() : "";
+}
+
+// Whether `r` (a parsed result.json) is a completed run or benchmark of `key`.
+bool IsCompletedResult(const json& r, const std::string& key) {
+  if (!r.is_object()) return false;
+  const auto k = r.find("key");
+  const auto state = r.find("state");
+  return k != r.end() && k->is_string() && *k == key && state != r.end() &&
+         state->is_string() && *state == "completed";
 }
 
 // One run: `sift local` here, or a job on the coordinator. Fills state, exit and wall time.
@@ -196,16 +226,19 @@ class RunLauncher {
     return absl::OkStatus();
   }
 
-  // REQUIRES: the spec's results_dir is set.
+  // Runs `spec` (REQUIRES: its results_dir is set, inside `dir`) and fills state, message,
+  // command and log. A non-OK Status only for an interruption (the caller stops) or a run that
+  // could not even be started (the caller records it as failed and goes on).
   Status Run(const JobSpec& spec, const std::string& dir, json* r) {
     const std::string spec_path = JoinPath(dir, "job.yaml");
-    SIFT_RETURN_IF_ERROR(WriteFileAtomic(spec_path, JobSpecToYaml(spec)));
     const std::string log = JoinPath(dir, "run.log");
+    (*r)["log"] = log;
     if (client_ == nullptr) {
+      ClearResults(spec);
+      SIFT_RETURN_IF_ERROR(WriteFileAtomic(spec_path, JobSpecToYaml(spec)));
       std::vector<std::string> argv = {binary_,    "local",  spec_path, "--work-dir",
                                        JoinPath(dir, "work"), "--progress", "off"};
       (*r)["command"] = absl::StrJoin(argv, " ");
-      (*r)["log"] = log;
       SIFT_ASSIGN_OR_RETURN(ExitInfo exit, RunChild(argv, log));
       (*r)["exit_code"] = exit.ShellCode();
       if (exit.ShellCode() != 0) {
@@ -218,40 +251,68 @@ class RunLauncher {
     }
     (*r)["command"] =
         absl::StrCat("sift submit ", spec_path, " --coordinator ", f_.coordinator, " --wait");
-    StatusOr<std::string> id = client_->SubmitJob(JobSpecToYaml(spec), spec_path);
-    if (!id.ok()) return CoordinatorCallError(id.status());
-    (*r)["job_id"] = *id;
+    // A job this run submitted before (a report killed while it ran) is followed, not submitted
+    // again into the same results directory; one that ended without completing is replaced.
+    const std::string id_file = JoinPath(dir, "job_id");
+    std::string id;
+    if (StatusOr<std::string> old = ReadFileToString(id_file); old.ok()) {
+      StatusOr<pb::JobInfo> job = client_->GetJob(std::string(absl::StripAsciiWhitespace(*old)));
+      if (job.ok() && (!coordinator::IsFinished(job->state()) || job->state() == pb::COMPLETED)) {
+        id = job->job_id();
+        std::printf("sift report: following job %s, submitted by an earlier sift report\n",
+                    id.c_str());
+        std::fflush(stdout);
+      }
+    }
+    if (id.empty()) {
+      ClearResults(spec);
+      SIFT_RETURN_IF_ERROR(WriteFileAtomic(spec_path, JobSpecToYaml(spec)));
+      StatusOr<std::string> submitted = client_->SubmitJob(JobSpecToYaml(spec), spec_path);
+      if (!submitted.ok()) {
+        return Annotate(submitted.status(), absl::StrCat("submitting ", spec_path));
+      }
+      id = *submitted;
+      SIFT_RETURN_IF_ERROR(WriteFileAtomic(id_file, id + "\n"));
+    }
+    (*r)["job_id"] = id;
     pb::JobInfo job;
     absl::Time failing_since = absl::InfiniteFuture();
     while (true) {
       if (g_report_signal.load() != 0) {
-        (void)client_->CancelJob(*id);
+        (void)client_->CancelJob(id);
         return ReportInterrupted();
       }
-      StatusOr<pb::JobInfo> got = client_->GetJob(*id);
+      StatusOr<pb::JobInfo> got = client_->GetJob(id);
       if (got.ok()) {
         failing_since = absl::InfiniteFuture();
         job = *std::move(got);
         if (coordinator::IsFinished(job.state())) break;
       } else {
         if (failing_since == absl::InfiniteFuture()) failing_since = absl::Now();
-        if (absl::Now() - failing_since > absl::Minutes(2)) return got.status();
+        if (absl::Now() - failing_since > absl::Minutes(2)) {
+          return Annotate(got.status(), absl::StrCat("following job ", id));
+        }
       }
       absl::SleepFor(absl::Seconds(1));
     }
     SIFT_RETURN_IF_ERROR(WriteFileAtomic(log, FormatFinalReport(job)));
-    (*r)["log"] = log;
     if (job.state() == pb::COMPLETED) {
       (*r)["state"] = "completed";
     } else {
       (*r)["state"] = "failed";
-      (*r)["message"] = absl::StrCat("job ", *id, " ", pb::JobState_Name(job.state()), ": ",
+      (*r)["message"] = absl::StrCat("job ", id, " ", pb::JobState_Name(job.state()), ": ",
                                      job.message());
     }
     return absl::OkStatus();
   }
 
  private:
+  // A previous attempt's DLLL log and predictions go before the run writes its own.
+  static void ClearResults(const JobSpec& spec) {
+    std::error_code ec;
+    std::filesystem::remove_all(spec.results_dir, ec);
+  }
+
   const ReportFlags& f_;
   std::string binary_;
   std::unique_ptr<coordinator::CoordinatorClient> client_;
@@ -300,6 +361,7 @@ int CudaDevices() {
 // dataset (presets are generated), the renderer's Python packages. Before any run starts.
 Status CheckRunnable(const ReportMatrix& m, const ReportFlags& f) {
   for (const ReportConfig& c : m.configs) {
+    if (f.render_only) break;  // nothing runs: only the renderer's Python matters
     const std::string row =
         absl::StrCat(m.source, ": configuration ", c.index + 1, " (", c.label, ")");
     if (c.spec.cluster.backend == "cuda" && f.coordinator.empty()) {
@@ -339,27 +401,33 @@ StatusOr<std::string> EnsurePreset(const std::string& binary, const std::string&
               preset.c_str(), dir.c_str(), preset.c_str());
   std::fflush(stdout);
   SIFT_RETURN_IF_ERROR(MakeDirs(JoinPath(out, "datasets")));
+  // Generated next to its place and renamed into it when complete: an interrupted generation
+  // is never taken for a dataset.
+  const std::string tmp = dir + ".partial";
   std::error_code ec;
-  std::filesystem::remove_all(dir, ec);  // a half-written one from an interrupted report
+  std::filesystem::remove_all(tmp, ec);
   const std::string log = JoinPath(JoinPath(out, "datasets"), preset + ".log");
   SIFT_ASSIGN_OR_RETURN(ExitInfo exit,
                         RunChild({binary, "data", "gen", "--preset", preset, "--seed", "1",
-                                  "--out", dir},
+                                  "--out", tmp},
                                  log));
   if (exit.ShellCode() != 0) {
     return absl::InternalError(absl::StrCat("sift data gen ", exit.Describe(), "; see ", log));
   }
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::rename(tmp, dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(tmp, " -> ", dir, ": ", ec.message()));
   return dir;
 }
 
-// `sift bench inference` for a configuration's model on its dataset, at `batch_size`.
-std::vector<std::string> InferenceArgv(const std::string& binary, const JobSpec& s,
-                                       int64_t batch_size, int64_t steps,
-                                       const std::string& json_path) {
+// `sift bench <kind>` (train | inference) for a configuration's model on its dataset.
+std::vector<std::string> BenchArgv(const std::string& binary, const std::string& kind,
+                                   const JobSpec& s, int64_t batch_size, int64_t steps,
+                                   const std::string& json_path) {
   auto dims = [](const std::vector<int>& v) { return absl::StrJoin(v, ","); };
   return {binary,
           "bench",
-          "inference",
+          kind,
           "--dataset",
           s.dataset,
           "--model",
@@ -373,6 +441,12 @@ std::vector<std::string> InferenceArgv(const std::string& binary, const JobSpec&
           absl::StrCat(batch_size),
           "--benchmark-steps",
           absl::StrCat(steps),
+          "--staleness",
+          absl::StrCat(s.training.staleness),
+          "--lr",
+          absl::StrFormat("%.17g", s.training.lr),
+          "--sparse-optimizer",
+          s.training.sparse_optimizer,
           "--seed",
           absl::StrCat(s.training.seed),
           "--embedding-dim",
@@ -397,6 +471,41 @@ std::vector<std::string> InferenceArgv(const std::string& binary, const JobSpec&
           json_path};
 }
 
+// One benchmark to run (or reuse): `kind` at `batch` for `spec`'s model.
+struct BenchPlan {
+  std::string kind;  // train | inference
+  JobSpec spec;      // the matrix's (a preset dataset unresolved: the key does not change)
+  int64_t batch = 0;
+  int64_t steps = 0;
+};
+
+// The benchmarks of a matrix: training at each configuration's batch size, inference at every
+// batch size of the matrix, once per distinct model / dataset / backend / precision (and, for
+// training, batch size and staleness).
+std::vector<BenchPlan> PlanBenchmarks(const ReportMatrix& m) {
+  std::vector<BenchPlan> plan;
+  std::set<std::string> seen;
+  for (const char* kind : {"train", "inference"}) {
+    const bool train = std::string(kind) == "train";
+    if (train ? m.train_benchmark_steps == 0 : m.inference_batch_sizes.empty()) continue;
+    for (const ReportConfig& c : m.configs) {
+      JobSpec s = c.spec;
+      s.training.seed = m.seeds.front();
+      const std::vector<int64_t> batches =
+          train ? std::vector<int64_t>{s.training.batch_size} : m.inference_batch_sizes;
+      for (int64_t batch : batches) {
+        const std::string what = absl::StrCat(
+            kind, "|", s.dataset, "|", s.model.type, "|", s.cluster.backend, "|",
+            s.cluster.precision, "|", s.cluster.deterministic, "|", batch, "|",
+            train ? absl::StrCat(s.training.staleness) : std::string());
+        if (!seen.insert(what).second) continue;
+        plan.push_back({kind, s, batch, train ? m.train_benchmark_steps : m.inference_steps});
+      }
+    }
+  }
+  return plan;
+}
+
 Status RunReport(const ReportFlags& f_in) {
   InstallReportSignalHandlers();
   ReportFlags f = f_in;
@@ -407,6 +516,13 @@ Status RunReport(const ReportFlags& f_in) {
   if (!parsed.ok()) return WithExitCode(parsed.status(), kExitUsage);
   ReportMatrix m = *std::move(parsed);
   SIFT_RETURN_IF_ERROR(MakeDirs(JoinPath(f.out, "runs")));
+  // One report per directory at a time (two would run the same runs into the same places).
+  StatusOr<DirLock> lock = DirLock::Acquire(f.out, "sift report", ".sift-report.lock");
+  if (!lock.ok()) {
+    return WithExitCode(Status(lock.status().code(),
+                               absl::StrCat("--out ", lock.status().message())),
+                        kExitUsage);
+  }
   if (Status s = CheckRunnable(m, f); !s.ok()) return WithExitCode(s, kExitUsage);
   const std::string binary = ReportSelfBinary();
   RunLauncher launcher(f, binary);
@@ -435,9 +551,8 @@ Status RunReport(const ReportFlags& f_in) {
     const std::string result = JoinPath(p.dir, kResultFile);
     if (PathExists(result)) {
       StatusOr<std::string> text = ReadFileToString(result);
-      json r = text.ok() ? json::parse(*text, nullptr, false) : json();
-      p.done = !r.is_discarded() && r.value("key", "") == p.key &&
-               r.value("state", "") == "completed";
+      const json r = text.ok() ? json::parse(*text, nullptr, false) : json();
+      p.done = IsCompletedResult(r, p.key);
     }
     plan.push_back(std::move(p));
   }
@@ -481,8 +596,16 @@ Status RunReport(const ReportFlags& f_in) {
     if (p.done || f.render_only) {
       StatusOr<std::string> text = ReadFileToString(JoinPath(p.dir, kResultFile));
       if (text.ok()) r = json::parse(*text, nullptr, false);
-      if (!text.ok() || r.is_discarded()) {
+      if (!text.ok() || !r.is_object()) {
         r = json{{"state", "missing"}, {"message", "not run yet"}};
+      } else if (StateOf(r) == "completed") {
+        // The numbers come from the run's DLLL log every time, so a reused run is measured as
+        // this build of sift measures (a log that no longer reads makes the run failed).
+        Status numbers = ReadRunNumbers(JoinPath(JoinPath(p.dir, "results"), "log.json"), &r);
+        if (!numbers.ok()) {
+          r["state"] = "failed";
+          r["message"] = std::string(numbers.message());
+        }
       }
     } else {
       const int left = total - i;
@@ -491,7 +614,6 @@ Status RunReport(const ReportFlags& f_in) {
                   total, what.c_str(), left, ran > 0 ? FormatEta(eta).c_str() : "after the first run");
       std::fflush(stdout);
       std::error_code ec;
-      std::filesystem::remove_all(JoinPath(p.dir, "results"), ec);
       std::filesystem::remove(JoinPath(p.dir, kResultFile), ec);
       SIFT_RETURN_IF_ERROR(MakeDirs(p.dir));
       JobSpec spec = p.run.spec;
@@ -500,10 +622,16 @@ Status RunReport(const ReportFlags& f_in) {
       spec.name = absl::StrCat("report-", p.name);
       if (!spec.checkpoint.dir.empty()) spec.checkpoint.dir = JoinPath(p.dir, "checkpoints");
       const absl::Time start = absl::Now();
-      SIFT_RETURN_IF_ERROR(launcher.Run(spec, p.dir, &r));
+      const Status launched = launcher.Run(spec, p.dir, &r);
+      if (!launched.ok()) {
+        if (g_report_signal.load() != 0) return launched;
+        r["state"] = "failed";  // recorded; the other runs go on
+        r["message"] = std::string(launched.message());
+      }
+      r["sift_commit"] = SIFT_GIT_COMMIT;
       const double wall = absl::ToDoubleSeconds(absl::Now() - start);
       r["wall_s"] = wall;
-      if (r["state"] == "completed") {
+      if (StateOf(r) == "completed") {
         Status numbers = ReadRunNumbers(JoinPath(spec.results_dir, "log.json"), &r);
         if (!numbers.ok()) {
           r["state"] = "failed";
@@ -512,7 +640,7 @@ Status RunReport(const ReportFlags& f_in) {
       }
       ++ran;
       ran_seconds += wall;
-      if (r["state"] == "completed") {
+      if (StateOf(r) == "completed") {
         std::printf("sift report: [%d/%d] %s: done in %.1f s, test AUC %.4f\n", i + 1, total,
                     what.c_str(), wall, r.value("test_auc", 0.0));
       } else {
@@ -533,73 +661,67 @@ Status RunReport(const ReportFlags& f_in) {
     r["axes"] = axes;
     const std::string predictions = JoinPath(JoinPath(p.dir, "results"), kTestPredictionsFile);
     r["predictions"] = PathExists(predictions) ? predictions : "";
-    if (!p.done && !f.render_only && r.value("state", "") != "missing") {
+    if (!p.done && !f.render_only && StateOf(r) != "missing") {
       SIFT_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(p.dir, kResultFile), r.dump(2) + "\n"));
     }
-    if (r.value("state", "") != "completed") ++failed;
+    if (StateOf(r) != "completed") ++failed;
     all_runs.push_back(r);
   }
 
-  // Inference: one benchmark per distinct (dataset, model, backend, precision, deterministic)
-  // and batch size, on this machine.
-  json inference = json::array();
-  if (!m.inference_batch_sizes.empty()) {
-    std::set<std::string> seen;
-    for (const ReportConfig& c : m.configs) {
-      JobSpec s = c.spec;
-      s.training.seed = m.seeds.front();
-      const std::string what = absl::StrCat(s.dataset, "|", s.model.type, "|", s.cluster.backend,
-                                            "|", s.cluster.precision, "|", s.cluster.deterministic);
-      if (!seen.insert(what).second) continue;
-      for (int64_t batch : m.inference_batch_sizes) {
-        const std::string key = absl::StrCat(what, "|", batch, "|", m.inference_steps, "|",
-                                             JobSpecToYaml(s));
-        const std::string dir = JoinPath(JoinPath(f.out, "inference"),
-                                         absl::StrCat(s.model.type, "-", s.cluster.precision,
-                                                      "-b", batch, "-", ShortHash(key).substr(0, 8)));
-        const std::string result = JoinPath(dir, kResultFile);
-        json r;
-        StatusOr<std::string> old = PathExists(result) ? ReadFileToString(result)
-                                                       : StatusOr<std::string>(absl::NotFoundError(""));
-        if (old.ok()) r = json::parse(*old, nullptr, false);
-        const bool done = old.ok() && !r.is_discarded() && r.value("key", "") == key &&
-                          r.value("state", "") == "completed";
-        if (!done && !f.render_only) {
-          r = json::object();
-          SIFT_RETURN_IF_ERROR(MakeDirs(dir));
-          JobSpec resolved = s;  // the key stays that of the matrix's spec (a preset's name)
-          SIFT_RETURN_IF_ERROR(resolve_dataset(&resolved));
-          const std::string bench_json = JoinPath(dir, "bench.json");
-          std::vector<std::string> argv =
-              InferenceArgv(binary, resolved, batch, m.inference_steps, bench_json);
-          std::printf("sift report: inference %s %s batch %lld\n", s.model.type.c_str(),
-                      s.cluster.precision.c_str(), static_cast<long long>(batch));
-          std::fflush(stdout);
-          SIFT_ASSIGN_OR_RETURN(ExitInfo exit, RunChild(argv, JoinPath(dir, "bench.log")));
-          r["command"] = absl::StrJoin(argv, " ");
-          r["log"] = JoinPath(dir, "bench.log");
-          StatusOr<std::string> text = ReadFileToString(bench_json);
-          json b = text.ok() ? json::parse(*text, nullptr, false) : json();
-          if (exit.ShellCode() == 0 && text.ok() && !b.is_discarded()) {
-            r["state"] = "completed";
-            r["bench"] = b;
-          } else {
-            r["state"] = "failed";
-            r["message"] = absl::StrCat("sift bench inference ", exit.Describe(), "; see ",
-                                        JoinPath(dir, "bench.log"));
-          }
-          r["key"] = key;
-          SIFT_RETURN_IF_ERROR(WriteFileAtomic(result, r.dump(2) + "\n"));
-        }
-        if (r.is_discarded() || r.empty()) r = json{{"state", "missing"}};
-        r["model"] = s.model.type;
-        r["backend"] = s.cluster.backend;
-        r["precision"] = s.cluster.precision;
-        r["batch_size"] = batch;
-        if (r.value("state", "") != "completed") ++failed;
-        inference.push_back(r);
-      }
+  // The benchmarks, on this machine.
+  json benchmarks = json::array();
+  for (const BenchPlan& b : PlanBenchmarks(m)) {
+    // Keyed by what the benchmark runs (its command line, a preset's name unresolved), not by
+    // the configuration it was planned from.
+    const std::string key = absl::StrJoin(BenchArgv("sift", b.kind, b.spec, b.batch, b.steps, ""), " ");
+    const std::string dir = JoinPath(
+        JoinPath(f.out, "benchmarks"),
+        absl::StrCat(b.kind, "-", b.spec.model.type, "-", b.spec.cluster.precision, "-b", b.batch,
+                     "-", ShortHash(key).substr(0, 8)));
+    const std::string result = JoinPath(dir, kResultFile);
+    json r;
+    if (PathExists(result)) {
+      StatusOr<std::string> old = ReadFileToString(result);
+      if (old.ok()) r = json::parse(*old, nullptr, false);
     }
+    const bool done = IsCompletedResult(r, key);
+    if (!done && !f.render_only) {
+      r = json::object();
+      SIFT_RETURN_IF_ERROR(MakeDirs(dir));
+      JobSpec resolved = b.spec;
+      SIFT_RETURN_IF_ERROR(resolve_dataset(&resolved));
+      const std::string bench_json = JoinPath(dir, "bench.json");
+      const std::string log = JoinPath(dir, "bench.log");
+      std::vector<std::string> argv = BenchArgv(binary, b.kind, resolved, b.batch, b.steps,
+                                                bench_json);
+      std::printf("sift report: bench %s %s %s batch %lld\n", b.kind.c_str(),
+                  b.spec.model.type.c_str(), b.spec.cluster.precision.c_str(),
+                  static_cast<long long>(b.batch));
+      std::fflush(stdout);
+      SIFT_ASSIGN_OR_RETURN(ExitInfo exit, RunChild(argv, log));
+      r["command"] = absl::StrJoin(argv, " ");
+      r["log"] = log;
+      StatusOr<std::string> text = ReadFileToString(bench_json);
+      json out = text.ok() ? json::parse(*text, nullptr, false) : json();
+      if (exit.ShellCode() == 0 && text.ok() && !out.is_discarded()) {
+        r["state"] = "completed";
+        r["bench"] = out;
+      } else {
+        r["state"] = "failed";
+        r["message"] = absl::StrCat("sift bench ", b.kind, " ", exit.Describe(), "; see ", log);
+      }
+      r["key"] = key;
+      SIFT_RETURN_IF_ERROR(WriteFileAtomic(result, r.dump(2) + "\n"));
+    }
+    if (r.is_discarded() || !r.is_object() || r.empty()) r = json{{"state", "missing"}};
+    r["kind"] = b.kind;
+    r["model"] = b.spec.model.type;
+    r["backend"] = b.spec.cluster.backend;
+    r["precision"] = b.spec.cluster.precision;
+    r["staleness"] = b.spec.training.staleness;
+    r["batch_size"] = b.batch;
+    if (StateOf(r) != "completed") ++failed;
+    benchmarks.push_back(r);
   }
 
   json report;
@@ -619,7 +741,7 @@ Status RunReport(const ReportFlags& f_in) {
   }
   report["configs"] = configs;
   report["runs"] = all_runs;
-  report["inference"] = inference;
+  report["benchmarks"] = benchmarks;
   SIFT_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(f.out, "report.json"), report.dump(2) + "\n"));
   const std::string script = JoinPath(f.out, "render_report.py");
   SIFT_RETURN_IF_ERROR(WriteFileAtomic(script, std::string(kReportRenderPy)));

@@ -118,10 +118,19 @@ def fmt_p(p):
     return f"{p:.4g}"
 
 
+def cell(value):
+    """A table cell: pipes escaped, line breaks as spaces (messages come from logs)."""
+    return " ".join(str(value).split("\n")).replace("|", "\\|")
+
+
 def table(header, rows):
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    out = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def finite(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 class Report:
@@ -136,10 +145,12 @@ class Report:
         os.makedirs(self.plots, exist_ok=True)
 
     def completed(self, config):
-        return [r for r in self.runs if r["config"] == config["index"] and r.get("state") == "completed"]
+        """The completed runs of `config` (with a finite test AUC: sift report fails the others)."""
+        return [r for r in self.runs if r.get("config") == config["index"]
+                and r.get("state") == "completed" and finite(r.get("test_auc"))]
 
     def all_runs(self, config):
-        return [r for r in self.runs if r["config"] == config["index"]]
+        return [r for r in self.runs if r.get("config") == config["index"]]
 
     def aucs(self, config):
         return [r["test_auc"] for r in self.completed(config)]
@@ -171,6 +182,13 @@ class Report:
                 ["host", m["hostname"]],
             ]),
         ]
+        other = sorted({r["sift_commit"] for r in self.runs
+                        if r.get("sift_commit") and r["sift_commit"] != m["sift_commit"]})
+        if other:
+            lines += ["", f"**Note**: some runs were made by another build of sift (commit "
+                          f"{', '.join('`' + c + '`' for c in other)}), reused because their "
+                          "specs are the same; delete their directories under `runs/` to redo "
+                          "them with this build."]
         return "\n".join(lines)
 
     def accuracy(self):
@@ -179,8 +197,9 @@ class Report:
             done = self.completed(c)
             aucs = [r["test_auc"] for r in done]
             mean, std = mean_std(aucs)
-            oracle = [r["test_auc"] / r["oracle_test_auc"] for r in done if r.get("oracle_test_auc")]
-            ttt = [r["time_to_train"] for r in done if "time_to_train" in r]
+            oracle = [r["test_auc"] / r["oracle_test_auc"] for r in done
+                      if finite(r.get("oracle_test_auc")) and r["oracle_test_auc"] > 0]
+            ttt = [r["time_to_train"] for r in done if finite(r.get("time_to_train"))]
             rows.append(self.axis_cells(c) + [
                 f"{len(done)}/{len(self.all_runs(c))}",
                 f"{fmt(mean)} ± {fmt(std)}",
@@ -322,7 +341,8 @@ class Report:
         rate = {}
         for c in self.configs:
             rate[c["index"]] = mean_std([r["samples_per_s"] for r in self.completed(c)
-                                         if r.get("samples_per_s")])
+                                         if finite(r.get("samples_per_s"))
+                                         and r["samples_per_s"] > 0])
         def speedup(c, axis, base_value):
             group = group_without(self.configs, axis)
             key = tuple((a, v) for a, v in c["axes"].items() if a != axis)
@@ -342,35 +362,53 @@ class Report:
         lines = [
             "## Training performance",
             "",
-            f"Samples/s of each run: the mean of its DLLL per-step `samples/s`, the first {warm} "
-            "steps excluded (as the reference's benchmark does); then mean ± std over runs. "
+            f"Samples/s of each run: its samples over its time after the first {warm} steps "
+            f"(as the reference's benchmark computes it: at a constant batch, the harmonic mean of "
+            f"the DLLL per-step `samples/s`; a run of at most {warm} steps excludes none); then "
+            "mean ± std over runs. "
             "Speedup vs 1 worker is strong scaling (the same global batch); vs fp32 the same "
             "configuration at fp32.",
             "",
             table(self.axes + ["runs", "samples/s mean ± std", "speedup vs 1 worker",
                                "speedup vs fp32"], rows),
         ]
-        inference = self.r.get("inference") or []
+        benches = self.r.get("benchmarks") or []
+        train = [b for b in benches if b.get("kind") == "train"]
+        inference = [b for b in benches if b.get("kind") == "inference"]
+        if train:
+            lines += ["", "### Training benchmark", "",
+                      "`sift bench train` (one process, the reference's benchmark mode: warm-up "
+                      "steps excluded) per model, precision and batch size of the matrix; latency "
+                      "is per step.", "",
+                      table(["model", "backend", "precision", "batch size", "staleness",
+                             "samples/s", "latency mean (ms)", "p90 (ms)", "p95 (ms)",
+                             "p99 (ms)"], self.bench_rows(train, with_staleness=True))]
         if inference:
-            rows = []
-            for b in inference:
-                if b.get("state") != "completed":
-                    rows.append([b["model"], b["backend"], b["precision"], b["batch_size"],
-                                 "failed", "—", "—", "—", "—"])
-                    continue
-                j = b["bench"]
-                rows.append([b["model"], b["backend"], j.get("precision", b["precision"]),
-                             b["batch_size"], fmt_int(j["throughput"]),
-                             fmt(j["latency_mean_ms"], 2), fmt(j["latency_p90_ms"], 2),
-                             fmt(j["latency_p95_ms"], 2), fmt(j["latency_p99_ms"], 2)])
             lines += ["", "### Inference performance", "",
                       "`sift bench inference` (forward only, on the training split; warm-up steps "
                       "excluded) per batch size; latency is per batch.", "",
                       table(["model", "backend", "precision", "batch size", "samples/s",
-                             "latency mean (ms)", "p90 (ms)", "p95 (ms)", "p99 (ms)"], rows)]
+                             "latency mean (ms)", "p90 (ms)", "p95 (ms)", "p99 (ms)"],
+                            self.bench_rows(inference, with_staleness=False))]
             self.inference_plot(inference)
             lines += ["", "![Inference throughput per batch size](plots/inference.png)"]
         return "\n".join(lines)
+
+    @staticmethod
+    def bench_rows(benches, with_staleness):
+        rows = []
+        for b in benches:
+            head = [b["model"], b["backend"], b["precision"], b["batch_size"]]
+            if with_staleness:
+                head.append(b.get("staleness", "—"))
+            if b.get("state") != "completed":
+                rows.append(head + ["failed", "—", "—", "—", "—"])
+                continue
+            j = b["bench"]
+            rows.append(head + [fmt_int(j["throughput"]), fmt(j["latency_mean_ms"], 2),
+                                fmt(j["latency_p90_ms"], 2), fmt(j["latency_p95_ms"], 2),
+                                fmt(j["latency_p99_ms"], 2)])
+        return rows
 
     def inference_plot(self, inference):
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -396,12 +434,12 @@ class Report:
 
     def failures(self):
         bad = [r for r in self.runs if r.get("state") != "completed"]
-        bad_inf = [b for b in self.r.get("inference") or [] if b.get("state") != "completed"]
+        bad_inf = [b for b in self.r.get("benchmarks") or [] if b.get("state") != "completed"]
         if not bad and not bad_inf:
             return "## Failed runs\n\nNone: every run completed."
         rows = [[r["name"], r.get("state", "?"), r.get("message", ""), f"`{r.get('log', '')}`"]
                 for r in bad]
-        rows += [[f"inference {b['model']} {b['precision']} batch {b['batch_size']}",
+        rows += [[f"bench {b['kind']} {b['model']} {b['precision']} batch {b['batch_size']}",
                   b.get("state", "?"), b.get("message", ""), f"`{b.get('log', '')}`"]
                  for b in bad_inf]
         return "\n".join(["## Failed runs", "",
@@ -415,7 +453,7 @@ class Report:
         for r in self.runs:
             if r.get("command"):
                 lines.append(f"- `{r['command']}`")
-        for b in self.r.get("inference") or []:
+        for b in self.r.get("benchmarks") or []:
             if b.get("command"):
                 lines.append(f"- `{b['command']}`")
         lines += ["", "The matrix:", "", "```yaml", self.r.get("matrix_text", "").rstrip(), "```"]

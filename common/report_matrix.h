@@ -1,5 +1,5 @@
 // The matrix of `sift report` (README, "Results report"): a base job spec, axes whose cross
-// product is the configurations, the runs of each configuration, and the inference benchmarks.
+// product is the configurations, the runs of each configuration, and the benchmarks.
 //
 //   name: tiny example              # optional: the report's title
 //   dataset: /data/tiny             # or preset:tiny (generated into the report's directory)
@@ -10,7 +10,9 @@
 //     workers: [1, 2]
 //     precision: [fp32, bf16]
 //   runs: {seeds: [1, 2, 3]}        # or {seed: 1, repeat: 3}, or a count n (seeds 1..n)
-//   inference: {batch_sizes: [256, 1024], steps: 50}   # optional: sift bench inference
+//   benchmarks:                     # optional
+//     train: {steps: 100}           # sift bench train per model/precision/batch of the matrix
+//     inference: {batch_sizes: [256, 1024], steps: 50}   # sift bench inference per batch size
 //
 // Axes: model, backend, precision, workers, servers, staleness, deterministic, batch_size,
 // dataset. Parsing is strict and complete before any run starts: an unknown key, an empty matrix
@@ -59,6 +61,7 @@ struct ReportMatrix {
   std::vector<ReportConfig> configs;
   std::vector<uint64_t> seeds;
   int repeat = 1;
+  int64_t train_benchmark_steps = 0;           // 0 = no training benchmarks
   std::vector<int64_t> inference_batch_sizes;  // empty = no inference benchmarks
   int64_t inference_steps = 50;
   // Every run: configurations in order, then seeds, then repetitions.
@@ -73,9 +76,11 @@ StatusOr<ReportMatrix> ReadReportMatrix(const std::string& path);
 // "preset:tiny" -> "tiny"; "" for a path.
 std::string DatasetPreset(const std::string& dataset);
 
-// The canonical text a run is keyed by: the job spec as `JobSpecToYaml` writes it (results_dir
-// and checkpoint.dir left out: they are where the run goes, not what it is), the repetition and
-// `launcher`. Two runs with the same key would compute the same thing.
+// The canonical text a run is keyed by: the job spec as `JobSpecToYaml` writes it (name,
+// results_dir and checkpoint.dir left out: they are what the run is called and where it writes,
+// not what it computes), the repetition and `launcher`. Two runs with the same key compute the
+// same thing. Relative paths in a matrix (dataset, a `job:` file, checkpoint.resume_from) are
+// relative to the matrix file's directory.
 std::string RunCanonicalText(const ReportRun& run, const std::string& launcher);
 // 16 hex digits of a 64-bit hash of `text` (FNV-1a, then SplitMix64's mixer).
 std::string ShortHash(absl::string_view text);

@@ -65,9 +65,10 @@ RunLog ReadRunLog(const std::string& path) {
     }
   }
   EXPECT_GT(rates.size(), 20u) << path;
-  double sum = 0;
-  for (size_t i = 20; i < rates.size(); ++i) sum += rates[i];
-  r.samples_per_s = sum / static_cast<double>(rates.size() - 20);
+  // Samples over time at a constant batch: the harmonic mean of the per-step rates.
+  double seconds_per_sample = 0;
+  for (size_t i = 20; i < rates.size(); ++i) seconds_per_sample += 1.0 / rates[i];
+  r.samples_per_s = static_cast<double>(rates.size() - 20) / seconds_per_sample;
   return r;
 }
 
@@ -148,7 +149,7 @@ TEST_F(ReportTest, TwoConfigurationsTimesTwoRunsResumeAfterAKillAndMatchTheirLog
       "name: precision check\n"
       "matrix:\n  precision: [fp32, bf16]\n"
       "runs: {seeds: [1, 2]}\n"
-      "inference: {batch_sizes: [64, 128], steps: 5}\n");
+      "benchmarks:\n  train: {steps: 5}\n  inference: {batch_sizes: [64, 128], steps: 5}\n");
   const std::string out = dir_->Sub("report-precision");
 
   // Killed (SIGKILL, the whole process group) once its first run is recorded.
@@ -204,6 +205,9 @@ TEST_F(ReportTest, TwoConfigurationsTimesTwoRunsResumeAfterAKillAndMatchTheirLog
     EXPECT_THAT(md, HasSubstr(absl::StrCat("(plots/", plot, ")")));
   }
   EXPECT_THAT(md, HasSubstr("None: every run completed."));
+  // The renderer written next to the report is the source's, byte for byte (embedded at build).
+  EXPECT_EQ(testing::ReadAll(out + "/render_report.py"),
+            testing::ReadAll(std::string(SIFT_SOURCE_DIR) + "/cli/report_render.py"));
 
   // The tables' numbers are the DLLL logs' numbers.
   std::map<std::string, std::vector<double>> aucs, rates;
@@ -238,7 +242,10 @@ TEST_F(ReportTest, TwoConfigurationsTimesTwoRunsResumeAfterAKillAndMatchTheirLog
                       SampleStd(aucs["fp32"]), Mean(aucs["bf16"]), SampleStd(aucs["bf16"]),
                       KsStatistic(aucs["fp32"], aucs["bf16"]))))
       << md;
-  // Inference: one row per batch size and precision.
+  // Benchmarks: training at the job's batch and staleness, inference per batch size.
+  EXPECT_THAT(md, HasSubstr("### Training benchmark"));
+  EXPECT_THAT(md, HasSubstr("| din | cpu | fp32 | 256 | 0 |"));
+  EXPECT_THAT(md, HasSubstr("| din | cpu | bf16 | 256 | 0 |"));
   EXPECT_THAT(md, HasSubstr("| din | cpu | fp32 | 64 |"));
   EXPECT_THAT(md, HasSubstr("| din | cpu | bf16 | 128 |"));
 
@@ -335,20 +342,46 @@ TEST_F(ReportTest, RunsAreJobsOnACoordinatorWithItsSharedResultsDirectory) {
                                          "matrix:\n  workers: [1]\n"
                                          "runs: {seeds: [1, 2]}\n");
   const std::string out = dir_->Sub("report-cluster");
+  // Killed once its first job is submitted: the job runs on; the resumed report follows it
+  // instead of submitting it again into the same results directory.
+  SubprocessOptions o;
+  o.argv = {SIFT_BINARY, "report", "--matrix", matrix, "--out", out, "--coordinator",
+            cluster.coordinator_address()};
+  o.log_path = dir_->Sub("report-cluster-first.log");
+  StatusOr<Subprocess> first = Subprocess::Start(o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::string job_id_file;
+  const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  while (job_id_file.empty() && absl::Now() < deadline) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(out + "/runs", ec)) {
+      if (fs::exists(e.path() / "job_id")) job_id_file = (e.path() / "job_id").string();
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_FALSE(job_id_file.empty()) << testing::ReadAll(o.log_path);
+  ::kill(-first->pid(), SIGKILL);
+  first->Wait();
+  std::string first_job = testing::ReadAll(job_id_file);
+  first_job = first_job.substr(0, first_job.find('\n'));
   testing::RunResult r = testing::RunSift(
       {"report", "--matrix", matrix, "--out", out, "--coordinator", cluster.coordinator_address()});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err << cluster.AllErrors();
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("following job ", first_job)));
   EXPECT_THAT(r.out, HasSubstr(absl::StrCat("on the coordinator ", cluster.coordinator_address())));
   const std::map<std::string, json> results = Results(out);
   ASSERT_EQ(results.size(), 2u);
+  int followed = 0;
   for (const auto& [name, res] : results) {
     EXPECT_EQ(res["state"], "completed") << name;
     EXPECT_FALSE(res["job_id"].get<std::string>().empty());
+    if (res["job_id"] == first_job) ++followed;
     // The coordinator wrote the run's log and predictions into the report's directory.
     const std::string results_dir = out + "/runs/" + name + "/results";
     EXPECT_EQ(ReadRunLog(results_dir + "/log.json").test_auc, res["test_auc"].get<double>());
     EXPECT_TRUE(fs::exists(results_dir + "/test_predictions.csv"));
   }
+  EXPECT_EQ(followed, 1);
   const std::string md = testing::ReadAll(out + "/report.md");
   EXPECT_THAT(md, HasSubstr("(coordinator)"));
   EXPECT_THAT(md, HasSubstr(absl::StrCat("--coordinator ", cluster.coordinator_address())));
@@ -369,6 +402,7 @@ TEST_F(ReportTest, BadMatricesFailBeforeAnyRunStarts) {
       {"matrix:\n  backend: [cpu, cuda]\n", "configuration 2 (backend=cuda): backend cuda, but"},
       {"matrix:\n  dataset: [/nonexistent/data]\n", "is not a sift dataset"},
   };
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);  // no device, also on a machine with a GPU
   int i = 0;
   for (const Case& c : cases) {
     const std::string matrix = WriteMatrix(absl::StrCat("bad", i, ".yaml"), c.text);

@@ -53,6 +53,9 @@ class TrainerDevicePathTest : public testing::TinyDatasetSuite<17> {
     o.max_steps_per_epoch = 20;
     o.train_eval_samples = 1024;
     o.seed = 7;
+    // fp32, not `auto`: on a CPU with native bf16 (AVX512-BF16 / AMX) auto means bf16 on the cpu
+    // backend, and the cpu runs these tests compare against must be fp32 like the simulator's.
+    o.precision = "fp32";
     return o;
   }
 

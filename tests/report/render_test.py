@@ -8,8 +8,13 @@ import statistics
 import sys
 import unittest
 
-import numpy as np
-from scipy import stats
+try:
+    import numpy as np
+    from scipy import stats
+    import matplotlib  # noqa: F401  (the renderer needs it)
+except ImportError as e:  # ctest reports a skip (SKIP_RETURN_CODE), naming what is missing
+    print(f"skipped: {e}: install python3-numpy python3-scipy python3-matplotlib (make deps)")
+    sys.exit(77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cli"))
 import report_render as rr  # noqa: E402
@@ -75,6 +80,9 @@ class RenderStatsTest(unittest.TestCase):
                 self.assertAlmostEqual(x, ex, places=12)
                 self.assertAlmostEqual(y, ey, places=12)
             self.assertAlmostEqual(rr.trapezoid_auc(fpr, tpr), rank_auc(scores, labels), places=12)
+
+    def test_table_cells_escape_pipes_and_line_breaks(self):
+        self.assertEqual(rr.table(["a"], [["x|y\nz"]]).splitlines()[2], "| x\\|y z |")
 
     def test_precision_pairs_and_groups(self):
         configs = [

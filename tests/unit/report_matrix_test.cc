@@ -4,8 +4,11 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/test_util.h"
 
 namespace sift {
 namespace {
@@ -34,7 +37,9 @@ TEST(ReportMatrixTest, CrossProductInAxisOrderWithTheBaseJob) {
       "  model: [sim, din]\n"
       "  workers: [1, 2]\n"
       "runs: {seeds: [3, 5]}\n"
-      "inference: {batch_sizes: [64, 128], steps: 7}\n");
+      "benchmarks:\n"
+      "  train: {steps: 9}\n"
+      "  inference: {batch_sizes: [64, 128], steps: 7}\n");
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->name, "example");
   // kReportAxes order, not the file's: model, precision, workers.
@@ -53,6 +58,7 @@ TEST(ReportMatrixTest, CrossProductInAxisOrderWithTheBaseJob) {
   EXPECT_EQ(s.dataset, "/base/data/tiny");
   EXPECT_EQ(m->inference_batch_sizes, (std::vector<int64_t>{64, 128}));
   EXPECT_EQ(m->inference_steps, 7);
+  EXPECT_EQ(m->train_benchmark_steps, 9);
   const std::vector<ReportRun> runs = m->Runs();
   ASSERT_EQ(runs.size(), 16u);
   EXPECT_EQ(runs[0].seed, 3u);
@@ -95,7 +101,33 @@ TEST(ReportMatrixTest, DatasetAxisPresetsAndAJobFileLikeSubmit) {
   EXPECT_EQ(m->configs[0].spec.training.epochs, 1);
 }
 
+TEST(ReportMatrixTest, AJobFileInBlockOrFlowStyleWithPathsRelativeToTheMatrix) {
+  testing::TempDir dir;
+  testing::WriteAll(dir.Sub("block.yaml"),
+                    "training:\n  epochs: 2\ncheckpoint:\n  resume_from: ckpt/step-9\n");
+  testing::WriteAll(dir.Sub("flow.yaml"), "{training: {epochs: 4}}\n");
+  for (const char* file : {"block.yaml", "flow.yaml"}) {
+    StatusOr<ReportMatrix> m = ParseReportMatrix(
+        absl::StrCat("dataset: data\njob: ", file, "\nmatrix: {model: [din]}\n"), "report.yaml",
+        dir.path());
+    ASSERT_TRUE(m.ok()) << file << ": " << m.status();
+    const JobSpec& s = m->configs[0].spec;
+    EXPECT_EQ(s.dataset, dir.Sub("data"));
+    EXPECT_EQ(s.training.epochs, std::string(file) == "block.yaml" ? 2 : 4);
+    if (std::string(file) == "block.yaml") {
+      EXPECT_EQ(s.checkpoint.resume_from, dir.Sub("ckpt/step-9"));
+    }
+  }
+  testing::WriteAll(dir.Sub("bad.yaml"), "training:\n  epochs: 0\n");
+  StatusOr<ReportMatrix> bad = ParseReportMatrix("dataset: d\njob: bad.yaml\nmatrix: {model: [din]}\n",
+                                                 "report.yaml", dir.path());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr(dir.Sub("bad.yaml") + ":2: training.epochs"));
+}
+
 TEST(ReportMatrixTest, BadInputIsNamedByLineAndKey) {
+  EXPECT_THAT(ErrorOf("dataset: /d\nmatrix: {model: [sim]}\n[a]: 1\n"),
+              HasSubstr("report.yaml:3: ?: unknown key"));
   EXPECT_THAT(ErrorOf("dataset: /d\nmatrix: {model: [sim]}\nrunz: 3\n"),
               HasSubstr("report.yaml:3: runz: unknown key"));
   EXPECT_THAT(ErrorOf("dataset: /d\nmatrix:\n  model: [sim]\n  modle: [din]\n"),
@@ -127,8 +159,10 @@ TEST(ReportMatrixTest, BadInputIsNamedByLineAndKey) {
               HasSubstr("given twice"));
   EXPECT_THAT(ErrorOf("dataset: /d\nmatrix: {model: [sim]}\nruns: {seeds: [1, 1]}\n"),
               HasSubstr("runs.seeds: seed 1 is listed twice"));
-  EXPECT_THAT(ErrorOf("dataset: /d\nmatrix: {model: [sim]}\ninference: {steps: 3}\n"),
-              HasSubstr("inference.batch_sizes: missing"));
+  EXPECT_THAT(ErrorOf("dataset: /d\nmatrix: {model: [sim]}\nbenchmarks: {inference: {steps: 3}}\n"),
+              HasSubstr("benchmarks.inference.batch_sizes: missing"));
+  EXPECT_THAT(ErrorOf("dataset: /d\nmatrix: {model: [sim]}\nbenchmarks:\n  serve: {}\n"),
+              HasSubstr("report.yaml:4: benchmarks.serve: unknown key"));
   EXPECT_THAT(ErrorOf("dataset: /d\nmatrix: {model: [sim]\n"), HasSubstr("YAML syntax error"));
 }
 
