@@ -76,6 +76,11 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
       ->capture_default_str();
   cmd->add_option("--lr", o.lr, "Learning rate of dense Adam and the sparse optimizer")
       ->capture_default_str();
+  cmd->add_option("--weight-decay", o.weight_decay,
+                  "Decoupled weight decay of the dense parameters (AdamW): each step scales them "
+                  "by 1 - lr x weight_decay before Adam; 0 = plain Adam")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 1000.0f));
   cmd->add_option("--sparse-optimizer", o.sparse_optimizer,
                   "Embedding-row optimizer: adam (lazy), adagrad or sgd")
       ->check(CLI::IsMember({"adam", "adagrad", "sgd"}))

@@ -171,6 +171,7 @@ class Parser {
             e, absl::StrCat("must be a number in [", min, ", ", max, "], got ", Describe(e.value)));
       }
       *out = v;
+      lines_[e.field] = e.line();
       return absl::OkStatus();
     };
   }
@@ -325,6 +326,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                        {"batch_size", p.Int(&t.batch_size, 1, L::kMaxBatchSize)},
                        {"eval_batch_size", p.Int(&t.eval_batch_size, 0, L::kMaxBatchSize)},
                        {"lr", p.Float(&t.lr, L::kMinLr, L::kMaxLr)},
+                       {"weight_decay", p.Float(&t.weight_decay, 0, L::kMaxWeightDecay)},
                        {"optimizer", p.Enum(&t.optimizer, kOptimizers)},
                        {"sparse_optimizer", p.Enum(&t.sparse_optimizer, kSparseOptimizers)},
                        {"staleness", p.Int(&t.staleness, 0, L::kMaxStaleness)},
@@ -403,6 +405,12 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
         p.LineOf("cluster.precision"), "cluster.precision",
         absl::StrCat("'", c.precision,
                      "' needs cluster.backend: cuda (the cpu backend computes in fp32 or bf16)"));
+  }
+  if (t.lr * t.weight_decay >= 1) {
+    return p.Error(p.LineOf("training.weight_decay"), "training.weight_decay",
+                   absl::StrCat("lr x weight_decay must be < 1 (each step scales the dense "
+                                "parameters by 1 - lr x weight_decay), got ",
+                                t.lr * t.weight_decay));
   }
   if (c.backend == "cpu" && c.collectives == "nccl") {
     return p.Error(p.LineOf("cluster.collectives"), "cluster.collectives",
@@ -542,6 +550,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "batch_size" << YAML::Value << t.batch_size;
   out << YAML::Key << "eval_batch_size" << YAML::Value << t.eval_batch_size;
   out << YAML::Key << "lr" << YAML::Value << ShortestDouble(t.lr);
+  out << YAML::Key << "weight_decay" << YAML::Value << ShortestDouble(t.weight_decay);
   out << YAML::Key << "optimizer" << YAML::Value << t.optimizer;
   out << YAML::Key << "sparse_optimizer" << YAML::Value << t.sparse_optimizer;
   out << YAML::Key << "staleness" << YAML::Value << t.staleness;

@@ -38,6 +38,9 @@ struct JobSpec {
     int64_t batch_size = 131072;            // >= 1, global (all workers together)
     int64_t eval_batch_size = 0;            // 0 = batch_size
     double lr = 0.01;                       // finite, > 0
+    // Decoupled weight decay of the dense parameters (AdamW): each step first scales every dense
+    // parameter by (1 - lr * weight_decay), then applies Adam. 0 = plain Adam (the reference).
+    double weight_decay = 0;  // in [0, kMaxWeightDecay]
     std::string optimizer = "adam";         // dense: adam
     std::string sparse_optimizer = "adam";  // adam | adagrad | sgd
     int64_t staleness = 1;                  // k >= 0; 0 = synchronous
@@ -121,6 +124,7 @@ struct JobSpecLimits {
   static constexpr int64_t kMaxBatchSize = int64_t{1} << 24;  // batch_size, eval_batch_size
   static constexpr double kMinLr = 1e-30;                     // lr is a float on the workers
   static constexpr double kMaxLr = 1000;
+  static constexpr double kMaxWeightDecay = 1000;  // lr * weight_decay must stay below 1
   static constexpr int64_t kMaxStaleness = 1024;
   static constexpr int64_t kMaxSamples = int64_t{1} << 40;  // train_eval_samples, max_steps
   static constexpr int64_t kMaxClusterSize = 4096;          // servers, workers

@@ -121,10 +121,11 @@ struct DenseAdam {
   }
   absl::Span<float> m_span() const { return absl::MakeSpan(m.floats(), static_cast<size_t>(n)); }
   absl::Span<float> v_span() const { return absl::MakeSpan(v.floats(), static_cast<size_t>(n)); }
+  float weight_decay = 0;  // decoupled (AdamW); 0 = plain Adam, no extra pass
   void Step(kernels::Backend* backend, absl::Span<float> params, absl::Span<const float> grads) {
     ++t;
-    backend->AdamUpdate(static_cast<int64_t>(params.size()), hyper, t, grads.data(), params.data(),
-                        m.floats(), v.floats());
+    DenseAdamWStep(backend, hyper, weight_decay, t, static_cast<int64_t>(params.size()),
+                   grads.data(), params.data(), m.floats(), v.floats());
   }
   // The moments to / from host vectors (checkpoints).
   Status ToHost(kernels::Backend* backend, std::vector<float>* hm, std::vector<float>* hv) const {
@@ -372,6 +373,11 @@ Status Trainer::Setup(RunMode mode) {
   if (!(o_.lr > 0) || !std::isfinite(o_.lr)) {
     return absl::InvalidArgumentError("--lr must be a finite number > 0");
   }
+  if (!(o_.weight_decay >= 0) || !(o_.lr * o_.weight_decay < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--weight-decay must be >= 0 with lr x weight_decay < 1, got ", o_.weight_decay,
+        " at lr ", o_.lr));
+  }
   if (o_.benchmark_steps < 0) return absl::InvalidArgumentError("--benchmark-steps must be >= 0");
   if (o_.max_steps_per_epoch < 0) {
     return absl::InvalidArgumentError("--max-steps-per-epoch must be >= 0");
@@ -520,6 +526,7 @@ Status Trainer::Setup(RunMode mode) {
   }
 
   adam_.hyper.lr = o_.lr;
+  adam_.weight_decay = o_.weight_decay;
   const size_t np = model_->parameters().size();
   SIFT_RETURN_IF_ERROR(adam_.Allocate(backend_.get(), static_cast<int64_t>(np)));
   result_.dense_params = static_cast<int64_t>(np);
@@ -1090,6 +1097,13 @@ std::string ModelSummary(const ModelConfig& c) {
 }
 
 TrainerEnv::~TrainerEnv() = default;
+
+void DenseAdamWStep(kernels::Backend* backend, const kernels::AdamHyper& hyper,
+                    float weight_decay, int64_t t, int64_t n, const float* grads, float* params,
+                    float* m, float* v) {
+  if (weight_decay != 0) backend->Scale(n, 1.0f - hyper.lr * weight_decay, params);
+  backend->AdamUpdate(n, hyper, t, grads, params, m, v);
+}
 
 void ScaleSparseGradients(int world, float unscale, absl::Span<float> grads) {
   if (world == 1 && unscale == 1.0f) return;

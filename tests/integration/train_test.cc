@@ -244,6 +244,31 @@ TEST_F(TrainTest, HighLearningRateStaysFinite) {
   for (double l : StepLosses(Records(Dir("lr01")), 0)) EXPECT_TRUE(std::isfinite(l));
 }
 
+TEST_F(TrainTest, WeightDecayReachesTheDenseStepAndZeroIsPlainAdam) {
+  // DIN: its dense step is most of what it trains in a few steps.
+  auto run = [](const std::string& name, const std::vector<std::string>& extra) {
+    auto args = TrainArgs("din", 1, Dir(name));
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = RunSift(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return StepLosses(Records(Dir(name)), 0);
+  };
+  const std::vector<double> plain = run("wd-none", {});
+  const std::vector<double> zero = run("wd-zero", {"--weight-decay", "0"});
+  const std::vector<double> decayed = run("wd-decayed", {"--weight-decay", "20"});
+  ASSERT_EQ(plain.size(), 8u);
+  EXPECT_EQ(zero, plain);  // 0 is plain Adam, bit for bit (no extra pass)
+  ASSERT_EQ(decayed.size(), plain.size());
+  EXPECT_EQ(decayed[0], plain[0]);  // the first loss is computed before any update
+  EXPECT_NE(decayed.back(), plain.back());
+  // lr x weight_decay >= 1 would flip the parameters' sign: refused, naming the flag.
+  auto bad = TrainArgs("din", 1, Dir("wd-bad"));
+  bad.insert(bad.end(), {"--weight-decay", "100"});
+  auto r = RunSift(bad);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--weight-decay"), std::string::npos) << r.err;
+}
+
 TEST_F(TrainTest, BenchTrainAndInferenceReportThroughputAndPeak) {
   // --deterministic=false parses, and is a no-op on cpu: the report says deterministic.
   auto r = RunSift({"bench", "train", "--dataset", Tiny(), "--model", "sim", "--batch-size", "256",

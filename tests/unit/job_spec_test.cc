@@ -120,6 +120,7 @@ training:
   batch_size: 4096
   eval_batch_size: 8192
   lr: 1e-3
+  weight_decay: 0.05
   optimizer: adam
   sparse_optimizer: adagrad
   staleness: 0
@@ -148,6 +149,7 @@ results_dir: /res
   EXPECT_THAT(spec->model.stage_two_mlp_dims, ElementsAre(64, 32));
   EXPECT_THAT(spec->model.attention_mlp_dims, ElementsAre(16));
   EXPECT_DOUBLE_EQ(spec->training.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(spec->training.weight_decay, 0.05);
   EXPECT_EQ(spec->training.sparse_optimizer, "adagrad");
   EXPECT_EQ(spec->training.seed, 18446744073709551615ull);
   EXPECT_EQ(spec->training.order, "reference");
@@ -232,6 +234,7 @@ TEST(JobSpecTest, CanonicalYamlListsEveryField) {
                           "batch_size: 131072",
                           "eval_batch_size: 0",
                           "lr: 0.01",
+                          "weight_decay: 0",
                           "optimizer: adam",
                           "sparse_optimizer: adam",
                           "staleness: 1",
@@ -259,7 +262,7 @@ TEST(JobSpecTest, CanonicalYamlListsEveryField) {
 TEST(JobSpecTest, UnknownKeysAreErrors) {
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 2\n  bach_size: 10\n"),
             "job.yaml:4: training.bach_size: unknown key (did you mean 'batch_size'?); known "
-            "keys: epochs, batch_size, eval_batch_size, lr, optimizer, sparse_optimizer, "
+            "keys: epochs, batch_size, eval_batch_size, lr, weight_decay, optimizer, sparse_optimizer, "
             "staleness, seed, order, train_eval_samples, max_steps_per_epoch");
   EXPECT_THAT(ErrorOf("datset: d\n"),
               StartsWith("job.yaml:1: datset: unknown key (did you mean 'dataset'?); known keys: "
@@ -503,6 +506,13 @@ TEST(JobSpecTest, CrossFieldChecks) {
     ASSERT_TRUE(s.ok()) << backend << ": " << s.status();
     EXPECT_FALSE(s->cluster.deterministic) << backend;
   }
+  // Decoupled weight decay scales the dense parameters by 1 - lr x weight_decay: it must stay > 0.
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  lr: 0.5\n  weight_decay: 2\n"),
+            "job.yaml:4: training.weight_decay: lr x weight_decay must be < 1 (each step scales "
+            "the dense parameters by 1 - lr x weight_decay), got 1");
+  EXPECT_TRUE(ParseJobSpec("dataset: d\ntraining: {lr: 0.01, weight_decay: 0.1}\n", "j").ok());
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {weight_decay: -0.1}\n"),
+            "job.yaml:2: training.weight_decay: must be a number in [0, 1000], got '-0.1'");
   EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  collectives: nccl\n"),
             "job.yaml:3: cluster.collectives: nccl needs cluster.backend: cuda (NCCL reduces GPU "
             "buffers)");
