@@ -81,6 +81,11 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
                   "by 1 - lr x weight_decay before Adam; 0 = plain Adam")
       ->capture_default_str()
       ->check(CLI::Range(0.0f, 1000.0f));
+  cmd->add_option("--sparse-l2", o.sparse_l2,
+                  "Mini-batch-aware L2 on the embedding rows a step touches (DIN paper): "
+                  "grad += lambda x row / (the id's occurrences in the training split); 0 = none")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 1e6f));
   cmd->add_option("--sparse-optimizer", o.sparse_optimizer,
                   "Embedding-row optimizer: adam (lazy), adagrad or sgd")
       ->check(CLI::IsMember({"adam", "adagrad", "sgd"}))

@@ -327,6 +327,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                        {"eval_batch_size", p.Int(&t.eval_batch_size, 0, L::kMaxBatchSize)},
                        {"lr", p.Float(&t.lr, L::kMinLr, L::kMaxLr)},
                        {"weight_decay", p.Float(&t.weight_decay, 0, L::kMaxWeightDecay)},
+                       {"sparse_l2", p.Float(&t.sparse_l2, 0, L::kMaxSparseL2)},
                        {"optimizer", p.Enum(&t.optimizer, kOptimizers)},
                        {"sparse_optimizer", p.Enum(&t.sparse_optimizer, kSparseOptimizers)},
                        {"staleness", p.Int(&t.staleness, 0, L::kMaxStaleness)},
@@ -551,6 +552,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "eval_batch_size" << YAML::Value << t.eval_batch_size;
   out << YAML::Key << "lr" << YAML::Value << ShortestDouble(t.lr);
   out << YAML::Key << "weight_decay" << YAML::Value << ShortestDouble(t.weight_decay);
+  out << YAML::Key << "sparse_l2" << YAML::Value << ShortestDouble(t.sparse_l2);
   out << YAML::Key << "optimizer" << YAML::Value << t.optimizer;
   out << YAML::Key << "sparse_optimizer" << YAML::Value << t.sparse_optimizer;
   out << YAML::Key << "staleness" << YAML::Value << t.staleness;

@@ -41,6 +41,10 @@ struct JobSpec {
     // Decoupled weight decay of the dense parameters (AdamW): each step first scales every dense
     // parameter by (1 - lr * weight_decay), then applies Adam. 0 = plain Adam (the reference).
     double weight_decay = 0;  // in [0, kMaxWeightDecay]
+    // Mini-batch-aware L2 on the embedding rows each step touches (the DIN paper): every touched
+    // row j gets λ·w_j / n_j added to its gradient, n_j = id j's occurrences in the training
+    // split. 0 = none (the reference).
+    double sparse_l2 = 0;  // λ in [0, kMaxSparseL2]
     std::string optimizer = "adam";         // dense: adam
     std::string sparse_optimizer = "adam";  // adam | adagrad | sgd
     int64_t staleness = 1;                  // k >= 0; 0 = synchronous
@@ -125,6 +129,7 @@ struct JobSpecLimits {
   static constexpr double kMinLr = 1e-30;                     // lr is a float on the workers
   static constexpr double kMaxLr = 1000;
   static constexpr double kMaxWeightDecay = 1000;  // lr * weight_decay must stay below 1
+  static constexpr double kMaxSparseL2 = 1e6;
   static constexpr int64_t kMaxStaleness = 1024;
   static constexpr int64_t kMaxSamples = int64_t{1} << 40;  // train_eval_samples, max_steps
   static constexpr int64_t kMaxClusterSize = 4096;          // servers, workers

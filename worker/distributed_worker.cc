@@ -295,6 +295,7 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   o.eval_batch_size = t.eval_batch_size > 0 ? std::max<int64_t>(1, t.eval_batch_size / world) : 0;
   o.lr = static_cast<float>(t.lr);
   o.weight_decay = static_cast<float>(t.weight_decay);
+  o.sparse_l2 = static_cast<float>(t.sparse_l2);
   o.sparse_optimizer = t.sparse_optimizer;
   o.seed = t.seed;
   SIFT_ASSIGN_OR_RETURN(o.order, data::ParseSampleOrder(t.order));

@@ -31,6 +31,7 @@
 #include "worker/batch_keys.h"
 #include "worker/checkpoint.h"
 #include "worker/loss_scaler.h"
+#include "worker/sparse_l2.h"
 #include "worker/step_pipeline.h"
 // SIFT_MINIMAL (top-level CMakeLists.txt) builds no embedding client: the remote-table paths below
 // are compiled only without it, and a run with embedding_servers is an error.
@@ -327,6 +328,8 @@ class Trainer {
   // This rank's share of a split (at most ceil(max_samples / world) samples, rounded up to whole
   // eval batches; 0 = all), handed to the env.
   StatusOr<EvalResult> Evaluate(data::Split split, int64_t max_samples, int64_t epoch);
+  // One pass over the training split counting every id's occurrences (--sparse-l2's n_j).
+  Status CountTrainingIds();
   // The checkpoint protocol of TrainerEnv (REQUIRES: the step pipeline is drained).
   Status Checkpoint(int64_t epochs_done);
   // Writes the checkpoint to `dir` (the servers' snapshot first).
@@ -354,6 +357,7 @@ class Trainer {
   std::vector<embedding::TableConfig> remote_tables_;  // the servers' tables
 #endif
   DenseAdam adam_;
+  IdCounts id_counts_;  // --sparse-l2 only
   kernels::MathMode math_ = kernels::MathMode::kFp32;
   std::optional<DynamicLossScaler> loss_scaler_;  // fp16 only
   bool collectives_on_backend_stream_ = false;    // NCCL bound to the backend's stream
@@ -377,6 +381,10 @@ Status Trainer::Setup(RunMode mode) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight-decay must be >= 0 with lr x weight_decay < 1, got ", o_.weight_decay,
         " at lr ", o_.lr));
+  }
+  if (!(o_.sparse_l2 >= 0) || !std::isfinite(o_.sparse_l2)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sparse-l2 must be a finite number >= 0, got ", o_.sparse_l2));
   }
   if (o_.benchmark_steps < 0) return absl::InvalidArgumentError("--benchmark-steps must be >= 0");
   if (o_.max_steps_per_epoch < 0) {
@@ -820,6 +828,10 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
       // Each rank's gradient is of its own mean loss: 1/W of each makes their sum on the servers
       // the gradient of the global mean loss.
       ScaleSparseGradients(world_, unscale, sparse);
+      if (o_.sparse_l2 > 0) {
+        SIFT_RETURN_IF_ERROR(AddMiniBatchAwareL2(o_.sparse_l2 / static_cast<float>(world_),
+                                                 id_counts_, config_.embedding_dim, tb, &tk));
+      }
 #ifndef SIFT_MINIMAL
       if (remote_ != nullptr) {
         items.push_back({static_cast<uint32_t>(tb), tk.keys, sparse});
@@ -956,9 +968,39 @@ Status Trainer::SaveCheckpointNow(const std::string& dir, int64_t epochs_done) {
   return SaveCheckpoint(dir, st, store_.get());
 }
 
+Status Trainer::CountTrainingIds() {
+  data::BatchLoaderOptions lo;
+  lo.split = data::Split::kTrain;
+  lo.batch_size = o_.batch_size;
+  lo.history = history_;
+  lo.order = data::SampleOrder::kReference;  // the counts do not depend on the order
+  lo.seed = o_.seed;
+  lo.rank = 0;  // every rank counts the whole split: the same n_j everywhere
+  lo.world = 1;
+  lo.drop_remainder = false;
+  lo.threads = o_.threads;
+  SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(&ds_->samples(), lo));
+  loader->StartEpoch(0);
+  ProgressBar bar(o_.progress, "count ids (sparse L2)", loader->samples_per_epoch());
+  BatchKeys keys;
+  int64_t seen = 0;
+  id_counts_ = IdCounts();
+  while (const data::Batch* b = loader->Next()) {
+    SIFT_RETURN_IF_ERROR(env_->CheckAbort());
+    SIFT_RETURN_IF_ERROR(BuildBatchKeys(*b, model_->key_usage(ForwardMode::kTrain),
+                                        config_.embedding_dim, &keys));
+    CountOccurrences(keys, &id_counts_);
+    seen += b->size;
+    bar.Update(seen, seen);
+  }
+  bar.Finish();
+  return absl::OkStatus();
+}
+
 StatusOr<RunResult> Trainer::Run(RunMode mode) {
   const bool inference = mode == RunMode::kBenchInference;
   const bool bench = mode != RunMode::kTrain;
+  if (!inference && o_.sparse_l2 > 0) SIFT_RETURN_IF_ERROR(CountTrainingIds());
   data::BatchLoaderOptions lo;
   lo.split = data::Split::kTrain;
   lo.batch_size = o_.batch_size;

@@ -67,6 +67,10 @@ struct TrainerOptions {
   // θ ← θ·(1 − lr·weight_decay), then the Adam update. 0 = plain Adam, bit for bit the same as
   // before (no extra pass). REQUIRES: 0 <= lr * weight_decay < 1.
   float weight_decay = 0.0f;
+  // Mini-batch-aware L2 on the embedding rows a step touches (worker/sparse_l2.h): λ of
+  // grad_j += λ·w_j / n_j, n_j = id j's occurrences in the training split (counted in one pass
+  // before training). 0 = none (the reference), bit for bit the same and no counting pass.
+  float sparse_l2 = 0.0f;
   std::string sparse_optimizer = "adam";  // adam | adagrad | sgd (server/embedding/optimizer.h)
   uint64_t seed = 1;                      // dense init, embedding init, shuffling
   data::SampleOrder order = data::SampleOrder::kShuffled;

@@ -269,6 +269,24 @@ TEST_F(TrainTest, WeightDecayReachesTheDenseStepAndZeroIsPlainAdam) {
   EXPECT_NE(r.err.find("--weight-decay"), std::string::npos) << r.err;
 }
 
+TEST_F(TrainTest, SparseL2ReachesThePushesAndZeroIsNone) {
+  auto run = [](const std::string& name, const std::vector<std::string>& extra) {
+    auto args = TrainArgs("din", 1, Dir(name));
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = RunSift(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return StepLosses(Records(Dir(name)), 0);
+  };
+  const std::vector<double> plain = run("l2-none", {});
+  const std::vector<double> zero = run("l2-zero", {"--sparse-l2", "0"});
+  const std::vector<double> l2 = run("l2-on", {"--sparse-l2", "1000"});
+  ASSERT_EQ(plain.size(), 8u);
+  EXPECT_EQ(zero, plain);  // 0: no counting pass, no term, bit for bit
+  ASSERT_EQ(l2.size(), plain.size());
+  EXPECT_EQ(l2[0], plain[0]);  // the first loss is computed before any update
+  EXPECT_NE(l2.back(), plain.back());
+}
+
 TEST_F(TrainTest, BenchTrainAndInferenceReportThroughputAndPeak) {
   // --deterministic=false parses, and is a no-op on cpu: the report says deterministic.
   auto r = RunSift({"bench", "train", "--dataset", Tiny(), "--model", "sim", "--batch-size", "256",

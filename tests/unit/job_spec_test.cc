@@ -121,6 +121,7 @@ training:
   eval_batch_size: 8192
   lr: 1e-3
   weight_decay: 0.05
+  sparse_l2: 0.001
   optimizer: adam
   sparse_optimizer: adagrad
   staleness: 0
@@ -150,6 +151,7 @@ results_dir: /res
   EXPECT_THAT(spec->model.attention_mlp_dims, ElementsAre(16));
   EXPECT_DOUBLE_EQ(spec->training.lr, 1e-3);
   EXPECT_DOUBLE_EQ(spec->training.weight_decay, 0.05);
+  EXPECT_DOUBLE_EQ(spec->training.sparse_l2, 0.001);
   EXPECT_EQ(spec->training.sparse_optimizer, "adagrad");
   EXPECT_EQ(spec->training.seed, 18446744073709551615ull);
   EXPECT_EQ(spec->training.order, "reference");
@@ -235,6 +237,7 @@ TEST(JobSpecTest, CanonicalYamlListsEveryField) {
                           "eval_batch_size: 0",
                           "lr: 0.01",
                           "weight_decay: 0",
+                          "sparse_l2: 0",
                           "optimizer: adam",
                           "sparse_optimizer: adam",
                           "staleness: 1",
@@ -262,7 +265,8 @@ TEST(JobSpecTest, CanonicalYamlListsEveryField) {
 TEST(JobSpecTest, UnknownKeysAreErrors) {
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 2\n  bach_size: 10\n"),
             "job.yaml:4: training.bach_size: unknown key (did you mean 'batch_size'?); known "
-            "keys: epochs, batch_size, eval_batch_size, lr, weight_decay, optimizer, sparse_optimizer, "
+            "keys: epochs, batch_size, eval_batch_size, lr, weight_decay, sparse_l2, optimizer, "
+            "sparse_optimizer, "
             "staleness, seed, order, train_eval_samples, max_steps_per_epoch");
   EXPECT_THAT(ErrorOf("datset: d\n"),
               StartsWith("job.yaml:1: datset: unknown key (did you mean 'dataset'?); known keys: "
