@@ -45,8 +45,11 @@ FaultRun KillDuringJob(const testing::TempDir& dir, const std::string& role, int
   FaultRun run;
   const std::string data = local_test::MakeSmallDataset(dir);
   const std::string spec = local_test::WriteSpec(
-      dir, data, /*epochs=*/3, /*steps=*/6,
-      absl::StrCat("checkpoint: {dir: \"", dir.Sub("ckpt"), "\", every_steps: 2}\n"));
+      // Whole epochs (about 40 steps each): the kill comes after `sift local` printed epoch 1,
+      // up to a poll (0.5 s) after it ended, so two epochs must be left to kill into — at 6 steps
+      // an epoch took 0.2 s on a fast CPU and the job completed before the kill.
+      dir, data, /*epochs=*/3, /*steps=*/0,
+      absl::StrCat("checkpoint: {dir: \"", dir.Sub("ckpt"), "\", every_steps: 8}\n"));
   const std::string log = dir.Sub("local.log");
   const std::string cluster_file = dir.Sub("cluster.json");
   Subprocess local = local_test::StartLocal(
