@@ -1,6 +1,7 @@
 #include "common/report_matrix.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -354,6 +355,13 @@ class MatrixParser {
     } else if (axis == "batch_size") {
       SIFT_ASSIGN_OR_RETURN(spec->training.batch_size,
                             integer(1, JobSpecLimits::kMaxBatchSize));
+    } else if (axis == "lr" || axis == "sparse_l2" || axis == "weight_decay") {
+      double v = 0;
+      if (!absl::SimpleAtod(value, &v) || !std::isfinite(v)) {
+        return Error(at, key, absl::StrCat("\"", value, "\" is not a number"));
+      }
+      (axis == "lr" ? spec->training.lr
+                    : axis == "sparse_l2" ? spec->training.sparse_l2 : spec->training.weight_decay) = v;
     } else if (axis == "dataset") {
       SIFT_ASSIGN_OR_RETURN(spec->dataset, Dataset(at, key, value));
     }

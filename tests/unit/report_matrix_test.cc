@@ -67,6 +67,20 @@ TEST(ReportMatrixTest, CrossProductInAxisOrderWithTheBaseJob) {
   EXPECT_EQ(runs[15].config, 7);
 }
 
+TEST(ReportMatrixTest, TheRecipeKnobsAreAxesCheckedByTheJobSpec) {
+  StatusOr<ReportMatrix> m =
+      Parse("dataset: /d\nmatrix:\n  sparse_l2: [0, 1]\n  weight_decay: [0.1]\n  lr: [0.01]\n");
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->configs.size(), 2u);
+  EXPECT_EQ(m->configs[1].label, "lr=0.01 sparse_l2=1 weight_decay=0.1");
+  EXPECT_DOUBLE_EQ(m->configs[1].spec.training.sparse_l2, 1.0);
+  EXPECT_DOUBLE_EQ(m->configs[1].spec.training.weight_decay, 0.1);
+  EXPECT_THAT(ErrorOf("dataset: /d\nmatrix:\n  sparse_l2: [-1]\n"),
+              HasSubstr("configuration 1 (sparse_l2=-1): training.sparse_l2"));
+  EXPECT_THAT(ErrorOf("dataset: /d\nmatrix:\n  lr: [fast]\n"),
+              HasSubstr("report.yaml:3: matrix.lr: \"fast\" is not a number"));
+}
+
 TEST(ReportMatrixTest, RunsForms) {
   StatusOr<ReportMatrix> n = Parse("dataset: /d\nmatrix: {model: [din]}\nruns: 3\n");
   ASSERT_TRUE(n.ok()) << n.status();
