@@ -191,7 +191,8 @@ Status ReadRunNumbers(const std::string& log_path, json* r) {
   const json auc = r->value("test_auc", json());
   if (!auc.is_number() || !std::isfinite(auc.get<double>())) {
     return absl::DataLossError(absl::StrCat(
-        log_path, ": the final test AUC is not a number (a diverged run, or a split with one class)"));
+        log_path,
+        ": the final test AUC is not a number (a diverged run, or a split with one class)"));
   }
   return absl::OkStatus();
 }
@@ -208,8 +209,8 @@ bool IsCompletedResult(const json& r, const std::string& key) {
   if (!r.is_object()) return false;
   const auto k = r.find("key");
   const auto state = r.find("state");
-  return k != r.end() && k->is_string() && *k == key && state != r.end() &&
-         state->is_string() && *state == "completed";
+  return k != r.end() && k->is_string() && *k == key && state != r.end() && state->is_string() &&
+         *state == "completed";
 }
 
 // One run: `sift local` here, or a job on the coordinator. Fills state, exit and wall time.
@@ -221,8 +222,8 @@ class RunLauncher {
 
   Status Connect() {
     if (f_.coordinator.empty()) return absl::OkStatus();
-    SIFT_ASSIGN_OR_RETURN(client_, ConnectCoordinator(f_.coordinator, absl::Seconds(10),
-                                                      f_.security));
+    SIFT_ASSIGN_OR_RETURN(client_,
+                          ConnectCoordinator(f_.coordinator, absl::Seconds(10), f_.security));
     return absl::OkStatus();
   }
 
@@ -236,8 +237,8 @@ class RunLauncher {
     if (client_ == nullptr) {
       ClearResults(spec);
       SIFT_RETURN_IF_ERROR(WriteFileAtomic(spec_path, JobSpecToYaml(spec)));
-      std::vector<std::string> argv = {binary_,    "local",  spec_path, "--work-dir",
-                                       JoinPath(dir, "work"), "--progress", "off"};
+      std::vector<std::string> argv = {
+          binary_, "local", spec_path, "--work-dir", JoinPath(dir, "work"), "--progress", "off"};
       (*r)["command"] = absl::StrJoin(argv, " ");
       SIFT_ASSIGN_OR_RETURN(ExitInfo exit, RunChild(argv, log));
       (*r)["exit_code"] = exit.ShellCode();
@@ -300,8 +301,8 @@ class RunLauncher {
       (*r)["state"] = "completed";
     } else {
       (*r)["state"] = "failed";
-      (*r)["message"] = absl::StrCat("job ", id, " ", pb::JobState_Name(job.state()), ": ",
-                                     job.message());
+      (*r)["message"] =
+          absl::StrCat("job ", id, " ", pb::JobState_Name(job.state()), ": ", job.message());
     }
     return absl::OkStatus();
   }
@@ -327,8 +328,8 @@ json MachineJson() {
   m["hostname"] = machine.hostname;
   m["cpu_features"] = kernels::CpuVectorFeatures();
   m["cpu_kernels_isa"] = kernels::CpuIsaName(isa);
-  m["onednn"] = absl::StrCat(kernels::OneDnnGemm::Version(), " ",
-                             kernels::OneDnnGemm::EffectiveIsa());
+  m["onednn"] =
+      absl::StrCat(kernels::OneDnnGemm::Version(), " ", kernels::OneDnnGemm::EffectiveIsa());
   m["bf16"] = kernels::OneDnnGemm::Bf16Native() ? "native" : "emulated";
   json gpus = json::array();
 #ifdef SIFT_HAVE_CUDA
@@ -375,9 +376,9 @@ Status CheckRunnable(const ReportMatrix& m, const ReportFlags& f) {
     }
     if (DatasetPreset(c.spec.dataset).empty() && f.coordinator.empty() &&
         !PathExists(JoinPath(c.spec.dataset, data::kFeatureSpecFile))) {
-      return absl::NotFoundError(
-          absl::StrCat(row, ": dataset ", c.spec.dataset, " is not a sift dataset (no ",
-                       data::kFeatureSpecFile, ")"));
+      return absl::NotFoundError(absl::StrCat(row, ": dataset ", c.spec.dataset,
+                                              " is not a sift dataset (no ", data::kFeatureSpecFile,
+                                              ")"));
     }
   }
   std::vector<std::string> argv = {f.python, "-c", "import matplotlib, scipy, numpy"};
@@ -407,10 +408,9 @@ StatusOr<std::string> EnsurePreset(const std::string& binary, const std::string&
   std::error_code ec;
   std::filesystem::remove_all(tmp, ec);
   const std::string log = JoinPath(JoinPath(out, "datasets"), preset + ".log");
-  SIFT_ASSIGN_OR_RETURN(ExitInfo exit,
-                        RunChild({binary, "data", "gen", "--preset", preset, "--seed", "1",
-                                  "--out", tmp},
-                                 log));
+  SIFT_ASSIGN_OR_RETURN(
+      ExitInfo exit,
+      RunChild({binary, "data", "gen", "--preset", preset, "--seed", "1", "--out", tmp}, log));
   if (exit.ShellCode() != 0) {
     return absl::InternalError(absl::StrCat("sift data gen ", exit.Describe(), "; see ", log));
   }
@@ -494,10 +494,10 @@ std::vector<BenchPlan> PlanBenchmarks(const ReportMatrix& m) {
       const std::vector<int64_t> batches =
           train ? std::vector<int64_t>{s.training.batch_size} : m.inference_batch_sizes;
       for (int64_t batch : batches) {
-        const std::string what = absl::StrCat(
-            kind, "|", s.dataset, "|", s.model.type, "|", s.cluster.backend, "|",
-            s.cluster.precision, "|", s.cluster.deterministic, "|", batch, "|",
-            train ? absl::StrCat(s.training.staleness) : std::string());
+        const std::string what =
+            absl::StrCat(kind, "|", s.dataset, "|", s.model.type, "|", s.cluster.backend, "|",
+                         s.cluster.precision, "|", s.cluster.deterministic, "|", batch, "|",
+                         train ? absl::StrCat(s.training.staleness) : std::string());
         if (!seen.insert(what).second) continue;
         plan.push_back({kind, s, batch, train ? m.train_benchmark_steps : m.inference_steps});
       }
@@ -519,9 +519,8 @@ Status RunReport(const ReportFlags& f_in) {
   // One report per directory at a time (two would run the same runs into the same places).
   StatusOr<DirLock> lock = DirLock::Acquire(f.out, "sift report", ".sift-report.lock");
   if (!lock.ok()) {
-    return WithExitCode(Status(lock.status().code(),
-                               absl::StrCat("--out ", lock.status().message())),
-                        kExitUsage);
+    return WithExitCode(
+        Status(lock.status().code(), absl::StrCat("--out ", lock.status().message())), kExitUsage);
   }
   if (Status s = CheckRunnable(m, f); !s.ok()) return WithExitCode(s, kExitUsage);
   const std::string binary = ReportSelfBinary();
@@ -543,10 +542,10 @@ Status RunReport(const ReportFlags& f_in) {
     p.name = RunDirName(m.configs[static_cast<size_t>(run.config)], run, ShortHash(p.key));
     p.dir = JoinPath(JoinPath(f.out, "runs"), p.name);
     if (!names.insert(p.name).second) {
-      return WithExitCode(absl::InvalidArgumentError(absl::StrCat(
-                              m.source, ": two runs compute the same thing (", p.name,
-                              "); make the configurations differ")),
-                          kExitUsage);
+      return WithExitCode(
+          absl::InvalidArgumentError(absl::StrCat(m.source, ": two runs compute the same thing (",
+                                                  p.name, "); make the configurations differ")),
+          kExitUsage);
     }
     const std::string result = JoinPath(p.dir, kResultFile);
     if (PathExists(result)) {
@@ -559,13 +558,14 @@ Status RunReport(const ReportFlags& f_in) {
   const int total = static_cast<int>(plan.size());
   const int reused = static_cast<int>(
       std::count_if(plan.begin(), plan.end(), [](const Planned& p) { return p.done; }));
-  std::printf("sift report: %s: %zu configuration(s) x %zu seed(s)%s = %d run(s); %d done before "
-              "(reused), %d to run (%s)\n",
-              m.source.c_str(), m.configs.size(), m.seeds.size(),
-              m.repeat > 1 ? absl::StrCat(" x ", m.repeat, " repeats").c_str() : "", total,
-              reused, total - reused,
-              f.coordinator.empty() ? "sift local on this machine"
-                                    : absl::StrCat("on the coordinator ", f.coordinator).c_str());
+  std::printf(
+      "sift report: %s: %zu configuration(s) x %zu seed(s)%s = %d run(s); %d done before "
+      "(reused), %d to run (%s)\n",
+      m.source.c_str(), m.configs.size(), m.seeds.size(),
+      m.repeat > 1 ? absl::StrCat(" x ", m.repeat, " repeats").c_str() : "", total, reused,
+      total - reused,
+      f.coordinator.empty() ? "sift local on this machine"
+                            : absl::StrCat("on the coordinator ", f.coordinator).c_str());
   if (f.dry_run) {
     for (const Planned& p : plan) {
       std::printf("  %s %s\n", p.done ? "done " : "to run", p.name.c_str());
@@ -611,7 +611,8 @@ Status RunReport(const ReportFlags& f_in) {
       const int left = total - i;
       const double eta = ran > 0 ? ran_seconds / ran * left : 0;
       std::printf("sift report: [%d/%d] %s: running (%d left incl. this one, ETA %s)\n", i + 1,
-                  total, what.c_str(), left, ran > 0 ? FormatEta(eta).c_str() : "after the first run");
+                  total, what.c_str(), left,
+                  ran > 0 ? FormatEta(eta).c_str() : "after the first run");
       std::fflush(stdout);
       std::error_code ec;
       std::filesystem::remove(JoinPath(p.dir, kResultFile), ec);
@@ -673,11 +674,12 @@ Status RunReport(const ReportFlags& f_in) {
   for (const BenchPlan& b : PlanBenchmarks(m)) {
     // Keyed by what the benchmark runs (its command line, a preset's name unresolved), not by
     // the configuration it was planned from.
-    const std::string key = absl::StrJoin(BenchArgv("sift", b.kind, b.spec, b.batch, b.steps, ""), " ");
-    const std::string dir = JoinPath(
-        JoinPath(f.out, "benchmarks"),
-        absl::StrCat(b.kind, "-", b.spec.model.type, "-", b.spec.cluster.precision, "-b", b.batch,
-                     "-", ShortHash(key).substr(0, 8)));
+    const std::string key =
+        absl::StrJoin(BenchArgv("sift", b.kind, b.spec, b.batch, b.steps, ""), " ");
+    const std::string dir =
+        JoinPath(JoinPath(f.out, "benchmarks"),
+                 absl::StrCat(b.kind, "-", b.spec.model.type, "-", b.spec.cluster.precision, "-b",
+                              b.batch, "-", ShortHash(key).substr(0, 8)));
     const std::string result = JoinPath(dir, kResultFile);
     json r;
     if (PathExists(result)) {
@@ -692,8 +694,8 @@ Status RunReport(const ReportFlags& f_in) {
       SIFT_RETURN_IF_ERROR(resolve_dataset(&resolved));
       const std::string bench_json = JoinPath(dir, "bench.json");
       const std::string log = JoinPath(dir, "bench.log");
-      std::vector<std::string> argv = BenchArgv(binary, b.kind, resolved, b.batch, b.steps,
-                                                bench_json);
+      std::vector<std::string> argv =
+          BenchArgv(binary, b.kind, resolved, b.batch, b.steps, bench_json);
       std::printf("sift report: bench %s %s %s batch %lld\n", b.kind.c_str(),
                   b.spec.model.type.c_str(), b.spec.cluster.precision.c_str(),
                   static_cast<long long>(b.batch));

@@ -63,8 +63,8 @@ namespace sift {
 Status WritePredictionsCsv(const std::string& path, absl::Span<const double> scores,
                            absl::Span<const float> labels) {
   if (scores.size() != labels.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", scores.size(), " scores but ",
-                                                   labels.size(), " labels"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", scores.size(), " scores but ", labels.size(), " labels"));
   }
   std::string text = "score,label\n";
   text.reserve(text.size() + scores.size() * 26);

@@ -34,17 +34,17 @@ struct JobSpec {
     bool operator==(const Model&) const = default;
   };
   struct Training {
-    int epochs = 3;                         // >= 1
-    int64_t batch_size = 131072;            // >= 1, global (all workers together)
-    int64_t eval_batch_size = 0;            // 0 = batch_size
-    double lr = 0.01;                       // finite, > 0
+    int epochs = 3;               // >= 1
+    int64_t batch_size = 131072;  // >= 1, global (all workers together)
+    int64_t eval_batch_size = 0;  // 0 = batch_size
+    double lr = 0.01;             // finite, > 0
     // Decoupled weight decay of the dense parameters (AdamW): each step first scales every dense
     // parameter by (1 - lr * weight_decay), then applies Adam. 0 = plain Adam (the reference).
     double weight_decay = 0;  // in [0, kMaxWeightDecay]
     // Mini-batch-aware L2 on the embedding rows each step touches (the DIN paper): every touched
     // row j gets λ·w_j / n_j added to its gradient, n_j = id j's occurrences in the training
     // split. 0 = none (the reference).
-    double sparse_l2 = 0;  // λ in [0, kMaxSparseL2]
+    double sparse_l2 = 0;                   // λ in [0, kMaxSparseL2]
     std::string optimizer = "adam";         // dense: adam
     std::string sparse_optimizer = "adam";  // adam | adagrad | sgd
     int64_t staleness = 1;                  // k >= 0; 0 = synchronous

@@ -47,8 +47,9 @@ class MatrixParser {
       return LineError(e.mark.line, "", absl::StrCat("YAML syntax error: ", e.msg));
     }
     if (!root.IsMap()) {
-      return LineError(0, "", "a report matrix is a mapping with at least 'job' or 'dataset' and "
-                              "'matrix'");
+      return LineError(0, "",
+                       "a report matrix is a mapping with at least 'job' or 'dataset' and "
+                       "'matrix'");
     }
     ReportMatrix m;
     m.source = source_;
@@ -91,7 +92,8 @@ class MatrixParser {
     SIFT_RETURN_IF_ERROR(ParseRuns(runs, &m));
     SIFT_RETURN_IF_ERROR(ParseBenchmarks(benchmarks, &m));
     if (!has_matrix) {
-      return LineError(0, "matrix", "missing: give at least one axis, e.g. 'matrix: {model: [sim]}'");
+      return LineError(0, "matrix",
+                       "missing: give at least one axis, e.g. 'matrix: {model: [sim]}'");
     }
     SIFT_RETURN_IF_ERROR(ParseAxes(matrix, base, &m));
     if (m.name.empty()) m.name = "sift report";
@@ -164,7 +166,8 @@ class MatrixParser {
         if (l > first) end = std::min(end, l);
       }
       std::vector<std::string> kept(lines.size());
-      for (int l = first; l < end; ++l) kept[static_cast<size_t>(l)] = lines[static_cast<size_t>(l)];
+      for (int l = first; l < end; ++l)
+        kept[static_cast<size_t>(l)] = lines[static_cast<size_t>(l)];
       // "job:" becomes spaces: the mapping stays in place, at its own line numbers.
       std::string& key_line = kept[static_cast<size_t>(first)];
       const size_t col = static_cast<size_t>(job_key_.Mark().column);
@@ -178,8 +181,8 @@ class MatrixParser {
                       absl::StrCat("dataset: \"", kNoDataset, "\", "));
         } else {
           const int indent = job.begin()->first.Mark().column;
-          kept.push_back(absl::StrCat(std::string(static_cast<size_t>(indent), ' '),
-                                      "dataset: \"", kNoDataset, "\""));
+          kept.push_back(absl::StrCat(std::string(static_cast<size_t>(indent), ' '), "dataset: \"",
+                                      kNoDataset, "\""));
         }
       }
       job_text = absl::StrJoin(kept, "\n");
@@ -303,8 +306,8 @@ class MatrixParser {
           return Error(kv.second, where + ".batch_sizes", "expected a non-empty list");
         }
         for (const auto& b : kv.second) {
-          SIFT_ASSIGN_OR_RETURN(uint64_t v, Count(b, where + ".batch_sizes", 1,
-                                                  JobSpecLimits::kMaxBatchSize));
+          SIFT_ASSIGN_OR_RETURN(uint64_t v,
+                                Count(b, where + ".batch_sizes", 1, JobSpecLimits::kMaxBatchSize));
           m->inference_batch_sizes.push_back(static_cast<int64_t>(v));
         }
       } else if (key == "steps") {
@@ -328,8 +331,8 @@ class MatrixParser {
     auto integer = [&](int64_t min, int64_t max) -> StatusOr<int64_t> {
       int64_t n = 0;
       if (!absl::SimpleAtoi(value, &n) || n < min || n > max) {
-        return Error(at, key, absl::StrCat("\"", value, "\" is not an integer in [", min, ", ",
-                                           max, "]"));
+        return Error(at, key,
+                     absl::StrCat("\"", value, "\" is not an integer in [", min, ", ", max, "]"));
       }
       return n;
     };
@@ -353,15 +356,15 @@ class MatrixParser {
       }
       spec->cluster.deterministic = value == "true";
     } else if (axis == "batch_size") {
-      SIFT_ASSIGN_OR_RETURN(spec->training.batch_size,
-                            integer(1, JobSpecLimits::kMaxBatchSize));
+      SIFT_ASSIGN_OR_RETURN(spec->training.batch_size, integer(1, JobSpecLimits::kMaxBatchSize));
     } else if (axis == "lr" || axis == "sparse_l2" || axis == "weight_decay") {
       double v = 0;
       if (!absl::SimpleAtod(value, &v) || !std::isfinite(v)) {
         return Error(at, key, absl::StrCat("\"", value, "\" is not a number"));
       }
-      (axis == "lr" ? spec->training.lr
-                    : axis == "sparse_l2" ? spec->training.sparse_l2 : spec->training.weight_decay) = v;
+      (axis == "lr"          ? spec->training.lr
+       : axis == "sparse_l2" ? spec->training.sparse_l2
+                             : spec->training.weight_decay) = v;
     } else if (axis == "dataset") {
       SIFT_ASSIGN_OR_RETURN(spec->dataset, Dataset(at, key, value));
     }
@@ -370,9 +373,10 @@ class MatrixParser {
 
   Status ParseAxes(const YAML::Node& matrix, const JobSpec& base, ReportMatrix* m) const {
     if (!matrix.IsMap() || matrix.size() == 0) {
-      return Error(matrix, "matrix",
-                   absl::StrCat("empty: give at least one axis of ",
-                                absl::StrJoin(std::begin(kReportAxes), std::end(kReportAxes), ", ")));
+      return Error(
+          matrix, "matrix",
+          absl::StrCat("empty: give at least one axis of ",
+                       absl::StrJoin(std::begin(kReportAxes), std::end(kReportAxes), ", ")));
     }
     struct Axis {
       std::string name;
@@ -406,12 +410,11 @@ class MatrixParser {
     }
     for (const auto& kv : matrix) {
       const std::string key = KeyOf(kv.first);
-      if (std::find(std::begin(kReportAxes), std::end(kReportAxes), key) ==
-          std::end(kReportAxes)) {
-        return Error(kv.first, absl::StrCat("matrix.", key),
-                     absl::StrCat("unknown axis (expected one of ",
-                                  absl::StrJoin(std::begin(kReportAxes), std::end(kReportAxes), ", "),
-                                  ")"));
+      if (std::find(std::begin(kReportAxes), std::end(kReportAxes), key) == std::end(kReportAxes)) {
+        return Error(
+            kv.first, absl::StrCat("matrix.", key),
+            absl::StrCat("unknown axis (expected one of ",
+                         absl::StrJoin(std::begin(kReportAxes), std::end(kReportAxes), ", "), ")"));
       }
     }
     for (const Axis& a : axes) m->axes.push_back(a.name);
@@ -506,8 +509,7 @@ StatusOr<ReportMatrix> ReadReportMatrix(const std::string& path) {
 }
 
 std::string DatasetPreset(const std::string& dataset) {
-  return absl::StartsWith(dataset, kPresetPrefix) ? dataset.substr(sizeof(kPresetPrefix) - 1)
-                                                  : "";
+  return absl::StartsWith(dataset, kPresetPrefix) ? dataset.substr(sizeof(kPresetPrefix) - 1) : "";
 }
 
 std::string RunCanonicalText(const ReportRun& run, const std::string& launcher) {
@@ -515,8 +517,8 @@ std::string RunCanonicalText(const ReportRun& run, const std::string& launcher) 
   spec.results_dir.clear();
   spec.checkpoint.dir.clear();
   spec.name.clear();
-  return absl::StrCat(JobSpecToYaml(spec), "report_repeat: ", run.repeat,
-                      "\nreport_launcher: \"", launcher, "\"\n");
+  return absl::StrCat(JobSpecToYaml(spec), "report_repeat: ", run.repeat, "\nreport_launcher: \"",
+                      launcher, "\"\n");
 }
 
 std::string ShortHash(absl::string_view text) {

@@ -15,10 +15,10 @@
 //     inference: {batch_sizes: [256, 1024], steps: 50}   # sift bench inference per batch size
 //
 // Axes: model, backend, precision, workers, servers, staleness, deterministic, batch_size, lr,
-// sparse_l2, weight_decay (the recipe's knobs: README, Regularisation), dataset. Parsing is strict and complete before any run starts: an unknown key, an empty matrix
-// or axis, a value the job spec refuses, or a configuration the cluster cannot run is
-// INVALID_ARGUMENT "<source>:<line>: <key>: <what>" (a configuration's error names its row).
-// Pure functions; thread-safe.
+// sparse_l2, weight_decay (the recipe's knobs: README, Regularisation), dataset. Parsing is strict
+// and complete before any run starts: an unknown key, an empty matrix or axis, a value the job spec
+// refuses, or a configuration the cluster cannot run is INVALID_ARGUMENT "<source>:<line>: <key>:
+// <what>" (a configuration's error names its row). Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +33,9 @@
 namespace sift {
 
 // The axes a matrix may vary, in the order configurations are listed.
-inline constexpr const char* kReportAxes[] = {
-    "model",         "backend",    "precision", "workers",   "servers",     "staleness",
-    "deterministic", "batch_size", "lr",        "sparse_l2", "weight_decay", "dataset"};
+inline constexpr const char* kReportAxes[] = {"model",   "backend",   "precision",     "workers",
+                                              "servers", "staleness", "deterministic", "batch_size",
+                                              "lr",      "sparse_l2", "weight_decay",  "dataset"};
 
 struct ReportConfig {
   int index = 0;

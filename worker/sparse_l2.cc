@@ -39,8 +39,9 @@ Status AddMiniBatchAwareL2(float scale, const IdCounts& counts, int dim, size_t 
   for (size_t k = 0; k < keys->keys.size(); ++k) {
     const auto it = n.find(keys->keys[k]);
     if (it == n.end() || it->second < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", table, ": id ", keys->keys[k], " is in a training batch but was never counted"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", table, ": id ", keys->keys[k],
+                       " is in a training batch but was never counted"));
     }
     const float c = scale / static_cast<float>(it->second);
     float* g = keys->grads.data() + k * d;

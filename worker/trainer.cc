@@ -378,9 +378,9 @@ Status Trainer::Setup(RunMode mode) {
     return absl::InvalidArgumentError("--lr must be a finite number > 0");
   }
   if (!(o_.weight_decay >= 0) || !(o_.lr * o_.weight_decay < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--weight-decay must be >= 0 with lr x weight_decay < 1, got ", o_.weight_decay,
-        " at lr ", o_.lr));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--weight-decay must be >= 0 with lr x weight_decay < 1, got ",
+                     o_.weight_decay, " at lr ", o_.lr));
   }
   if (!(o_.sparse_l2 >= 0) || !std::isfinite(o_.sparse_l2)) {
     return absl::InvalidArgumentError(
@@ -987,8 +987,8 @@ Status Trainer::CountTrainingIds() {
   id_counts_ = IdCounts();
   while (const data::Batch* b = loader->Next()) {
     SIFT_RETURN_IF_ERROR(env_->CheckAbort());
-    SIFT_RETURN_IF_ERROR(BuildBatchKeys(*b, model_->key_usage(ForwardMode::kTrain),
-                                        config_.embedding_dim, &keys));
+    SIFT_RETURN_IF_ERROR(
+        BuildBatchKeys(*b, model_->key_usage(ForwardMode::kTrain), config_.embedding_dim, &keys));
     CountOccurrences(keys, &id_counts_);
     seen += b->size;
     bar.Update(seen, seen);
@@ -1140,9 +1140,8 @@ std::string ModelSummary(const ModelConfig& c) {
 
 TrainerEnv::~TrainerEnv() = default;
 
-void DenseAdamWStep(kernels::Backend* backend, const kernels::AdamHyper& hyper,
-                    float weight_decay, int64_t t, int64_t n, const float* grads, float* params,
-                    float* m, float* v) {
+void DenseAdamWStep(kernels::Backend* backend, const kernels::AdamHyper& hyper, float weight_decay,
+                    int64_t t, int64_t n, const float* grads, float* params, float* m, float* v) {
   if (weight_decay != 0) backend->Scale(n, 1.0f - hyper.lr * weight_decay, params);
   backend->AdamUpdate(n, hyper, t, grads, params, m, v);
 }

@@ -61,8 +61,8 @@ struct TrainerOptions {
   int threads = 0;  // backend and loader threads; <= 0: every available CPU
   int epochs = 3;
   int64_t batch_size = 4096;
-  int64_t eval_batch_size = 0;            // 0: batch_size
-  float lr = 0.01f;                       // dense Adam and the sparse optimizer
+  int64_t eval_batch_size = 0;  // 0: batch_size
+  float lr = 0.01f;             // dense Adam and the sparse optimizer
   // Decoupled weight decay of every dense parameter (AdamW, Loshchilov & Hutter): each step
   // θ ← θ·(1 − lr·weight_decay), then the Adam update. 0 = plain Adam, bit for bit the same as
   // before (no extra pass). REQUIRES: 0 <= lr * weight_decay < 1.
@@ -259,9 +259,8 @@ std::string ModelSummary(const ModelConfig& config);
 //   lr_t = lr·√(1 − β2^t)/(1 − β1^t), θ ← θ − lr_t·m/(√v + ε)).
 // The decay uses θ before the Adam update. weight_decay == 0 is AdamUpdate alone (no extra pass,
 // bit for bit the same). All pointers are backend memory of n floats.
-void DenseAdamWStep(kernels::Backend* backend, const kernels::AdamHyper& hyper,
-                    float weight_decay, int64_t t, int64_t n, const float* grads, float* params,
-                    float* m, float* v);
+void DenseAdamWStep(kernels::Backend* backend, const kernels::AdamHyper& hyper, float weight_decay,
+                    int64_t t, int64_t n, const float* grads, float* params, float* m, float* v);
 
 // Scales gradients for a data-parallel push: every value times unscale/world (exactly, for powers
 // of two: the fp16 loss scale's inverse is one). world 1 with unscale 1 leaves them as they are.

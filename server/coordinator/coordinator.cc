@@ -964,8 +964,8 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
       const Status saved = WritePredictionsCsv(
           JoinPath(job->spec.results_dir, kTestPredictionsFile), scores, labels);
       if (!saved.ok()) {
-        (void)Log(job, absl::StrCat("warning: the test predictions were not saved: ",
-                                    saved.message()));
+        (void)Log(job,
+                  absl::StrCat("warning: the test predictions were not saved: ", saved.message()));
       }
     }
     loss[split] = scores.empty() ? std::numeric_limits<double>::quiet_NaN()

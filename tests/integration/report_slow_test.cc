@@ -101,8 +101,12 @@ double KsStatistic(std::vector<double> a, std::vector<double> b) {
   all.insert(all.end(), b.begin(), b.end());
   double d = 0;
   for (double x : all) {
-    const double fa = static_cast<double>(std::count_if(a.begin(), a.end(), [&](double v) { return v <= x; })) / a.size();
-    const double fb = static_cast<double>(std::count_if(b.begin(), b.end(), [&](double v) { return v <= x; })) / b.size();
+    const double fa =
+        static_cast<double>(std::count_if(a.begin(), a.end(), [&](double v) { return v <= x; })) /
+        a.size();
+    const double fb =
+        static_cast<double>(std::count_if(b.begin(), b.end(), [&](double v) { return v <= x; })) /
+        b.size();
     d = std::max(d, std::abs(fa - fb));
   }
   return d;
@@ -229,18 +233,20 @@ TEST_F(ReportTest, TwoConfigurationsTimesTwoRunsResumeAfterAKillAndMatchTheirLog
   for (const std::string precision : {"fp32", "bf16"}) {
     const std::vector<double>& a = aucs[precision];
     ASSERT_EQ(a.size(), 2u);
-    EXPECT_THAT(md, HasSubstr(absl::StrFormat("| %s | 2/2 | %.4f ± %.4f | %.4f | %.4f |", precision,
-                                              Mean(a), SampleStd(a), *std::min_element(a.begin(), a.end()),
-                                              *std::max_element(a.begin(), a.end()))))
+    EXPECT_THAT(
+        md, HasSubstr(absl::StrFormat("| %s | 2/2 | %.4f ± %.4f | %.4f | %.4f |", precision,
+                                      Mean(a), SampleStd(a), *std::min_element(a.begin(), a.end()),
+                                      *std::max_element(a.begin(), a.end()))))
         << md;
-    EXPECT_THAT(md, HasSubstr(absl::StrCat("| ", precision, " | 2 | ", Thousands(Mean(rates[precision])),
-                                           " ± ", Thousands(SampleStd(rates[precision])), " |")))
+    EXPECT_THAT(
+        md, HasSubstr(absl::StrCat("| ", precision, " | 2 | ", Thousands(Mean(rates[precision])),
+                                   " ± ", Thousands(SampleStd(rates[precision])), " |")))
         << md;
   }
-  EXPECT_THAT(md, HasSubstr(absl::StrFormat(
-                      "| bf16 | %.4f ± %.4f | %.4f ± %.4f | %.4f |", Mean(aucs["fp32"]),
-                      SampleStd(aucs["fp32"]), Mean(aucs["bf16"]), SampleStd(aucs["bf16"]),
-                      KsStatistic(aucs["fp32"], aucs["bf16"]))))
+  EXPECT_THAT(md, HasSubstr(absl::StrFormat("| bf16 | %.4f ± %.4f | %.4f ± %.4f | %.4f |",
+                                            Mean(aucs["fp32"]), SampleStd(aucs["fp32"]),
+                                            Mean(aucs["bf16"]), SampleStd(aucs["bf16"]),
+                                            KsStatistic(aucs["fp32"], aucs["bf16"]))))
       << md;
   // Benchmarks: training at the job's batch and staleness, inference per batch size.
   EXPECT_THAT(md, HasSubstr("### Training benchmark"));
@@ -263,7 +269,8 @@ TEST_F(ReportTest, TwoConfigurationsTimesTwoRunsResumeAfterAKillAndMatchTheirLog
     return text.substr(from, text.find("## Training stability") - from);
   };
   EXPECT_EQ(accuracy(testing::ReadAll(out + "/report.md")), accuracy(md));
-  testing::RunResult dry = testing::RunSift({"report", "--matrix", matrix, "--out", out, "--dry-run"});
+  testing::RunResult dry =
+      testing::RunSift({"report", "--matrix", matrix, "--out", out, "--dry-run"});
   ASSERT_EQ(dry.exit_code, 0) << dry.out << dry.err;
   EXPECT_THAT(dry.out, HasSubstr(absl::StrCat("done  ", first_name)));
 }
@@ -345,8 +352,8 @@ TEST_F(ReportTest, RunsAreJobsOnACoordinatorWithItsSharedResultsDirectory) {
   // Killed once its first job is submitted: the job runs on; the resumed report follows it
   // instead of submitting it again into the same results directory.
   SubprocessOptions o;
-  o.argv = {SIFT_BINARY, "report", "--matrix", matrix, "--out", out, "--coordinator",
-            cluster.coordinator_address()};
+  o.argv = {SIFT_BINARY, "report", "--matrix",      matrix,
+            "--out",     out,      "--coordinator", cluster.coordinator_address()};
   o.log_path = dir_->Sub("report-cluster-first.log");
   StatusOr<Subprocess> first = Subprocess::Start(o);
   ASSERT_TRUE(first.ok()) << first.status();

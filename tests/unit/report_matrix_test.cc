@@ -85,7 +85,8 @@ TEST(ReportMatrixTest, RunsForms) {
   StatusOr<ReportMatrix> n = Parse("dataset: /d\nmatrix: {model: [din]}\nruns: 3\n");
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(n->seeds, (std::vector<uint64_t>{1, 2, 3}));
-  StatusOr<ReportMatrix> r = Parse("dataset: /d\nmatrix: {model: [din]}\nruns: {seed: 7, repeat: 3}\n");
+  StatusOr<ReportMatrix> r =
+      Parse("dataset: /d\nmatrix: {model: [din]}\nruns: {seed: 7, repeat: 3}\n");
   ASSERT_TRUE(r.ok()) << r.status();
   const std::vector<ReportRun> runs = r->Runs();
   ASSERT_EQ(runs.size(), 3u);
@@ -121,9 +122,9 @@ TEST(ReportMatrixTest, AJobFileInBlockOrFlowStyleWithPathsRelativeToTheMatrix) {
                     "training:\n  epochs: 2\ncheckpoint:\n  resume_from: ckpt/step-9\n");
   testing::WriteAll(dir.Sub("flow.yaml"), "{training: {epochs: 4}}\n");
   for (const char* file : {"block.yaml", "flow.yaml"}) {
-    StatusOr<ReportMatrix> m = ParseReportMatrix(
-        absl::StrCat("dataset: data\njob: ", file, "\nmatrix: {model: [din]}\n"), "report.yaml",
-        dir.path());
+    StatusOr<ReportMatrix> m =
+        ParseReportMatrix(absl::StrCat("dataset: data\njob: ", file, "\nmatrix: {model: [din]}\n"),
+                          "report.yaml", dir.path());
     ASSERT_TRUE(m.ok()) << file << ": " << m.status();
     const JobSpec& s = m->configs[0].spec;
     EXPECT_EQ(s.dataset, dir.Sub("data"));
@@ -133,8 +134,8 @@ TEST(ReportMatrixTest, AJobFileInBlockOrFlowStyleWithPathsRelativeToTheMatrix) {
     }
   }
   testing::WriteAll(dir.Sub("bad.yaml"), "training:\n  epochs: 0\n");
-  StatusOr<ReportMatrix> bad = ParseReportMatrix("dataset: d\njob: bad.yaml\nmatrix: {model: [din]}\n",
-                                                 "report.yaml", dir.path());
+  StatusOr<ReportMatrix> bad = ParseReportMatrix(
+      "dataset: d\njob: bad.yaml\nmatrix: {model: [din]}\n", "report.yaml", dir.path());
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr(dir.Sub("bad.yaml") + ":2: training.epochs"));
 }
@@ -159,8 +160,9 @@ TEST(ReportMatrixTest, BadInputIsNamedByLineAndKey) {
   EXPECT_THAT(ErrorOf("dataset: /d\nmatrix:\n  precision: [fp32, tf32]\n"),
               HasSubstr("configuration 2 (precision=tf32)"));
   // The cluster check: the global batch splits evenly over the workers.
-  EXPECT_THAT(ErrorOf("dataset: /d\njob: {training: {batch_size: 5}}\nmatrix:\n  workers: [1, 2]\n"),
-              HasSubstr("configuration 2 (workers=2)"));
+  EXPECT_THAT(
+      ErrorOf("dataset: /d\njob: {training: {batch_size: 5}}\nmatrix:\n  workers: [1, 2]\n"),
+      HasSubstr("configuration 2 (workers=2)"));
   // The base job's own errors keep report.yaml's line numbers.
   EXPECT_THAT(ErrorOf("dataset: /d\njob:\n  training:\n    lr: -1\nmatrix: {model: [sim]}\n"),
               HasSubstr("report.yaml:4: training.lr"));

@@ -16,11 +16,11 @@ BatchKeys TwoRowBatch() {
   k.num_item_features = 1;
   k.batch = 2;
   k.tables.resize(2);
-  k.tables[0].keys = {7, 9};        // users
-  k.tables[1].keys = {3, 4, 5};     // items
-  k.user_inv = {0, 1};              // user 7, user 9
-  k.target_inv = {2, 0};            // item 5, item 3
-  k.long_inv = {0, 1, -1, 0, 0, 2}; // row 0: 3, 4, pad; row 1: 3, 3, 5
+  k.tables[0].keys = {7, 9};         // users
+  k.tables[1].keys = {3, 4, 5};      // items
+  k.user_inv = {0, 1};               // user 7, user 9
+  k.target_inv = {2, 0};             // item 5, item 3
+  k.long_inv = {0, 1, -1, 0, 0, 2};  // row 0: 3, 4, pad; row 1: 3, 3, 5
   return k;
 }
 
@@ -47,8 +47,8 @@ TEST(SparseL2Test, TheTermIsLambdaTimesTheRowOverItsCount) {
   items.rows = {1.0f, -2.0f, 0.5f, 4.0f, -1.0f, 8.0f};
   items.grads = {0.1f, 0.2f, 0.0f, 0.0f, 1.0f, -1.0f};
   ASSERT_TRUE(AddMiniBatchAwareL2(0.5f, c, dim, 1, &items).ok());
-  const std::vector<float> want = {0.1f + 0.5f * 1.0f / 4, 0.2f + 0.5f * -2.0f / 4,
-                                   0.0f + 0.5f * 0.5f / 1, 0.0f + 0.5f * 4.0f / 1,
+  const std::vector<float> want = {0.1f + 0.5f * 1.0f / 4,  0.2f + 0.5f * -2.0f / 4,
+                                   0.0f + 0.5f * 0.5f / 1,  0.0f + 0.5f * 4.0f / 1,
                                    1.0f + 0.5f * -1.0f / 2, -1.0f + 0.5f * 8.0f / 2};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(items.grads[i], want[i]) << i;
   // An id the counting pass never saw is an error naming it.
