@@ -147,8 +147,9 @@ class MatrixParser {
       has_dataset = file.IsMap() && file["dataset"].IsDefined();
       job_text = *std::move(read);
       if (!has_dataset && file.IsMap() && file.Style() == YAML::EmitterStyle::Flow) {
-        // `{training: {...}}`: the placeholder goes into the mapping, re-emitted (the file's
-        // line numbers are lost for this rare form; its keys still name the fields).
+        // A flow-style file (`{training: {epochs: 4}}`): the placeholder goes into the mapping,
+        // re-emitted (the file's line numbers are lost for this rare form; its keys still name the
+        // fields).
         file["dataset"] = kNoDataset;
         YAML::Emitter emitted;
         emitted << file;

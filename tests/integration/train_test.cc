@@ -83,6 +83,15 @@ class TrainTest : public sift::testing::TinyDatasetSuite<5> {
     }
     return out;
   }
+  // The step losses of a 1-epoch DIN run (TrainArgs + `extra`) into Dir(name); it must succeed.
+  static std::vector<double> DinStepLosses(const std::string& name,
+                                           const std::vector<std::string>& extra) {
+    auto args = TrainArgs("din", 1, Dir(name));
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = RunSift(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return StepLosses(Records(Dir(name)), 0);
+  }
   static const DllRecord* EpochRecord(const std::vector<DllRecord>& recs, int64_t epoch) {
     for (const DllRecord& r : recs) {
       if (r.type == DllRecord::Type::kLog && r.step.size() == 1 && r.step[0] == epoch) return &r;
@@ -246,16 +255,9 @@ TEST_F(TrainTest, HighLearningRateStaysFinite) {
 
 TEST_F(TrainTest, WeightDecayReachesTheDenseStepAndZeroIsPlainAdam) {
   // DIN: its dense step is most of what it trains in a few steps.
-  auto run = [](const std::string& name, const std::vector<std::string>& extra) {
-    auto args = TrainArgs("din", 1, Dir(name));
-    args.insert(args.end(), extra.begin(), extra.end());
-    auto r = RunSift(args);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return StepLosses(Records(Dir(name)), 0);
-  };
-  const std::vector<double> plain = run("wd-none", {});
-  const std::vector<double> zero = run("wd-zero", {"--weight-decay", "0"});
-  const std::vector<double> decayed = run("wd-decayed", {"--weight-decay", "20"});
+  const std::vector<double> plain = DinStepLosses("wd-none", {});
+  const std::vector<double> zero = DinStepLosses("wd-zero", {"--weight-decay", "0"});
+  const std::vector<double> decayed = DinStepLosses("wd-decayed", {"--weight-decay", "20"});
   ASSERT_EQ(plain.size(), 8u);
   EXPECT_EQ(zero, plain);  // 0 is plain Adam, bit for bit (no extra pass)
   ASSERT_EQ(decayed.size(), plain.size());
@@ -270,16 +272,9 @@ TEST_F(TrainTest, WeightDecayReachesTheDenseStepAndZeroIsPlainAdam) {
 }
 
 TEST_F(TrainTest, SparseL2ReachesThePushesAndZeroIsNone) {
-  auto run = [](const std::string& name, const std::vector<std::string>& extra) {
-    auto args = TrainArgs("din", 1, Dir(name));
-    args.insert(args.end(), extra.begin(), extra.end());
-    auto r = RunSift(args);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return StepLosses(Records(Dir(name)), 0);
-  };
-  const std::vector<double> plain = run("l2-none", {});
-  const std::vector<double> zero = run("l2-zero", {"--sparse-l2", "0"});
-  const std::vector<double> l2 = run("l2-on", {"--sparse-l2", "1000"});
+  const std::vector<double> plain = DinStepLosses("l2-none", {});
+  const std::vector<double> zero = DinStepLosses("l2-zero", {"--sparse-l2", "0"});
+  const std::vector<double> l2 = DinStepLosses("l2-on", {"--sparse-l2", "1000"});
   ASSERT_EQ(plain.size(), 8u);
   EXPECT_EQ(zero, plain);  // 0: no counting pass, no term, bit for bit
   ASSERT_EQ(l2.size(), plain.size());
