@@ -30,6 +30,7 @@ struct TrainFlags {
   worker::TrainerOptions opt;
   std::string model = "sim";
   std::string order = "shuffled";
+  std::string keep_best = "last";
   std::string progress = "auto";
   std::string json;
   std::string embedding_servers;
@@ -136,6 +137,20 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
     cmd->add_option("--train-eval-samples", o.train_eval_samples,
                     "Train AUC on a fixed sample of this many training samples (0 = all)")
         ->capture_default_str();
+    cmd->add_option("--validation-fraction", o.validation_fraction,
+                    "Hold out the last training pair of this fraction of the users as a "
+                    "validation split, evaluated after every epoch (0 = none; at most 0.5)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 0.5));
+    cmd->add_option("--keep-best", f->keep_best,
+                    "The kept model: last (epoch) or validation_auc (the best epoch's: its test "
+                    "AUC is the run's; the checkpoint is saved only when it improves)")
+        ->check(CLI::IsMember({"last", "validation_auc"}))
+        ->capture_default_str();
+    cmd->add_option("--patience", o.patience,
+                    "Stop after this many epochs without a better validation AUC (0 = never)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
   } else {
     cmd->add_option("--benchmark-steps", o.benchmark_steps,
                     "Measured steps after the warm-up (0 = every step of every epoch)")
@@ -172,6 +187,7 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
 Status ResolveFlags(TrainFlags* f) {
   SIFT_ASSIGN_OR_RETURN(f->opt.model.type, worker::ParseModelType(f->model));
   SIFT_ASSIGN_OR_RETURN(f->opt.order, data::ParseSampleOrder(f->order));
+  f->opt.keep_best = f->keep_best == "validation_auc";
 #ifndef SIFT_MINIMAL
   if (!f->embedding_servers.empty()) {
     SIFT_ASSIGN_OR_RETURN(f->opt.embedding_servers, worker::ParseServerList(f->embedding_servers));
@@ -231,15 +247,31 @@ Status RunTrain(TrainFlags* f) {
     std::printf("  fp16 loss scaling skipped %lld step(s) whose gradients overflowed\n",
                 static_cast<long long>(r.skipped_steps));
   }
-  std::printf("  %-6s %-10s %-10s %-10s %-10s %-12s %-10s\n", "epoch", "train_auc", "train_loss",
-              "test_auc", "test_loss", "samples/s", "to_oracle");
+  const bool validation = !r.epochs.empty() && r.epochs.front().has_validation;
+  std::printf("  %-6s %-10s %-10s %s%-10s %-10s %-12s %-10s\n", "epoch", "train_auc", "train_loss",
+              validation ? "valid_auc  " : "", "test_auc", "test_loss", "samples/s", "to_oracle");
   for (const worker::EpochMetrics& e : r.epochs) {
     std::string ratio = r.oracle_test_auc > 0
                             ? absl::StrFormat("%.4f", e.test_auc / r.oracle_test_auc)
                             : std::string("-");
-    std::printf("  %-6lld %-10.4f %-10.4f %-10.4f %-10.4f %-12.0f %-10s\n",
-                static_cast<long long>(e.epoch), e.train_auc, e.train_loss, e.test_auc, e.test_loss,
-                e.perf.throughput, ratio.c_str());
+    const std::string valid = validation ? absl::StrFormat("%-10.4f ", e.validation_auc) : "";
+    std::printf("  %-6lld %-10.4f %-10.4f %s%-10.4f %-10.4f %-12.0f %-10s\n",
+                static_cast<long long>(e.epoch), e.train_auc, e.train_loss, valid.c_str(),
+                e.test_auc, e.test_loss, e.perf.throughput, ratio.c_str());
+  }
+  if (validation) {
+    const ModelSelection& sel = r.selection;
+    const bool best = f->opt.keep_best && sel.best_epoch >= 0;
+    std::printf("  kept model: epoch %lld (%s), test AUC %.4f%s\n",
+                static_cast<long long>(r.kept_epoch),
+                best ? absl::StrFormat("best validation AUC %.4f", sel.best_validation_auc).c_str()
+                     : "the last",
+                best ? sel.best_test_auc : r.epochs.back().test_auc,
+                r.stopped_early ? absl::StrFormat("; stopped early: no better validation AUC "
+                                                  "for %d epoch(s)",
+                                                  f->opt.patience)
+                                      .c_str()
+                                : "");
   }
   if (r.oracle_test_auc > 0) std::printf("  oracle_test_auc %.4f\n", r.oracle_test_auc);
   std::printf("  time_to_train %.1f s\n", r.time_to_train_s);

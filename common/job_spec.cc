@@ -29,6 +29,7 @@ const std::vector<std::string> kModelTypes = {"sim", "dien", "din"};
 const std::vector<std::string> kOptimizers = {"adam"};
 const std::vector<std::string> kSparseOptimizers = {"adam", "adagrad", "sgd"};
 const std::vector<std::string> kOrders = {"shuffled", "reference"};
+const std::vector<std::string> kKeepBest = {"last", "validation_auc"};
 const std::vector<std::string> kBackends = {"cpu", "cuda"};
 const std::vector<std::string> kPrecisions = {"auto", "fp32", "tf32", "bf16", "fp16"};
 const std::vector<std::string> kCollectives = {"auto", "gloo", "nccl"};
@@ -335,6 +336,9 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                        {"order", p.Enum(&t.order, kOrders)},
                        {"train_eval_samples", p.Int(&t.train_eval_samples, 0, L::kMaxSamples)},
                        {"max_steps_per_epoch", p.Int(&t.max_steps_per_epoch, 0, L::kMaxSamples)},
+                       {"validation_fraction", p.Float(&t.validation_fraction, 0, 0.5)},
+                       {"keep_best", p.Enum(&t.keep_best, kKeepBest)},
+                       {"patience", p.Int(&t.patience, 0, L::kMaxEpochs)},
                    })},
       {"cluster", p.Section({
                       {"servers", p.Int(&c.servers, 1, L::kMaxClusterSize)},
@@ -412,6 +416,14 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                    absl::StrCat("lr x weight_decay must be < 1 (each step scales the dense "
                                 "parameters by 1 - lr x weight_decay), got ",
                                 t.lr * t.weight_decay));
+  }
+  for (const auto& [field, set] :
+       {std::pair<const char*, bool>{"training.keep_best", t.keep_best != "last"},
+        {"training.patience", t.patience > 0}}) {
+    if (set && !(t.validation_fraction > 0)) {
+      return p.Error(p.LineOf(field), field,
+                     "chooses by the validation AUC: it needs training.validation_fraction > 0");
+    }
   }
   if (c.backend == "cpu" && c.collectives == "nccl") {
     return p.Error(p.LineOf("cluster.collectives"), "cluster.collectives",
@@ -558,6 +570,14 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "staleness" << YAML::Value << t.staleness;
   out << YAML::Key << "seed" << YAML::Value << t.seed;
   out << YAML::Key << "order" << YAML::Value << t.order;
+  // Model selection only when used: the canonical text of a spec without it (sift report's run
+  // keys) stays what it was before these fields existed.
+  if (t.validation_fraction != 0) {
+    out << YAML::Key << "validation_fraction" << YAML::Value
+        << ShortestDouble(t.validation_fraction);
+  }
+  if (t.keep_best != "last") out << YAML::Key << "keep_best" << YAML::Value << t.keep_best;
+  if (t.patience != 0) out << YAML::Key << "patience" << YAML::Value << t.patience;
   out << YAML::Key << "train_eval_samples" << YAML::Value << t.train_eval_samples;
   out << YAML::Key << "max_steps_per_epoch" << YAML::Value << t.max_steps_per_epoch;
   out << YAML::EndMap;

@@ -52,6 +52,13 @@ struct JobSpec {
     std::string order = "shuffled";       // shuffled | reference
     int64_t train_eval_samples = 262144;  // >= 0; 0 = the full training split
     int64_t max_steps_per_epoch = 0;      // >= 0; 0 = the whole split
+    // Model selection (README "Model selection"): the fraction of users whose last training pair
+    // is held out as a validation split, evaluated after every epoch (0 = none: the reference);
+    // keep_best: last | validation_auc (the kept model, and the test AUC the job reports);
+    // patience: stop after this many epochs without a better validation AUC (0 = never).
+    double validation_fraction = 0;  // in [0, 0.5]
+    std::string keep_best = "last";
+    int patience = 0;  // in [0, kMaxEpochs]
     bool operator==(const Training&) const = default;
   };
   struct Cluster {

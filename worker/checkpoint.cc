@@ -162,6 +162,14 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
     m["loss_scaler"] = {{"scale", state.loss_scale.scale},
                         {"good_steps", state.loss_scale.good_steps}};
   }
+  if (state.selection.present) {
+    const CheckpointState::Selection& sel = state.selection;
+    m["selection"] = {{"best_epoch", sel.best_epoch},
+                      {"best_global_step", sel.best_global_step},
+                      {"best_validation_auc", sel.best_validation_auc},
+                      {"best_test_auc", sel.best_test_auc},
+                      {"best_test_loss", sel.best_test_loss}};
+  }
   if (store == nullptr) {
     nlohmann::json shard_files = nlohmann::json::array();
     for (const CheckpointState::RemoteSnapshot::File& f : state.remote.files) {
@@ -269,6 +277,33 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
         return absl::DataLossError(absl::StrCat(manifest_path, ": field 'loss_scaler' holds scale ",
                                                 state->loss_scale.scale, " and good_steps ",
                                                 state->loss_scale.good_steps));
+      }
+    }
+
+    if (const auto sel = m.find("selection"); sel != m.end()) {
+      CheckpointState::Selection& out = state->selection;
+      out.present = true;
+      SIFT_ASSIGN_OR_RETURN(out.best_epoch, IntegerAt<int64_t>(*sel, "best_epoch", manifest_path));
+      SIFT_ASSIGN_OR_RETURN(out.best_global_step,
+                            IntegerAt<int64_t>(*sel, "best_global_step", manifest_path));
+      for (const auto& [name, v] :
+           {std::pair<const char*, double*>{"best_validation_auc", &out.best_validation_auc},
+            {"best_test_auc", &out.best_test_auc},
+            {"best_test_loss", &out.best_test_loss}}) {
+        // NaN (a cluster rank's test AUC, computed by the coordinator) is stored as null.
+        const auto it = sel->find(name);
+        if (it == sel->end() || !(it->is_number() || it->is_null())) {
+          return absl::DataLossError(
+              absl::StrCat(manifest_path, ": field 'selection.", name, "' is not a number"));
+        }
+        *v = it->is_null() ? std::nan("") : it->get<double>();
+      }
+      if (out.best_epoch < -1 || out.best_epoch >= state->epochs_done ||
+          out.best_global_step < 0 || out.best_global_step > state->global_step) {
+        return absl::DataLossError(absl::StrCat(
+            manifest_path, ": field 'selection' holds best_epoch ", out.best_epoch,
+            " and best_global_step ", out.best_global_step, " for a checkpoint of ",
+            state->epochs_done, " epoch(s) and step ", state->global_step));
       }
     }
 
@@ -402,12 +437,14 @@ std::string ResolveCheckpointDir(const std::string& path) {
   return steps.empty() ? path : steps.front().second;
 }
 
-Status PruneStepCheckpoints(const std::string& job_dir, int64_t committed_step, int keep) {
+Status PruneStepCheckpoints(const std::string& job_dir, int64_t committed_step, int keep,
+                            int64_t protect_step) {
   // Complete ones at or before the committed step that stay.
   std::set<int64_t> kept;
   for (const auto& [step, path] : ListStepCheckpoints(job_dir)) {
     if (step <= committed_step && kept.size() < static_cast<size_t>(keep)) kept.insert(step);
   }
+  if (protect_step >= 0) kept.insert(protect_step);
   Status first;
   DIR* d = opendir(job_dir.c_str());
   if (d == nullptr) return absl::OkStatus();

@@ -42,6 +42,14 @@ struct CheckpointState {
     float scale = 0;
     int64_t good_steps = 0;
   } loss_scale;
+  // Runs with a validation split (common/model_selection.h), manifest "selection": the best
+  // epoch so far and its step, so a resumed run keeps choosing and stopping alike.
+  struct Selection {
+    bool present = false;
+    int64_t best_epoch = -1;
+    int64_t best_global_step = 0;
+    double best_validation_auc = 0, best_test_auc = 0, best_test_loss = 0;
+  } selection;
   // Set when the tables are an embedding-server snapshot instead of table files.
   struct RemoteSnapshot {
     struct File {
@@ -90,6 +98,8 @@ std::string ResolveCheckpointDir(const std::string& path);
 // Directories of later steps (a previous generation's, never committed) are left alone. Returns
 // the first deletion error (deleting is best effort: the others are still tried).
 // REQUIRES: keep >= 1.
-Status PruneStepCheckpoints(const std::string& job_dir, int64_t committed_step, int keep);
+// `protect_step` >= 0 names one more checkpoint that stays (the kept model of keep_best).
+Status PruneStepCheckpoints(const std::string& job_dir, int64_t committed_step, int keep,
+                            int64_t protect_step = -1);
 
 }  // namespace sift::worker

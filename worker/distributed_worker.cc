@@ -296,6 +296,9 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   o.lr = static_cast<float>(t.lr);
   o.weight_decay = static_cast<float>(t.weight_decay);
   o.sparse_l2 = static_cast<float>(t.sparse_l2);
+  o.validation_fraction = t.validation_fraction;
+  o.keep_best = t.keep_best == "validation_auc";
+  o.patience = t.patience;
   o.sparse_optimizer = t.sparse_optimizer;
   o.seed = t.seed;
   SIFT_ASSIGN_OR_RETURN(o.order, data::ParseSampleOrder(t.order));

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "common/auc.h"
 #include "common/data/dataset.h"
+#include "common/data/validation_split.h"
 #include "common/dllogger.h"
 #include "common/file_util.h"
 #include "common/hash.h"
@@ -210,19 +211,14 @@ class LocalEnv : public TrainerEnv {
 
   Status OnEpochTrained(int64_t, const DllMetrics&, double) override { return absl::OkStatus(); }
 
-  StatusOr<EvalResult> OnEvaluation(int64_t epoch, data::Split split,
+  StatusOr<EvalResult> OnEvaluation(int64_t /*epoch*/, data::Split split,
                                     const EvalPredictions& p) override {
     EvalResult r;
     r.auc = ExactAuc(absl::MakeConstSpan(p.scores), absl::MakeConstSpan(p.labels));
-    if (split == data::Split::kTest && epoch == o_.epochs - 1 && !o_.results_dir.empty()) {
-      // The final model's test predictions, for ROC curves (sift report), as a cluster job's.
-      const std::vector<double> scores(p.scores.begin(), p.scores.end());
-      const Status saved =
-          WritePredictionsCsv(JoinPath(o_.results_dir, kTestPredictionsFile), scores, p.labels);
-      if (!saved.ok()) {
-        std::fprintf(stderr, "warning: the test predictions were not saved: %s\n",
-                     saved.ToString().c_str());
-      }
+    if (split == data::Split::kTest && !o_.results_dir.empty()) {
+      // Saved by OnEpochEnd when this epoch's model is the kept one.
+      test_scores_.assign(p.scores.begin(), p.scores.end());
+      test_labels_ = p.labels;
     }
     r.loss = p.scores.empty() ? 0 : p.loss_sum / static_cast<double>(p.scores.size());
     return r;
@@ -244,9 +240,23 @@ class LocalEnv : public TrainerEnv {
   }
 
   Status OnEpochEnd(const EpochMetrics& em, const DllMetrics& perf) override {
+    if (em.kept && !o_.results_dir.empty()) {
+      // The kept model's test predictions (the last epoch's, or keep_best's best), for ROC curves
+      // (sift report), as a cluster job's. A failed write is a warning: the training is done.
+      const Status saved = WritePredictionsCsv(JoinPath(o_.results_dir, kTestPredictionsFile),
+                                               test_scores_, test_labels_);
+      if (!saved.ok()) {
+        std::fprintf(stderr, "warning: the test predictions were not saved: %s\n",
+                     saved.ToString().c_str());
+      }
+    }
     DllMetrics m = perf;
     m.emplace_back("train_auc", em.train_auc);
     m.emplace_back("train_loss", em.train_loss);
+    if (em.has_validation) {
+      m.emplace_back("validation_auc", em.validation_auc);
+      m.emplace_back("validation_loss", em.validation_loss);
+    }
     m.emplace_back("test_auc", em.test_auc);
     m.emplace_back("test_loss", em.test_loss);
     if (oracle_test_auc_ > 0) {
@@ -264,6 +274,8 @@ class LocalEnv : public TrainerEnv {
                     {"train_loss", last.train_loss},
                     {"test_auc", last.test_auc},
                     {"test_loss", last.test_loss}};
+    AppendSelectionMetrics(result.selection, o_.keep_best, result.kept_epoch, last.epoch,
+                           last.has_validation, &m);
     return LogBoth({}, m);
   }
 
@@ -277,6 +289,8 @@ class LocalEnv : public TrainerEnv {
   std::unique_ptr<Collectives> collectives_;
   uint64_t snapshot_nonce_ = 0;  // names this run's server snapshots
   double oracle_test_auc_ = -1;
+  std::vector<double> test_scores_;  // the latest test predictions (results_dir only)
+  std::vector<float> test_labels_;
   std::unique_ptr<DLLogger> json_log_, stdout_log_;
 };
 
@@ -328,6 +342,9 @@ class Trainer {
   // This rank's share of a split (at most ceil(max_samples / world) samples, rounded up to whole
   // eval batches; 0 = all), handed to the env.
   StatusOr<EvalResult> Evaluate(data::Split split, int64_t max_samples, int64_t epoch);
+  // Exact AUC over every rank's predictions `p` of the loader `lo` (an evaluation: no dropped
+  // remainder), identical on every rank and equal to the coordinator's.
+  StatusOr<double> GatheredAuc(const EvalPredictions& p, const data::BatchLoaderOptions& lo);
   // One pass over the training split counting every id's occurrences (--sparse-l2's n_j).
   Status CountTrainingIds();
   // The checkpoint protocol of TrainerEnv (REQUIRES: the step pipeline is drained).
@@ -346,6 +363,11 @@ class Trainer {
   const int rank_, world_;
   RunMode mode_ = RunMode::kTrain;
   std::unique_ptr<data::Dataset> ds_;
+  // The dataset's samples, or (validation_fraction > 0) the view with the validation split carved
+  // out of its training split: every loader reads this.
+  std::unique_ptr<data::HeldOutSamples> held_out_;
+  const data::SampleSource* samples_ = nullptr;
+  int64_t best_global_step_ = -1;  // the kept (best) epoch's checkpoint step; -1: none
   data::HistoryOptions history_;
   ModelConfig config_;
   std::unique_ptr<kernels::Backend> backend_;
@@ -413,8 +435,32 @@ Status Trainer::Setup(RunMode mode) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a world of ", world_, " workers needs the embedding tables on embedding servers"));
   }
+  if (!(o_.validation_fraction >= 0 &&
+        o_.validation_fraction <= data::HeldOutSamples::kMaxFraction)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--validation-fraction (training.validation_fraction) must be in [0, ",
+        data::HeldOutSamples::kMaxFraction, "], got ", o_.validation_fraction));
+  }
+  if (o_.patience < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--patience (training.patience) must be >= 0, got ", o_.patience));
+  }
+  if ((o_.keep_best || o_.patience > 0) && !(o_.validation_fraction > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        o_.keep_best ? "--keep-best validation_auc (training.keep_best)"
+                     : "--patience (training.patience)",
+        " chooses by the validation AUC: it needs --validation-fraction "
+        "(training.validation_fraction) > 0"));
+  }
   SIFT_ASSIGN_OR_RETURN(ds_, data::Dataset::Open(o_.dataset));
-  const data::SampleSource& src = ds_->samples();
+  samples_ = &ds_->samples();
+  if (o_.validation_fraction > 0 && mode == RunMode::kTrain) {
+    auto held_out = data::HeldOutSamples::Create(samples_, o_.validation_fraction, o_.seed);
+    SIFT_RETURN_IF_ERROR(Annotate(held_out.status(), o_.dataset));
+    held_out_ = std::move(held_out).value();
+    samples_ = held_out_.get();
+  }
+  const data::SampleSource& src = *samples_;
   config_ = o_.model;
   config_.user_features = src.num_user_features();
   config_.item_features = src.num_item_features();
@@ -594,6 +640,14 @@ Status Trainer::Setup(RunMode mode) {
     }
     epochs_done_ = st.epochs_done;
     global_step_ = st.global_step;
+    if (st.selection.present && st.selection.best_epoch >= 0) {
+      ModelSelection& sel = result_.selection;
+      sel.best_epoch = st.selection.best_epoch;
+      sel.best_validation_auc = st.selection.best_validation_auc;
+      sel.best_test_auc = st.selection.best_test_auc;
+      sel.best_test_loss = st.selection.best_test_loss;
+      best_global_step_ = st.selection.best_global_step;
+    }
   }
   if (world_ > 1) {
     // The servers are set up; the dense replicas start identical: rank 0's state everywhere
@@ -861,7 +915,7 @@ StatusOr<EvalResult> Trainer::Evaluate(data::Split split, int64_t max_samples, i
   lo.world = world_;
   lo.drop_remainder = false;
   lo.threads = o_.threads;
-  SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(&ds_->samples(), lo));
+  SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(samples_, lo));
   loader->StartEpoch(0);
   EvalPredictions p;
   const int64_t n = loader->samples_per_epoch();
@@ -889,7 +943,35 @@ StatusOr<EvalResult> Trainer::Evaluate(data::Split split, int64_t max_samples, i
     bar.Update(static_cast<int64_t>(p.scores.size()), static_cast<int64_t>(p.scores.size()));
   }
   bar.Finish();
-  return env_->OnEvaluation(epoch, split, p);
+  SIFT_ASSIGN_OR_RETURN(EvalResult r, env_->OnEvaluation(epoch, split, p));
+  if (split == data::Split::kValidation) {
+    SIFT_ASSIGN_OR_RETURN(r.auc, GatheredAuc(p, lo));
+  }
+  return r;
+}
+
+StatusOr<double> Trainer::GatheredAuc(const EvalPredictions& p,
+                                      const data::BatchLoaderOptions& lo) {
+  if (world_ == 1) {
+    const std::vector<double> scores(p.scores.begin(), p.scores.end());
+    return ExactAuc(scores, p.labels);
+  }
+  // Every rank's share at its offset in rank order (the coordinator's concatenation), zeros
+  // elsewhere: the sum over ranks is every prediction, exactly, on every rank.
+  const int64_t n = samples_->NumSamples(lo.split);
+  int64_t offset = 0;
+  for (int r = 0; r < rank_; ++r) {
+    offset += data::ComputeRankShare(n, lo.order, r, world_, lo.drop_remainder).count;
+  }
+  std::vector<float> all(static_cast<size_t>(2 * n), 0.0f);
+  std::copy(p.scores.begin(), p.scores.end(), all.begin() + offset);
+  std::copy(p.labels.begin(), p.labels.end(), all.begin() + n + offset);
+  const auto sum = [this](absl::Span<float> d) { return coll_->AllreduceSum(d); };
+  SIFT_RETURN_IF_ERROR(Annotate(Collective(absl::MakeSpan(all), /*on_backend=*/false, sum),
+                                "validation predictions allreduce"));
+  const std::vector<double> scores(all.begin(), all.begin() + n);
+  const std::vector<float> labels(all.begin() + n, all.end());
+  return ExactAuc(scores, labels);
 }
 
 Status Trainer::Checkpoint(int64_t epochs_done) {
@@ -913,8 +995,10 @@ Status Trainer::Checkpoint(int64_t epochs_done) {
       SIFT_RETURN_IF_ERROR(env_->CheckpointCommit(dir, epochs_done, global_step_));
       // Older checkpoints go only now that a newer one is the recovery point.
       if (o_.checkpoint_keep > 0) {
-        const Status pruned =
-            PruneStepCheckpoints(o_.save_checkpoint, global_step_, o_.checkpoint_keep);
+        // keep_best: the kept model's checkpoint stays too.
+        const Status pruned = PruneStepCheckpoints(o_.save_checkpoint, global_step_,
+                                                   o_.checkpoint_keep,
+                                                   o_.keep_best ? best_global_step_ : -1);
         if (!pruned.ok()) {
           std::fprintf(stderr, "warning: %s\n", std::string(pruned.message()).c_str());
         }
@@ -943,6 +1027,15 @@ Status Trainer::SaveCheckpointNow(const std::string& dir, int64_t epochs_done) {
   SIFT_RETURN_IF_ERROR(adam_.ToHost(backend_.get(), &st.adam_m, &st.adam_v));
   if (loss_scaler_) {
     st.loss_scale = {true, loss_scaler_->scale(), loss_scaler_->good_steps()};
+  }
+  if (held_out_ != nullptr) {
+    const ModelSelection& sel = result_.selection;
+    st.selection = {true,
+                    sel.best_epoch,
+                    std::max<int64_t>(best_global_step_, 0),
+                    sel.best_validation_auc,
+                    sel.best_test_auc,
+                    sel.best_test_loss};
   }
 #ifndef SIFT_MINIMAL
   if (remote_ != nullptr) {
@@ -979,7 +1072,7 @@ Status Trainer::CountTrainingIds() {
   lo.world = 1;
   lo.drop_remainder = false;
   lo.threads = o_.threads;
-  SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(&ds_->samples(), lo));
+  SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(samples_, lo));
   loader->StartEpoch(0);
   ProgressBar bar(o_.progress, "count ids (sparse L2)", loader->samples_per_epoch());
   BatchKeys keys;
@@ -1011,8 +1104,8 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
   lo.world = world_;
   lo.drop_remainder = true;  // as the reference's run scripts (model-spec 0); equal steps per rank
   lo.threads = o_.threads;
-  SIFT_RETURN_IF_ERROR(data::ValidateBatchLoaderOptions(ds_->samples(), lo));
-  SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(&ds_->samples(), lo));
+  SIFT_RETURN_IF_ERROR(data::ValidateBatchLoaderOptions(*samples_, lo));
+  SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(samples_, lo));
   int64_t steps_per_epoch = loader->steps_per_epoch();
   if (o_.max_steps_per_epoch > 0)
     steps_per_epoch = std::min(steps_per_epoch, o_.max_steps_per_epoch);
@@ -1105,19 +1198,46 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
     if (bench) continue;
     const int64_t train_eval = o_.train_eval_samples;
     SIFT_ASSIGN_OR_RETURN(EvalResult train, Evaluate(data::Split::kTrain, train_eval, epoch));
+    EvalResult validation;
+    if (held_out_ != nullptr) {
+      SIFT_ASSIGN_OR_RETURN(validation, Evaluate(data::Split::kValidation, 0, epoch));
+    }
     SIFT_ASSIGN_OR_RETURN(EvalResult test, Evaluate(data::Split::kTest, 0, epoch));
     em.train_auc = train.auc;
     em.train_loss = train.loss;
     em.test_auc = test.auc;
     em.test_loss = test.loss;
+    em.has_validation = held_out_ != nullptr;
+    em.validation_auc = validation.auc;
+    em.validation_loss = validation.loss;
+    bool stop = false;
+    em.kept = true;
+    if (held_out_ != nullptr) {
+      const bool improved = result_.selection.Update(epoch, validation.auc, test.auc, test.loss);
+      if (improved) best_global_step_ = global_step_;
+      em.kept = !o_.keep_best || improved;
+      stop = result_.selection.ShouldStop(epoch, o_.patience) && epoch + 1 < o_.epochs;
+    }
     epochs_done_ = epoch + 1;
-    const bool last = epochs_done_ == o_.epochs;
+    const bool last = epochs_done_ == o_.epochs || stop;
+    // sift train's single checkpoint directory holds the kept model (keep_best: the best epoch's,
+    // saved only when it improves); a job's step checkpoints are its recovery points.
+    const bool save_epoch = o_.checkpoint_keep > 0 || !o_.keep_best || em.kept;
     if (!o_.save_checkpoint.empty() && o_.checkpoint_every_epoch &&
-        (!last || o_.checkpoint_final_epoch)) {
+        (!last || o_.checkpoint_final_epoch) && save_epoch) {
       SIFT_RETURN_IF_ERROR(Checkpoint(epochs_done_));
     }
     SIFT_RETURN_IF_ERROR(env_->OnEpochEnd(em, m));
     result_.epochs.push_back(em);
+    if (stop) {
+      result_.stopped_early = true;
+      break;
+    }
+  }
+  if (!bench && !result_.epochs.empty()) {
+    result_.kept_epoch = o_.keep_best && result_.selection.best_epoch >= 0
+                             ? result_.selection.best_epoch
+                             : result_.epochs.back().epoch;
   }
   result_.perf = perf.Results();
   result_.compute = backend_->Describe();
@@ -1139,6 +1259,7 @@ std::string ModelSummary(const ModelConfig& c) {
 }
 
 TrainerEnv::~TrainerEnv() = default;
+
 
 void DenseAdamWStep(kernels::Backend* backend, const kernels::AdamHyper& hyper, float weight_decay,
                     int64_t t, int64_t n, const float* grads, float* params, float* m, float* v) {

@@ -25,6 +25,7 @@
 
 #include "common/data/loader.h"
 #include "common/dllogger.h"
+#include "common/model_selection.h"
 #include "common/perf_stats.h"
 #include "common/security.h"
 #include "common/status.h"
@@ -72,6 +73,16 @@ struct TrainerOptions {
   // before training). 0 = none (the reference), bit for bit the same and no counting pass.
   float sparse_l2 = 0.0f;
   std::string sparse_optimizer = "adam";  // adam | adagrad | sgd (server/embedding/optimizer.h)
+  // Model selection (common/model_selection.h, README "Model selection"). validation_fraction f
+  // in (0, 0.5]: the last training pair of about f of the users is held out as the validation
+  // split (common/data/validation_split.h) and evaluated after every epoch; 0 = none (the
+  // reference: bit for bit today's run). keep_best: the kept model is the epoch with the best
+  // validation AUC — its test AUC is the run's, sift train's checkpoint is saved only when it
+  // improves, a job's step checkpoint of it is never pruned. patience P >= 1: stop after P
+  // epochs in a row without improvement. Both need validation_fraction > 0.
+  double validation_fraction = 0;
+  bool keep_best = false;
+  int patience = 0;
   uint64_t seed = 1;                      // dense init, embedding init, shuffling
   data::SampleOrder order = data::SampleOrder::kShuffled;
   // Train AUC/loss after each epoch on a fixed sample of this many training samples (rounded up
@@ -148,10 +159,19 @@ struct EpochMetrics {
   double train_time_s = 0;
   PerfResults perf;
   double train_auc = 0, train_loss = 0, test_auc = 0, test_loss = 0;
+  bool has_validation = false;  // validation_fraction > 0
+  double validation_auc = 0, validation_loss = 0;
+  // This epoch's model is the one kept so far: the best validation AUC with keep_best, every
+  // epoch without it.
+  bool kept = false;
 };
 
 struct RunResult {
-  std::vector<EpochMetrics> epochs;  // kTrain
+  std::vector<EpochMetrics> epochs;  // kTrain (this run's epochs; a resumed run's first is its)
+  // kTrain with a validation split: the best epoch so far over the whole run (resumes included).
+  ModelSelection selection;
+  int64_t kept_epoch = -1;     // the epoch whose model the run keeps (kTrain)
+  bool stopped_early = false;  // patience ended training before `epochs`
   std::vector<double> step_losses;   // total loss of every training step, in order
   PerfResults perf;                  // benchmarks: the calculator's results
   int64_t steps = 0;                 // steps run (all epochs)
@@ -202,7 +222,8 @@ struct EvalResult {
 
 // What differs between `sift train` (the local env inside RunTrainer) and a rank of a cluster job.
 // Calls come from the trainer's thread, in this order: OnSetup; per epoch, OnStep for every step
-// (CheckAbort before each), OnEpochTrained, OnEvaluation (train, then test), the checkpoint
+// (CheckAbort before each), OnEpochTrained, OnEvaluation (train, validation when the run has a
+// validation split, then test), the checkpoint
 // calls, OnEpochEnd; OnFinish. A non-OK status from any of them ends the run with that status.
 class TrainerEnv {
  public:
@@ -216,7 +237,8 @@ class TrainerEnv {
   virtual Status OnStep(const StepReport& step) = 0;
   // The end of an epoch's training: its perf summary (PerfStats::SummaryMetrics, DLLL order).
   virtual Status OnEpochTrained(int64_t epoch, const DllMetrics& perf, double train_time_s) = 0;
-  // This rank's predictions of `split` after epoch `epoch`.
+  // This rank's predictions of `split` after epoch `epoch`. For the validation split the trainer
+  // then sets the returned AUC itself (every rank computes it over every rank's predictions).
   virtual StatusOr<EvalResult> OnEvaluation(int64_t epoch, data::Split split,
                                             const EvalPredictions& predictions) = 0;
   // Checkpoint protocol (worker/checkpoint.h). Every rank has drained its pushes and passed a

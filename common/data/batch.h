@@ -12,8 +12,12 @@
 
 namespace sift::data {
 
-enum class Split { kTrain = 0, kTest = 1 };
-inline const char* SplitName(Split s) { return s == Split::kTrain ? "train" : "test"; }
+// kValidation exists only in a HeldOutSamples view (common/data/validation_split.h): samples
+// carved from the training split for model selection; the dataset's own sources have none.
+enum class Split { kTrain = 0, kTest = 1, kValidation = 2 };
+inline const char* SplitName(Split s) {
+  return s == Split::kTrain ? "train" : s == Split::kTest ? "test" : "validation";
+}
 
 struct HistoryOptions {
   int max_history = 100;        // T: history slots per sample (may exceed 100: lifelong sequences)

@@ -82,8 +82,9 @@ StatusOr<SampleOrder> ParseSampleOrder(absl::string_view name) {
 StatusOr<Split> ParseSplit(absl::string_view name) {
   if (name == "train") return Split::kTrain;
   if (name == "test") return Split::kTest;
+  if (name == "validation") return Split::kValidation;
   return absl::InvalidArgumentError(
-      absl::StrCat("split: expected 'train' or 'test', got '", name, "'"));
+      absl::StrCat("split: expected 'train', 'test' or 'validation', got '", name, "'"));
 }
 
 int ReferenceParts(Split split) { return split == Split::kTrain ? 8 : 4; }
@@ -190,7 +191,7 @@ Status ValidateBatchLoaderOptions(const SampleSource& source, const BatchLoaderO
   if (o.order != SampleOrder::kShuffled && o.order != SampleOrder::kReference) {
     return bad("unknown order ", static_cast<int>(o.order));
   }
-  if (o.split != Split::kTrain && o.split != Split::kTest) {
+  if (o.split != Split::kTrain && o.split != Split::kTest && o.split != Split::kValidation) {
     return bad("unknown split ", static_cast<int>(o.split));
   }
   if (o.reference_prebatch < 0) {

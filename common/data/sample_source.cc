@@ -33,6 +33,7 @@ TimelineSamples::TimelineSamples(const Timeline* timeline, uint64_t negative_see
 }
 
 int64_t TimelineSamples::NumSamples(Split split) const {
+  if (split == Split::kValidation) return 0;
   return split == Split::kTest ? 2 * timeline_->num_users() : 2 * pair_offsets_.back();
 }
 
@@ -200,6 +201,7 @@ ExplicitSamples::ExplicitSamples(const SamplesFile* train, const SamplesFile* te
     : train_(train), test_(test) {}
 
 int64_t ExplicitSamples::NumSamples(Split split) const {
+  if (split == Split::kValidation) return 0;
   const SamplesFile* f = file(split);
   return f ? f->size() : 0;
 }

@@ -51,6 +51,9 @@ class TimelineSamples final : public SampleSource {
   // The user and the 0-based position of the target within the user's events.
   void Locate(Split split, int64_t index, int64_t* user, int64_t* target_pos) const;
   uint64_t negative_seed() const { return seed_; }
+  // User u's training pairs are [first_train_pair(u), first_train_pair(u + 1)); 0 <= u <= U.
+  int64_t first_train_pair(int64_t u) const { return pair_offsets_[u]; }
+  int64_t num_users() const { return timeline_->num_users(); }
 
  private:
   const Timeline* timeline_;

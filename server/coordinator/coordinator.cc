@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/auc.h"
+#include "common/model_selection.h"
 #include "common/file_util.h"
 #include "common/hash.h"
 #include "common/text.h"
@@ -26,7 +27,23 @@ namespace {
 
 constexpr int64_t kMaxKvWaitMs = 10000;
 constexpr int64_t kMaxLogLinesPerCall = 10000;
-const char* const kSplitNames[2] = {"train", "test"};
+// Evaluation splits, in ReportEval's index order; validation only with
+// training.validation_fraction > 0 (NumEvalSplits).
+const char* const kSplitNames[3] = {"train", "test", "validation"};
+constexpr int kValidationSplit = 2;
+int NumEvalSplits(const JobSpec& spec) { return spec.training.validation_fraction > 0 ? 3 : 2; }
+
+// The model selection of a job's recorded epochs up to `epoch` (common/model_selection.h: the
+// rule the trainer applies on every rank to the same predictions).
+ModelSelection SelectionThrough(const pb::JobInfo& info, int64_t epoch) {
+  ModelSelection sel;
+  for (const pb::EpochResult& e : info.epochs_done()) {
+    if (e.epoch() <= epoch && e.has_validation()) {
+      sel.Update(e.epoch(), e.validation_auc(), e.test_auc(), e.test_loss());
+    }
+  }
+  return sel;
+}
 
 bool IsActive(pb::JobState s) {
   return s == pb::PENDING || s == pb::RUNNING || s == pb::CHECKPOINTING || s == pb::RECOVERING;
@@ -380,8 +397,8 @@ void Coordinator::WorkerHeartbeat(const Member& m) {
 }
 
 bool Coordinator::RankDone(const Job& job, int rank) const {
-  const int64_t last_epoch = job.spec.training.epochs - 1;
-  for (int split = 0; split < 2; ++split) {
+  const int64_t last_epoch = job.stop_epoch >= 0 ? job.stop_epoch : job.spec.training.epochs - 1;
+  for (int split = 0; split < NumEvalSplits(job.spec); ++split) {
     auto it = job.eval.find({last_epoch, split, rank});
     if (it == job.eval.end() || !it->second.last) return false;
   }
@@ -907,12 +924,14 @@ StatusOr<pb::ReportEvalResponse> Coordinator::ReportEval(const pb::ReportEvalReq
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
   SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, request.rank(), who, "ReportEval"));
   int split = -1;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < NumEvalSplits(job->spec); ++i) {
     if (request.split() == kSplitNames[i]) split = i;
   }
   if (split < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("split \"", request.split(), "\" is not \"train\" or \"test\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "split \"", request.split(), "\" is not ",
+        NumEvalSplits(job->spec) == 3 ? "\"train\", \"test\" or \"validation\""
+                                      : "\"train\" or \"test\" (the job has no validation split)"));
   }
   const int64_t epochs = job->spec.training.epochs;
   if (request.epoch() < 0 || request.epoch() >= epochs) {
@@ -939,15 +958,18 @@ StatusOr<pb::ReportEvalResponse> Coordinator::ReportEval(const pb::ReportEvalReq
 
 Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
   const int world = static_cast<int>(job->worker_ids.size());
-  for (int split = 0; split < 2; ++split) {
+  const int splits = NumEvalSplits(job->spec);
+  for (int split = 0; split < splits; ++split) {
     for (int r = 0; r < world; ++r) {
       auto it = job->eval.find({epoch, split, r});
       if (it == job->eval.end() || !it->second.last) return absl::OkStatus();
     }
   }
-  // Every rank's predictions of both splits are in: exact AUC over the concatenation.
-  double auc[2], loss[2];
-  for (int split = 0; split < 2; ++split) {
+  // Every rank's predictions of every split are in: exact AUC over the concatenation.
+  double auc[3] = {0, 0, 0}, loss[3] = {0, 0, 0};
+  std::vector<double> test_scores;
+  std::vector<float> test_labels;
+  for (int split = 0; split < splits; ++split) {
     std::vector<double> scores;
     std::vector<float> labels;
     double loss_sum = 0;
@@ -958,16 +980,7 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
       loss_sum += p.loss_sum;
     }
     auc[split] = ExactAuc(scores, labels);
-    if (split == 1 && epoch == job->spec.training.epochs - 1 && !job->spec.results_dir.empty()) {
-      // The final model's test predictions, for ROC curves (sift report). A failed write is a
-      // line in the job's log, never a failed job: the training is done.
-      const Status saved = WritePredictionsCsv(
-          JoinPath(job->spec.results_dir, kTestPredictionsFile), scores, labels);
-      if (!saved.ok()) {
-        (void)Log(job,
-                  absl::StrCat("warning: the test predictions were not saved: ", saved.message()));
-      }
-    }
+    if (split == 1) test_scores = scores, test_labels = labels;
     loss[split] = scores.empty() ? std::numeric_limits<double>::quiet_NaN()
                                  : loss_sum / static_cast<double>(scores.size());
     for (int r = 0; r < world; ++r) job->eval.erase({epoch, split, r});
@@ -981,6 +994,12 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
   result.set_train_loss(loss[0]);
   result.set_test_auc(auc[1]);
   result.set_test_loss(loss[1]);
+  const bool has_validation = splits == 3;
+  if (has_validation) {
+    result.set_has_validation(true);
+    result.set_validation_auc(auc[kValidationSplit]);
+    result.set_validation_loss(loss[kValidationSplit]);
+  }
   for (const auto& [name, value] : perf.metrics) {
     if (name == "throughput") result.set_samples_per_second(value);
   }
@@ -1002,11 +1021,37 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
   }
   info.set_time_to_train_s(time_to_train);
   info.set_epoch(epoch);
+  // Model selection, as every rank decided it from the same predictions: the kept model so far
+  // and whether patience ends the job here.
+  const JobSpec::Training& t = job->spec.training;
+  const bool keep_best = t.keep_best == "validation_auc";
+  bool stop = false, kept = true;
+  ModelSelection sel;
+  if (has_validation) {
+    sel = SelectionThrough(info, epoch);
+    kept = !keep_best || sel.best_epoch == epoch;
+    stop = sel.ShouldStop(epoch, t.patience) && epoch + 1 < t.epochs;
+  }
+  const bool final_epoch = epoch == t.epochs - 1 || stop;
+  if (!job->spec.results_dir.empty() && (keep_best ? kept : final_epoch)) {
+    // The kept model's test predictions, for ROC curves (sift report). A failed write is a line
+    // in the job's log, never a failed job: the training is done.
+    const Status saved = WritePredictionsCsv(
+        JoinPath(job->spec.results_dir, kTestPredictionsFile), test_scores, test_labels);
+    if (!saved.ok()) {
+      (void)Log(job,
+                absl::StrCat("warning: the test predictions were not saved: ", saved.message()));
+    }
+  }
 
   // The epoch's DLLL record, in worker/trainer.cc's order.
   DllMetrics m = perf.metrics;
   m.emplace_back("train_auc", auc[0]);
   m.emplace_back("train_loss", loss[0]);
+  if (has_validation) {
+    m.emplace_back("validation_auc", auc[kValidationSplit]);
+    m.emplace_back("validation_loss", loss[kValidationSplit]);
+  }
   m.emplace_back("test_auc", auc[1]);
   m.emplace_back("test_loss", loss[1]);
   if (info.oracle_test_auc() > 0) {
@@ -1014,17 +1059,30 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
     m.emplace_back("test_auc_to_oracle", auc[1] / info.oracle_test_auc());
   }
   Status status = DllLog(job, {epoch}, m);
-  status.Update(
-      Log(job, absl::StrCat("epoch ", epoch, ": train AUC ", absl::SixDigits(auc[0]), " loss ",
-                            absl::SixDigits(loss[0]), ", test AUC ", absl::SixDigits(auc[1]),
-                            " loss ", absl::SixDigits(loss[1]))));
-  if (epoch == job->spec.training.epochs - 1) {
-    status.Update(DllLog(job, {},
-                         {{"time_to_train", time_to_train},
+  status.Update(Log(
+      job, absl::StrCat("epoch ", epoch, ": train AUC ", absl::SixDigits(auc[0]), " loss ",
+                        absl::SixDigits(loss[0]),
+                        has_validation ? absl::StrCat(", validation AUC ",
+                                                      absl::SixDigits(auc[kValidationSplit]))
+                                       : std::string(),
+                        ", test AUC ", absl::SixDigits(auc[1]), " loss ",
+                        absl::SixDigits(loss[1]))));
+  if (final_epoch) {
+    if (stop) {
+      job->stop_epoch = epoch;
+      status.Update(Log(job, absl::StrCat("early stop after epoch ", epoch, ": no better "
+                                          "validation AUC for ",
+                                          t.patience, " epoch(s) (best: epoch ", sel.best_epoch,
+                                          ", ", absl::SixDigits(sel.best_validation_auc), ")")));
+    }
+    DllMetrics summary = {{"time_to_train", time_to_train},
                           {"train_auc", auc[0]},
                           {"train_loss", loss[0]},
                           {"test_auc", auc[1]},
-                          {"test_loss", loss[1]}}));
+                          {"test_loss", loss[1]}};
+    const int64_t kept_epoch = keep_best && sel.best_epoch >= 0 ? sel.best_epoch : epoch;
+    AppendSelectionMetrics(sel, keep_best, kept_epoch, epoch, has_validation, &summary);
+    status.Update(DllLog(job, {}, summary));
     status.Update(Finish(job, pb::COMPLETED, ""));
     Schedule();
   } else {
