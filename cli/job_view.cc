@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
+#include "common/model_selection.h"
 
 namespace sift::cli {
 namespace {
@@ -16,13 +17,30 @@ namespace {
 using coordinator::JobStateName;
 
 nlohmann::json EpochToJson(const pb::EpochResult& e) {
-  return {{"epoch", e.epoch()},
-          {"train_auc", e.train_auc()},
-          {"train_loss", e.train_loss()},
-          {"test_auc", e.test_auc()},
-          {"test_loss", e.test_loss()},
-          {"samples_per_second", e.samples_per_second()},
-          {"train_time_s", e.train_time_s()}};
+  nlohmann::json j = {{"epoch", e.epoch()},
+                      {"train_auc", e.train_auc()},
+                      {"train_loss", e.train_loss()},
+                      {"test_auc", e.test_auc()},
+                      {"test_loss", e.test_loss()},
+                      {"samples_per_second", e.samples_per_second()},
+                      {"train_time_s", e.train_time_s()}};
+  if (e.has_validation()) {
+    j["validation_auc"] = e.validation_auc();
+    j["validation_loss"] = e.validation_loss();
+  }
+  return j;
+}
+
+// The epoch whose model the job keeps (its spec's training.keep_best: the best validation AUC
+// of the epochs done, else the last; -1 before any), and that selection.
+int64_t KeptEpoch(const pb::JobInfo& job, ModelSelection* sel) {
+  if (job.epochs_done().empty()) return -1;
+  for (const pb::EpochResult& e : job.epochs_done()) {
+    if (e.has_validation()) sel->Update(e.epoch(), e.validation_auc(), e.test_auc(), e.test_loss());
+  }
+  StatusOr<JobSpec> spec = ParseJobSpec(job.spec_yaml(), "job spec");
+  const bool keep_best = spec.ok() && spec->training.keep_best == "validation_auc";
+  return keep_best && sel->best_epoch >= 0 ? sel->best_epoch : job.epochs_done().rbegin()->epoch();
 }
 
 // Unix seconds as local time, "-" for 0 (never).
@@ -40,18 +58,29 @@ int64_t StepInEpoch(const pb::JobInfo& job) {
   return std::clamp<int64_t>(job.global_step() - job.epoch() * spe, 0, spe);
 }
 
-double LastTestAuc(const pb::JobInfo& job) {
-  return job.epochs_done().empty() ? -1 : job.epochs_done().rbegin()->test_auc();
+// The kept model's test AUC (-1 before any epoch).
+double KeptTestAuc(const pb::JobInfo& job) {
+  ModelSelection sel;
+  const int64_t kept = KeptEpoch(job, &sel);
+  for (const pb::EpochResult& e : job.epochs_done()) {
+    if (e.epoch() == kept) return e.test_auc();
+  }
+  return -1;
 }
 
 std::string EpochTable(const pb::JobInfo& job) {
-  std::string out =
-      absl::StrFormat("  %-6s %-10s %-10s %-10s %-10s %-12s %s\n", "epoch", "train_auc",
-                      "train_loss", "test_auc", "test_loss", "samples/s", "train_s");
+  const bool validation =
+      !job.epochs_done().empty() && job.epochs_done().begin()->has_validation();
+  std::string out = absl::StrFormat("  %-6s %-10s %-10s %s%-10s %-10s %-12s %s\n", "epoch",
+                                    "train_auc", "train_loss", validation ? "valid_auc  " : "",
+                                    "test_auc", "test_loss", "samples/s", "train_s");
   for (const pb::EpochResult& e : job.epochs_done()) {
-    absl::StrAppendFormat(&out, "  %-6d %-10s %-10.4f %-10s %-10.4f %-12s %.1f\n", e.epoch() + 1,
-                          FormatAuc(e.train_auc()), e.train_loss(), FormatAuc(e.test_auc()),
-                          e.test_loss(), GroupThousands(e.samples_per_second()), e.train_time_s());
+    const std::string valid =
+        validation ? absl::StrFormat("%-10s ", FormatAuc(e.validation_auc())) : "";
+    absl::StrAppendFormat(&out, "  %-6d %-10s %-10.4f %s%-10s %-10.4f %-12s %.1f\n", e.epoch() + 1,
+                          FormatAuc(e.train_auc()), e.train_loss(), valid,
+                          FormatAuc(e.test_auc()), e.test_loss(),
+                          GroupThousands(e.samples_per_second()), e.train_time_s());
   }
   return out;
 }
@@ -164,8 +193,8 @@ std::string FormatJobStatus(const pb::JobInfo& job) {
   if (!job.epochs_done().empty()) {
     absl::StrAppend(&out, EpochTable(job));
     if (job.oracle_test_auc() > 0) {
-      absl::StrAppendFormat(&out, "  oracle test AUC %.4f (last test AUC / oracle = %.4f)\n",
-                            job.oracle_test_auc(), LastTestAuc(job) / job.oracle_test_auc());
+      absl::StrAppendFormat(&out, "  oracle test AUC %.4f (the kept model's test AUC / oracle = %.4f)\n",
+                            job.oracle_test_auc(), KeptTestAuc(job) / job.oracle_test_auc());
     }
   }
   const pb::CheckpointRef& c = job.last_checkpoint();
@@ -187,7 +216,7 @@ std::string FormatJobTable(const std::vector<pb::JobInfo>& jobs) {
         j.epochs() > 0 ? absl::StrCat(std::min(j.epoch() + 1, j.epochs()), "/", j.epochs()) : "-";
     absl::StrAppendFormat(&out, "%-16s %-16s %-14s %-8s %-9s %s\n", j.job_id(),
                           j.name().empty() ? "-" : j.name(), JobStateName(j.state()), epoch,
-                          FormatAuc(LastTestAuc(j)), FormatTimestamp(j.submit_time()));
+                          FormatAuc(KeptTestAuc(j)), FormatTimestamp(j.submit_time()));
   }
   return out;
 }
@@ -205,7 +234,7 @@ std::string FormatFinalReport(const pb::JobInfo& job) {
                   " epochs, generation ", job.generation(), ", ", job.recoveries(),
                   job.recoveries() == 1 ? " recovery" : " recoveries", ")\n");
   if (!job.epochs_done().empty()) absl::StrAppend(&out, EpochTable(job));
-  const double test_auc = LastTestAuc(job);
+  const double test_auc = KeptTestAuc(job);
   absl::StrAppend(&out, "  test AUC   ", FormatAuc(test_auc));
   if (job.oracle_test_auc() > 0) {
     absl::StrAppend(&out, "   oracle AUC ", FormatAuc(job.oracle_test_auc()));
@@ -214,6 +243,15 @@ std::string FormatFinalReport(const pb::JobInfo& job) {
     }
   }
   absl::StrAppend(&out, "\n");
+  ModelSelection sel;
+  const int64_t kept = KeptEpoch(job, &sel);
+  if (sel.best_epoch >= 0) {
+    absl::StrAppendFormat(&out, "  kept model  epoch %d (%s)\n", kept + 1,
+                          kept == sel.best_epoch
+                              ? absl::StrCat("best validation AUC ",
+                                             FormatAuc(sel.best_validation_auc))
+                              : std::string("the last; keep_best: last"));
+  }
   const double rate = job.time_to_train_s() > 0
                           ? static_cast<double>(job.samples_total()) / job.time_to_train_s()
                           : 0.0;
@@ -247,7 +285,8 @@ std::string JobProgress::LiveLine(const pb::JobInfo& job) {
           FormatDuration(static_cast<double>(remaining * batch_size_) / job.samples_per_second()));
     }
   }
-  const double auc = LastTestAuc(job);
+  const double auc =
+      job.epochs_done().empty() ? -1 : job.epochs_done().rbegin()->test_auc();
   if (auc >= 0) absl::StrAppend(&s, " | last test AUC ", FormatAuc(auc));
   return s;
 }

@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/dir_lock.h"
+#include "common/dllogger.h"
 #include "common/file_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -136,6 +138,58 @@ TEST(Local, RunsAJobPrintsTheTableAndLeavesNoProcess) {
       {"local", spec, "--servers", "1", "--workers", "1", "--work-dir", work, "--progress", "off"});
   ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
   EXPECT_THAT(again.out, HasSubstr("job job-1 COMPLETED"));
+}
+
+// Issue 19: model selection in a cluster job. lr 1e-30 and the reference order make every
+// epoch's validation AUC equal epoch 0's (no parameter moves, the same 8 batches every epoch), so
+// patience 3 must end the job after epoch 4 of 6 — decided alike by both workers (from the
+// validation predictions they gather) and by the coordinator (from the same predictions), or the
+// job would hang or recover — keeping epoch 1's model, whose step checkpoint is not pruned.
+TEST(Local, PatienceEndsAClusterJobEarlyAndKeepsTheBestCheckpoint) {
+  testing::TempDir dir;
+  const std::string data = local_test::MakeSmallDataset(dir, 400);
+  const std::string spec = dir.Sub("job.yaml");
+  testing::WriteAll(
+      spec, absl::StrCat("dataset: \"", data,
+                         "\"\nmodel: {type: din}\ntraining: {epochs: 6, batch_size: 256, "
+                         "staleness: 0, seed: 1, lr: 1.0e-30, order: reference, "
+                         "train_eval_samples: 512, max_steps_per_epoch: 4, "
+                         "validation_fraction: 0.2, keep_best: validation_auc, patience: 3}\n"
+                         "checkpoint: {dir: \"",
+                         dir.Sub("ckpt"), "\", keep: 1}\n"));
+  const std::string work = dir.Sub("work");
+  auto r = RunSift({"local", spec, "--servers", "2", "--workers", "2", "--work-dir", work,
+                    "--progress", "off"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("COMPLETED (4 of 6 epochs"));
+  EXPECT_THAT(r.out, HasSubstr("0 recoveries"));
+  EXPECT_THAT(r.out, HasSubstr("valid_auc"));
+  EXPECT_THAT(r.out, HasSubstr("kept model  epoch 1 (best validation AUC"));
+  auto recs = ReadDllLogFile(work + "/results/log.json");
+  ASSERT_TRUE(recs.ok()) << recs.status();
+  std::vector<double> validation;
+  double final_test_auc = -1, epoch0_test_auc = -2, kept = -1;
+  for (const DllRecord& rec : *recs) {
+    if (rec.type != DllRecord::Type::kLog || rec.step.size() > 1) continue;
+    for (const auto& [k, v] : rec.data) {
+      if (rec.step.size() == 1 && k == "validation_auc") validation.push_back(v);
+      if (rec.step.size() == 1 && rec.step[0] == 0 && k == "test_auc") epoch0_test_auc = v;
+      if (rec.step.empty() && k == "test_auc") final_test_auc = v;
+      if (rec.step.empty() && k == "kept_epoch") kept = v;
+    }
+  }
+  ASSERT_EQ(validation.size(), 4u);
+  for (double v : validation) EXPECT_EQ(v, validation[0]);
+  EXPECT_GT(validation[0], 0.0);
+  EXPECT_EQ(kept, 0);
+  EXPECT_EQ(final_test_auc, epoch0_test_auc);
+  EXPECT_THAT(testing::ReadAll(work + "/state/jobs/job-1.log"),
+              HasSubstr("early stop after epoch 3"));
+  // keep 1: the newest checkpoint (epoch 3's, step 12; a job takes none after its last epoch)
+  // and the kept one (epoch 1's, step 4); epoch 2's is pruned.
+  EXPECT_TRUE(PathExists(dir.Sub("ckpt") + "/job-1/step-000000000004/manifest.json"));
+  EXPECT_TRUE(PathExists(dir.Sub("ckpt") + "/job-1/step-000000000012/manifest.json"));
+  EXPECT_FALSE(PathExists(dir.Sub("ckpt") + "/job-1/step-000000000008"));
 }
 
 // The final table's "test AUC   0.8337 ..." value ("" when absent).

@@ -282,6 +282,108 @@ TEST_F(TrainTest, SparseL2ReachesThePushesAndZeroIsNone) {
   EXPECT_NE(l2.back(), plain.back());
 }
 
+// The final record (step []) of a DLLL log.
+const DllRecord* FinalRecord(const std::vector<DllRecord>& recs) {
+  for (const DllRecord& r : recs) {
+    if (r.type == DllRecord::Type::kLog && r.step.empty()) return &r;
+  }
+  return nullptr;
+}
+
+TEST_F(TrainTest, KeepBestKeepsTheBestValidationEpochAndReportsItsTestAuc) {
+  auto args = TrainArgs("din", 4, Dir("best"));
+  args.insert(args.end(), {"--validation-fraction", "0.2", "--keep-best", "validation_auc",
+                           "--save-checkpoint", Dir("best_ck"), "--lr", "0.05"});
+  auto r = RunSift(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("valid_auc"));
+  EXPECT_THAT(r.out, HasSubstr("kept model: epoch"));
+  const auto recs = Records(Dir("best"));
+  // Whatever the curve, the kept epoch is the first with the highest validation AUC, and the
+  // run's test AUC is that epoch's.
+  int64_t best = -1;
+  double best_auc = 0;
+  for (int64_t e = 0; e < 4; ++e) {
+    const DllRecord* er = EpochRecord(recs, e);
+    ASSERT_NE(er, nullptr) << e;
+    const double v = Get(*er, "validation_auc");
+    EXPECT_TRUE(std::isfinite(v) && v > 0.5) << v;  // the model learns something in 8 steps
+    EXPECT_TRUE(std::isfinite(Get(*er, "validation_loss")));
+    if (best < 0 || v > best_auc) best = e, best_auc = v;
+  }
+  const DllRecord* fin = FinalRecord(recs);
+  ASSERT_NE(fin, nullptr);
+  EXPECT_EQ(Get(*fin, "kept_epoch"), best);
+  EXPECT_EQ(Get(*fin, "best_epoch"), best);
+  EXPECT_EQ(Get(*fin, "best_validation_auc"), best_auc);
+  EXPECT_EQ(Get(*fin, "test_auc"), Get(*EpochRecord(recs, best), "test_auc"));
+  EXPECT_EQ(Get(*fin, "test_loss"), Get(*EpochRecord(recs, best), "test_loss"));
+  EXPECT_EQ(Get(*fin, "last_test_auc"), Get(*EpochRecord(recs, 3), "test_auc"));
+  EXPECT_EQ(Get(*fin, "epochs_trained"), 4);
+  // The checkpoint holds the kept model: saved at the best epoch and not after it.
+  auto manifest = nlohmann::json::parse(ReadAll(Dir("best_ck") + "/manifest.json"));
+  EXPECT_EQ(manifest["epochs_done"], best + 1);
+  EXPECT_EQ(manifest["selection"]["best_epoch"], best);
+  EXPECT_EQ(manifest["selection"]["best_validation_auc"].get<double>(), best_auc);
+
+  // Resumed after epoch 0, the selection continues from the checkpoint: the same epochs, the
+  // same choice.
+  auto first = TrainArgs("din", 1, Dir("best_a"));
+  first.insert(first.end(), {"--validation-fraction", "0.2", "--keep-best", "validation_auc",
+                             "--save-checkpoint", Dir("best_ck2"), "--lr", "0.05"});
+  ASSERT_EQ(RunSift(first).exit_code, 0);
+  auto rest = TrainArgs("din", 4, Dir("best_b"));
+  rest.insert(rest.end(), {"--validation-fraction", "0.2", "--keep-best", "validation_auc",
+                           "--load-checkpoint", Dir("best_ck2"), "--lr", "0.05"});
+  r = RunSift(rest);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto resumed = Records(Dir("best_b"));
+  for (int64_t e = 1; e < 4; ++e) {
+    ASSERT_NE(EpochRecord(resumed, e), nullptr) << e;
+    EXPECT_EQ(Get(*EpochRecord(resumed, e), "validation_auc"),
+              Get(*EpochRecord(recs, e), "validation_auc"))
+        << e;
+  }
+  ASSERT_NE(FinalRecord(resumed), nullptr);
+  EXPECT_EQ(Get(*FinalRecord(resumed), "kept_epoch"), best);
+  EXPECT_EQ(Get(*FinalRecord(resumed), "test_auc"), Get(*fin, "test_auc"));
+}
+
+TEST_F(TrainTest, PatienceStopsWhenTheValidationAucDoesNotImprove) {
+  // lr 1e-30 changes no parameter and the reference order trains the same 8 batches every
+  // epoch (no new rows): every epoch's validation AUC equals epoch 0's, which is no
+  // improvement, so patience 2 stops after epoch 2 of 6 and keeps epoch 0.
+  auto args = TrainArgs("sim", 6, Dir("patience"));
+  args.insert(args.end(), {"--validation-fraction", "0.1", "--keep-best", "validation_auc",
+                           "--patience", "2", "--lr", "1e-30", "--order", "reference"});
+  auto r = RunSift(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("stopped early"));
+  const auto recs = Records(Dir("patience"));
+  ASSERT_NE(EpochRecord(recs, 2), nullptr);
+  EXPECT_EQ(EpochRecord(recs, 3), nullptr);
+  EXPECT_EQ(Get(*EpochRecord(recs, 1), "validation_auc"),
+            Get(*EpochRecord(recs, 0), "validation_auc"));
+  const DllRecord* fin = FinalRecord(recs);
+  ASSERT_NE(fin, nullptr);
+  EXPECT_EQ(Get(*fin, "epochs_trained"), 3);
+  EXPECT_EQ(Get(*fin, "kept_epoch"), 0);
+  // Without a validation split there is nothing to choose by: refused, naming both flags.
+  for (const char* flag : {"--keep-best", "--patience"}) {
+    auto bad = TrainArgs("sim", 1, Dir("patience_bad"));
+    bad.insert(bad.end(), {flag, std::string(flag) == "--patience" ? "1" : "validation_auc"});
+    r = RunSift(bad);
+    EXPECT_EQ(r.exit_code, 1) << flag;
+    EXPECT_THAT(r.err, HasSubstr(flag));
+    EXPECT_THAT(r.err, HasSubstr("--validation-fraction"));
+  }
+  // No validation split: no validation fields, the reference's records.
+  ASSERT_EQ(RunSift(TrainArgs("sim", 1, Dir("no_validation"))).exit_code, 0);
+  const auto plain = Records(Dir("no_validation"));
+  EXPECT_FALSE(Has(*EpochRecord(plain, 0), "validation_auc"));
+  EXPECT_FALSE(Has(*FinalRecord(plain), "kept_epoch"));
+}
+
 TEST_F(TrainTest, BenchTrainAndInferenceReportThroughputAndPeak) {
   // --deterministic=false parses, and is a no-op on cpu: the report says deterministic.
   auto r = RunSift({"bench", "train", "--dataset", Tiny(), "--model", "sim", "--batch-size", "256",

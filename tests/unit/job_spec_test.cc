@@ -13,6 +13,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
+using ::testing::Not;
 
 // The example of issue 5, with concrete values.
 constexpr char kIssueExample[] = R"(dataset: /data/amazon            # a sift dataset
@@ -262,12 +263,42 @@ TEST(JobSpecTest, CanonicalYamlListsEveryField) {
   }
 }
 
+TEST(JobSpecTest, ModelSelectionFieldsRoundTripAndNeedAValidationSplit) {
+  auto spec = ParseJobSpec(
+      "dataset: d\ntraining:\n  validation_fraction: 0.05\n  keep_best: validation_auc\n"
+      "  patience: 2\n",
+      "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training.validation_fraction, 0.05);
+  EXPECT_EQ(spec->training.keep_best, "validation_auc");
+  EXPECT_EQ(spec->training.patience, 2);
+  auto again = ParseJobSpec(JobSpecToYaml(*spec), "again.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->training, spec->training);
+  // Unused, they are left out of the canonical text (sift report's run keys stay as they were).
+  auto plain = ParseJobSpec("dataset: d\n", "job.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_THAT(JobSpecToYaml(*plain), Not(HasSubstr("validation_fraction")));
+  EXPECT_THAT(JobSpecToYaml(*plain), Not(HasSubstr("patience")));
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  keep_best: validation_auc\n"),
+            "job.yaml:3: training.keep_best: chooses by the validation AUC: it needs "
+            "training.validation_fraction > 0");
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 4\n  patience: 1\n"),
+            "job.yaml:4: training.patience: chooses by the validation AUC: it needs "
+            "training.validation_fraction > 0");
+  EXPECT_THAT(ErrorOf("dataset: d\ntraining:\n  validation_fraction: 0.6\n"),
+              StartsWith("job.yaml:3: training.validation_fraction: must be a number in [0, 0.5]"));
+  EXPECT_THAT(ErrorOf("dataset: d\ntraining:\n  keep_best: best\n"),
+              StartsWith("job.yaml:3: training.keep_best: "));
+}
+
 TEST(JobSpecTest, UnknownKeysAreErrors) {
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 2\n  bach_size: 10\n"),
             "job.yaml:4: training.bach_size: unknown key (did you mean 'batch_size'?); known "
             "keys: epochs, batch_size, eval_batch_size, lr, weight_decay, sparse_l2, optimizer, "
             "sparse_optimizer, "
-            "staleness, seed, order, train_eval_samples, max_steps_per_epoch");
+            "staleness, seed, order, train_eval_samples, max_steps_per_epoch, "
+            "validation_fraction, keep_best, patience");
   EXPECT_THAT(ErrorOf("datset: d\n"),
               StartsWith("job.yaml:1: datset: unknown key (did you mean 'dataset'?); known keys: "
                          "name, dataset, model,"));

@@ -176,8 +176,13 @@ TEST(ValidationSplitExplicit, StoredSamplesCarveWholeUsers) {
     }
   }
   ASSERT_TRUE(w.Finish().ok());
+  ASSERT_TRUE(w.Begin(d.Sub(kTestSamplesFile), shape).ok());
+  const std::vector<int32_t> test_rec = {1, 1, 1, 1, 0, 2, 0, 3};
+  ASSERT_TRUE(w.Add(test_rec.data()).ok());
+  ASSERT_TRUE(w.Finish().ok());
   FeatureSpec spec = FeatureSpec::Reference({41}, {10}, 2);
   spec.source_spec["train"] = {SourceChunk{kSourceSamples, {}, {kTrainSamplesFile}}};
+  spec.source_spec["test"] = {SourceChunk{kSourceSamples, {}, {kTestSamplesFile}}};
   ASSERT_TRUE(WriteSamplesDatasetSpec(d.path(), spec, YAML::Node()).ok());
   auto ds = Dataset::Open(d.path(), true);
   ASSERT_TRUE(ds.ok()) << ds.status();
