@@ -181,6 +181,11 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
   cmd->add_option("--attention-mlp-dims", m.attention_mlp, "DIEN attention unit hidden widths")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_option("--dropout", m.dropout,
+                  "Inverted dropout rate on the hidden outputs of the MLP heads (the classifier "
+                  "and SIM's GSU head) in training; 0 = none")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 0.9f));
 }
 
 // Flags that need parsing beyond CLI11's; usage errors.

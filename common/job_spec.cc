@@ -321,6 +321,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                     {"stage_two_mlp_dims", p.Dims(&m.stage_two_mlp_dims)},
                     {"aux_mlp_dims", p.Dims(&m.aux_mlp_dims)},
                     {"attention_mlp_dims", p.Dims(&m.attention_mlp_dims)},
+                    {"dropout", p.Float(&m.dropout, 0, 0.9)},
                 })},
       {"training", p.Section({
                        {"epochs", p.Int(&t.epochs, 1, L::kMaxEpochs)},
@@ -556,6 +557,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   EmitDims(out, "stage_two_mlp_dims", m.stage_two_mlp_dims);
   EmitDims(out, "aux_mlp_dims", m.aux_mlp_dims);
   EmitDims(out, "attention_mlp_dims", m.attention_mlp_dims);
+  if (m.dropout != 0) out << YAML::Key << "dropout" << YAML::Value << ShortestDouble(m.dropout);
   out << YAML::EndMap;
 
   out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;

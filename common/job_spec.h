@@ -31,6 +31,9 @@ struct JobSpec {
     std::vector<int> stage_two_mlp_dims = {200, 80};
     std::vector<int> aux_mlp_dims = {100, 50};
     std::vector<int> attention_mlp_dims = {80, 40};
+    // Inverted dropout on the hidden outputs of the MLP heads (stage one and two) in training;
+    // 0 = none (the reference).
+    double dropout = 0;  // in [0, 0.9]
     bool operator==(const Model&) const = default;
   };
   struct Training {

@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status.h"
+#include "kernels/dropout_mask.h"
 
 namespace sift::kernels {
 
@@ -484,6 +485,15 @@ class Backend {
   // rounded to float once).
   virtual void AdamUpdate(int64_t n, const AdamHyper& h, int64_t t, const float* grad, float* param,
                           float* m, float* v) = 0;
+
+  // ---- Dropout (the MLP heads' model.dropout); host default -----------------------------------
+  // Inverted dropout in place: p[i] *= DropoutFactor(seed, i, rate, scale) (kernels/dropout_mask.h:
+  // 0 with probability rate, else scale = 1 / (1 - rate), a pure function of (seed, i)). Applying
+  // it to an output and then, with the same seed, to that output's gradient is dropout's forward
+  // and backward. REQUIRES: 0 < rate < 1, scale = 1 / (1 - rate) as a float.
+  virtual void Dropout(int64_t n, uint64_t seed, float rate, float scale, float* p) {
+    for (int64_t i = 0; i < n; ++i) p[i] *= DropoutFactor(seed, i, rate, scale);
+  }
 
   // ---- Dynamic loss scaling (fp16, worker/loss_scaler.h); host defaults ---------------------
   // p[0..n) *= alpha.

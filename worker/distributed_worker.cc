@@ -268,6 +268,7 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   m.stage_two_mlp = spec.model.stage_two_mlp_dims;
   m.aux_mlp = spec.model.aux_mlp_dims;
   m.attention_mlp = spec.model.attention_mlp_dims;
+  m.dropout = static_cast<float>(spec.model.dropout);
 
   const std::vector<std::string> backends = kernels::AvailableBackendNames();
   if (std::find(backends.begin(), backends.end(), spec.cluster.backend) == backends.end()) {

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "worker/model_parts.h"
 
 namespace sift::worker {
@@ -115,6 +117,10 @@ Status ValidateModelConfig(const ModelConfig& c) {
     SIFT_RETURN_IF_ERROR(CheckMlp("attention_mlp", c.attention_mlp));
   }
   SIFT_RETURN_IF_ERROR(CheckMlp("stage_two_mlp", c.stage_two_mlp));
+  if (!(c.dropout >= 0 && c.dropout <= 0.9f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dropout (model.dropout) must be in [0, 0.9], got ", c.dropout));
+  }
   return absl::OkStatus();
 }
 
@@ -131,6 +137,12 @@ class Model::Impl {
   }
   // Allocates every buffer in the backend's memory (the constructor only sizes them).
   Status Init();
+  // The dropout seed of head `head` (1: GSU, 2: classifier) for a Forward in `mode`.
+  std::optional<uint64_t> DropoutSeed(ForwardMode mode, uint64_t head) const {
+    if (mode != ForwardMode::kTrain || config_.dropout <= 0) return std::nullopt;
+    return HashCombine(dropout_seed_, head);
+  }
+  uint64_t dropout_seed_ = 0;
   // slot: an uploaded input slot, or kDirect (the inputs are staged by Forward itself).
   StatusOr<Losses> Forward(const data::Batch& batch, const BatchKeys& keys, ForwardMode mode,
                            int slot);
@@ -283,11 +295,13 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
   if (sim) {
     z1w_ = 2 * I_ + P_;
     gsu_mlp_.Build("gsu_mlp", z1w_, config.stage_one_mlp, Activation::kPrelu, B, &registry_);
+    gsu_mlp_.SetDropout(config.dropout);
     ws = std::max(ws, gsu_mlp_.WorkspaceFloats());
   }
   zw_ = sim ? 3 * I_ + H_ + P_ : dien ? I_ + H_ + P_ : 2 * I_ + P_;
   classifier_mlp_.Build("classifier_mlp", zw_, config.stage_two_mlp, Activation::kPrelu, B,
                         &registry_);
+  classifier_mlp_.SetDropout(config.dropout);
   ws = std::max(ws, classifier_mlp_.WorkspaceFloats());
   if (dien) {
     aux_mlp_.Build("aux_mlp", H_ + I_, config.aux_mlp, Activation::kSigmoid, 2 * N, &registry_);
@@ -714,7 +728,7 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
       be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), in_.long_mask,
                                alpha_.data(), z1 + I_, z1w_);
       be_->Copy(1, B, P_, p_.data(), 0, P_, z1 + 2 * I_, 0, z1w_, false);
-      logit1_ = gsu_mlp_.Forward(be_, B, z1, z1w_, params);
+      logit1_ = gsu_mlp_.Forward(be_, B, z1, z1w_, params, DropoutSeed(mode, 1));
       // Top-k (3.3) as a mask; ESU attention (3.4) and damped mean (3.5).
       be_->TopKMask(B, TL_, K_, alpha_.data(), rho_.data());
       be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho_.data(),
@@ -745,7 +759,7 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
       break;
     }
   }
-  logits_ = classifier_mlp_.Forward(be_, B, z, zw_, params);
+  logits_ = classifier_mlp_.Forward(be_, B, z, zw_, params, DropoutSeed(mode, 2));
 
   const double bce2 = be_->BceWithLogits(B, logits_, labels, 0.0f, nullptr) / B;
   if (type_ == ModelType::kSim) {
@@ -984,6 +998,7 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, kernel
 
 const ModelConfig& Model::config() const { return impl_->config_; }
 KeyUsage Model::key_usage(ForwardMode mode) const { return impl_->key_usage(mode); }
+void Model::SetDropoutSeed(uint64_t seed) { impl_->dropout_seed_ = seed; }
 Status Model::InitParameters(uint64_t seed) {
   if (!impl_->device_) {
     impl_->registry_.Initialise(seed, impl_->params_.data());

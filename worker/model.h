@@ -48,6 +48,10 @@ struct ModelConfig {
   std::vector<int> stage_two_mlp = {200, 80};  // final classifier of every model
   std::vector<int> aux_mlp = {100, 50};        // DIEN aux net (SIM, DIEN)
   std::vector<int> attention_mlp = {80, 40};   // DIEN attention unit (SIM, DIEN)
+  // Inverted dropout of this rate on the hidden outputs of the MLP heads — the final classifier
+  // (stage_two_mlp) and SIM's GSU head (stage_one_mlp) — in training Forwards only, with masks
+  // from Model::SetDropoutSeed (kernels/dropout_mask.h). 0 = none (the reference). In [0, 0.9].
+  float dropout = 0.0f;
 };
 
 // INVALID_ARGUMENT naming the field when a dim is < 1, an MLP list is empty or holds a width < 1,
@@ -93,6 +97,9 @@ class Model {
   // function of `seed` (common/rng.h), identical on every machine.
   // Errors: a device backend's copy failing.
   Status InitParameters(uint64_t seed);
+  // The seed of the dropout masks of the next kTrain Forwards (and their Backward): the trainer
+  // sets one per step (config.dropout > 0). Evaluation and inference never drop.
+  void SetDropoutSeed(uint64_t seed);
 
   // Backend memory (device memory for cuda: not readable on the host; use the copies below).
   absl::Span<float> parameters();

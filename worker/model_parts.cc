@@ -120,22 +120,37 @@ Status Mlp::Allocate(kernels::Backend* be) {
     if (i + 1 < layers_.size()) {
       SIFT_ASSIGN_OR_RETURN(l.y, be->Allocate(bytes));
       SIFT_ASSIGN_OR_RETURN(l.dy, be->Allocate(bytes));
+      if (dropout_ > 0) {
+        SIFT_ASSIGN_OR_RETURN(l.dropped, be->Allocate(bytes));
+      }
     }
   }
   return absl::OkStatus();
 }
 
+uint64_t Mlp::LayerSeed(size_t i) const { return HashCombine(*dropped_seed_, i); }
+
 const float* Mlp::Forward(kernels::Backend* be, int64_t rows, const float* x, int64_t ldx,
-                          const float* params) {
+                          const float* params, std::optional<uint64_t> dropout_seed) {
+  dropped_seed_.reset();
+  if (dropout_ > 0 && dropout_seed.has_value()) dropped_seed_ = dropout_seed;
+  const float scale = 1.0f / (1.0f - dropout_);
   const float* in = x;
   int64_t ld = ldx;
-  for (Layer& l : layers_) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
     l.dims.rows = rows;
     float* y = l.y.empty() ? l.pre.floats() : l.y.floats();  // the linear output layer: pre == y
     be->DenseForward(l.dims, in, ld, params + l.w, params + l.b,
                      l.slope >= 0 ? params + l.slope : nullptr, l.pre.floats(), y);
     in = y;
     ld = l.dims.out;
+    if (dropped_seed_ && i + 1 < layers_.size()) {
+      float* d = l.dropped.floats();
+      be->Copy(1, rows, l.dims.out, y, 0, l.dims.out, d, 0, l.dims.out, /*accumulate=*/false);
+      be->Dropout(rows * l.dims.out, LayerSeed(i), dropout_, scale, d);
+      in = d;
+    }
   }
   return in;
 }
@@ -147,7 +162,7 @@ void Mlp::Backward(kernels::Backend* be, int64_t rows, const float* x, int64_t l
   for (size_t i = layers_.size(); i-- > 0;) {
     Layer& l = layers_[i];
     l.dims.rows = rows;
-    const float* in = i == 0 ? x : layers_[i - 1].y.floats();
+    const float* in = i == 0 ? x : HiddenOutput(i - 1);
     const int64_t ld = i == 0 ? ldx : layers_[i - 1].dims.out;
     float* din = nullptr;
     int64_t lddin = 0;
@@ -163,6 +178,11 @@ void Mlp::Backward(kernels::Backend* be, int64_t rows, const float* x, int64_t l
     be->DenseBackward(l.dims, in, ld, params + l.w, l.slope >= 0 ? params + l.slope : nullptr,
                       l.pre.floats(), y, dy, din, lddin, grads + l.w, grads + l.b,
                       l.slope >= 0 ? grads + l.slope : nullptr, workspace);
+    if (i > 0 && dropped_seed_) {
+      // d(y * mask) / dy = mask: the same factors, regenerated from the seed.
+      be->Dropout(rows * layers_[i - 1].dims.out, LayerSeed(i - 1), dropout_,
+                  1.0f / (1.0f - dropout_), din);
+    }
     dy = din;
   }
 }
@@ -207,6 +227,7 @@ const float* Mlp::ForwardFrom(kernels::Backend* be, int64_t rows, const float* p
 
 const float* Mlp::ForwardFeatures(kernels::Backend* be, int64_t batch, const float* qp,
                                   const float* h, const float* params, float* workspace) {
+  dropped_seed_.reset();  // the attention unit never drops
   Layer& first = layers_[0];
   first.dims.rows = batch * feature_time_;
   float* y = first.y.empty() ? first.pre.floats() : first.y.floats();

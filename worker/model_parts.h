@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,12 +56,18 @@ class Mlp {
   // Registers layers "<name>/dense_<i>/{kernel,bias[,prelu_slope]}" (output layer last).
   void Build(const std::string& name, int in, const std::vector<int>& hidden,
              kernels::Activation act, int64_t max_rows, ParamRegistry* registry);
+  // Inverted dropout of rate r in [0, 1) on every hidden layer's output (not on the input, not on
+  // the logit) in Forward calls given a dropout seed: hidden layer i's output y_i is used as
+  // y_i * mask_i, mask_i = Backend::Dropout's factors under HashCombine(seed, i); Backward applies
+  // the same mask to the gradient. 0 (the default) = none. REQUIRES: after Build, before Allocate.
+  void SetDropout(float rate) { dropout_ = rate; }
   // Allocates the activations in `be`'s memory. REQUIRES: after Build, before Forward; `be`
   // outlives the MLP.
   Status Allocate(kernels::Backend* be);
   // Forward over `rows` rows of x (row stride ldx); returns the logits [rows] (owned by the MLP).
+  // With dropout_seed set (training) and a dropout rate, the hidden outputs are dropped.
   const float* Forward(kernels::Backend* be, int64_t rows, const float* x, int64_t ldx,
-                       const float* params);
+                       const float* params, std::optional<uint64_t> dropout_seed = std::nullopt);
   // Backward of the last Forward given dout [rows]: parameter gradients += into grads (same
   // layout as params), dx += (row stride lddx; nullable). workspace: WorkspaceFloats().
   void Backward(kernels::Backend* be, int64_t rows, const float* x, int64_t ldx,
@@ -85,7 +92,14 @@ class Mlp {
     kernels::DenseDims dims;  // rows set per call
     int64_t w = 0, b = 0, slope = -1;
     kernels::BackendBuffer pre, y, dy;  // [max_rows, out]; y, dy empty for the output layer
+    kernels::BackendBuffer dropped;     // [max_rows, out]: y * mask (hidden layers, dropout > 0)
   };
+  // The input the layer after hidden layer i reads: its dropped output when the last Forward
+  // dropped.
+  const float* HiddenOutput(size_t i) const {
+    return dropped_seed_ ? layers_[i].dropped.floats() : layers_[i].y.floats();
+  }
+  uint64_t LayerSeed(size_t i) const;
   // The layers after the first, forward (from its output) and backward (down to its dy).
   const float* ForwardFrom(kernels::Backend* be, int64_t rows, const float* params);
   const float* BackwardTo(kernels::Backend* be, int64_t rows, const float* params,
@@ -96,6 +110,8 @@ class Mlp {
   int in_ = 0;
   int64_t max_rows_ = 0;
   int feature_time_ = 0, feature_hidden_ = 0;  // SetFeatureInput
+  float dropout_ = 0;
+  std::optional<uint64_t> dropped_seed_;  // the last Forward's dropout seed, if it dropped
 };
 
 }  // namespace sift::worker::internal

@@ -787,6 +787,10 @@ Status Trainer::Collective(absl::Span<float> data, bool on_backend,
 StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t step, PhaseTimes* ph) {
   const auto average = [this](absl::Span<float> d) { return coll_->AllreduceAverage(d); };
   Losses losses;
+  // Dropout masks: one seed per step and rank, so a run is reproducible for a fixed seed.
+  if (config_.dropout > 0) {
+    model_->SetDropoutSeed(HashCombine(HashCombine(o_.seed ^ 0xd209d07ull, global_step_), rank_));
+  }
   {
     ScopedTimer t(&ph->forward);
     SIFT_ASSIGN_OR_RETURN(

@@ -338,6 +338,11 @@ void CudaBackend::Scale(int64_t n, float alpha, float* p) {
   SIFT_CUDA_CHECK_LAUNCH(LaunchScale(stream_, n, alpha, p));
 }
 
+void CudaBackend::Dropout(int64_t n, uint64_t seed, float rate, float scale, float* p) {
+  if (failed()) return;
+  SIFT_CUDA_CHECK_LAUNCH(LaunchDropout(stream_, n, seed, rate, scale, p));
+}
+
 bool CudaBackend::AllFinite(int64_t n, const float* p) {
   if (failed()) return false;  // undefined contents: never report them finite
   if (n <= 0) return true;

@@ -57,6 +57,7 @@ class CudaBackend final : public kernels::Backend {
   }
   bool deterministic() const override { return deterministic_; }
   void Scale(int64_t n, float alpha, float* p) override;
+  void Dropout(int64_t n, uint64_t seed, float rate, float scale, float* p) override;
   bool AllFinite(int64_t n, const float* p) override;
 
   // ---- Dense family (cuda_backend.cc) ----

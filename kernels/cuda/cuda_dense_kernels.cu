@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/cuda_dense_plan.h"
 #include "kernels/cuda/elementwise_math.h"
+#include "kernels/dropout_mask.h"
 
 namespace sift::cuda {
 namespace {
@@ -224,6 +225,19 @@ cudaError_t LaunchScaleMatrices(cudaStream_t stream, int64_t batch, int64_t rows
   if (batch <= 0 || rows <= 0 || cols <= 0) return cudaSuccess;
   ScaleMatricesKernel<<<ElementwiseGrid(batch * rows * cols), kElementwiseThreads, 0, stream>>>(
       batch, rows, cols, beta, c, ld, stride);
+  return cudaGetLastError();
+}
+
+__global__ void DropoutKernel(int64_t n, uint64_t seed, float rate, float scale, float* p) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+    p[i] = math::Mul(p[i], kernels::DropoutFactor(seed, i, rate, scale));
+  }
+}
+
+cudaError_t LaunchDropout(cudaStream_t stream, int64_t n, uint64_t seed, float rate, float scale,
+                          float* p) {
+  if (n <= 0) return cudaSuccess;
+  DropoutKernel<<<ElementwiseGrid(n), kElementwiseThreads, 0, stream>>>(n, seed, rate, scale, p);
   return cudaGetLastError();
 }
 

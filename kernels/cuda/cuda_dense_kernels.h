@@ -30,6 +30,9 @@ cudaError_t LaunchScaleMatrices(cudaStream_t stream, int64_t batch, int64_t rows
 
 // p[0..n) *= alpha.
 cudaError_t LaunchScale(cudaStream_t stream, int64_t n, float alpha, float* p);
+// Backend::Dropout: p[i] *= kernels::DropoutFactor(seed, i, rate, scale).
+cudaError_t LaunchDropout(cudaStream_t stream, int64_t n, uint64_t seed, float rate, float scale,
+                          float* p);
 
 // The dense layer's epilogue over pre [rows, out] holding x W: pre += b (b nullable), then
 // y = act(pre) (DenseSigmoid / Prelu with slope[o]; slope read only for kPrelu). y may be pre.

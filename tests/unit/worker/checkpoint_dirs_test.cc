@@ -84,6 +84,20 @@ TEST(CheckpointDirsTest, PruningKeepsTheNewestCompleteOnesUpToTheCommittedStep) 
   EXPECT_TRUE(PruneStepCheckpoints(dir.Sub("none"), 8, 1).ok());
 }
 
+TEST(CheckpointDirsTest, PruningSparesTheKeptModelsCheckpointBesideTheNewest) {
+  TempDir dir;
+  const std::string job = dir.Sub("job");
+  for (int64_t s : {2, 4, 6, 8}) MakeStep(job, s, true);
+  // keep_best: step 4 holds the best epoch's model; keep 1 still keeps the newest too.
+  ASSERT_TRUE(PruneStepCheckpoints(job, /*committed_step=*/8, /*keep=*/1, /*protect=*/4).ok());
+  EXPECT_THAT(Entries(job), ElementsAre("step-000000000004", "step-000000000008"));
+  // The protected one is not counted in `keep`.
+  MakeStep(job, 10, true);
+  ASSERT_TRUE(PruneStepCheckpoints(job, 10, 2, 4).ok());
+  EXPECT_THAT(Entries(job),
+              ElementsAre("step-000000000004", "step-000000000008", "step-000000000010"));
+}
+
 // tests/fuzz checkpoint_manifest: `"version": 4.4e34` made nlohmann's get<int> undefined
 // behaviour (a float beyond int); every number of a manifest is checked before it is converted.
 TEST(CheckpointDirsTest, ManifestNumbersOfTheWrongKindAreDataLoss) {

@@ -1,4 +1,5 @@
-// Whole-model finite-difference gradient checks of SIM, DIEN and DIN on the reference backend:
+// Whole-model finite-difference gradient checks of SIM, DIEN and DIN (and SIM, DIN with dropout in
+// their MLP heads) on the reference backend:
 // Model::Backward's dense and embedding gradients against central differences of
 // Forward(kTrain).total, along random directions and for single coordinates of every tensor.
 #include <algorithm>
@@ -27,6 +28,7 @@ struct Case {
   std::vector<int> hist_lens;  // per row; T = T_L + T_S = 10
   uint64_t seed;
   const char* name;
+  float dropout = 0;  // model.dropout: the masks of one fixed seed make the loss a fixed function
 };
 
 // The rows cover: full history, an all-empty long history (3 <= T_S), fewer valid long items than
@@ -35,6 +37,8 @@ const Case kCases[] = {
     {ModelType::kSim, {10, 3, 7, 5, 2}, 11, "sim"}, {ModelType::kSim, {8}, 12, "sim_batch1"},
     {ModelType::kDien, {10, 3, 7, 2}, 13, "dien"},  {ModelType::kDien, {9}, 14, "dien_batch1"},
     {ModelType::kDin, {10, 3, 7, 5, 2}, 15, "din"}, {ModelType::kDin, {6}, 16, "din_batch1"},
+    {ModelType::kSim, {10, 3, 7, 5, 2}, 17, "sim_dropout", 0.3f},
+    {ModelType::kDin, {10, 3, 7, 5, 2}, 18, "din_dropout", 0.3f},
 };
 
 class ModelGradientTest : public ::testing::TestWithParam<Case> {
@@ -42,10 +46,12 @@ class ModelGradientTest : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     const Case& c = GetParam();
     config_ = SmallConfig(c.type);
+    config_.dropout = c.dropout;
     backend_ = kernels::CreateReferenceBackend();
     auto model = Model::Create(config_, backend_.get(), 8);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = std::move(model).value();
+    model_->SetDropoutSeed(c.seed + 7);
     batch_ = MakeBatch(config_, c.hist_lens, c.seed);
     ASSERT_TRUE(BuildBatchKeys(batch_, model_->key_usage(ForwardMode::kTrain),
                                config_.embedding_dim, &keys_)
