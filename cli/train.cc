@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "common/file_util.h"
 #include "common/perf_stats.h"
+#include "common/recipe.h"
 #include "common/sysinfo.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
@@ -31,6 +32,8 @@ struct TrainFlags {
   std::string model = "sim";
   std::string order = "shuffled";
   std::string keep_best = "last";
+  std::string recipe = kDefaultRecipe;
+  CLI::App* cmd = nullptr;  // the command the flags were added to (which were given)
   std::string progress = "auto";
   std::string json;
   std::string embedding_servers;
@@ -38,6 +41,7 @@ struct TrainFlags {
 };
 
 void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
+  f->cmd = cmd;
   worker::TrainerOptions& o = f->opt;
   worker::ModelConfig& m = o.model;
   cmd->add_option("--dataset", o.dataset, "Dataset directory (sift data gen / convert)")
@@ -137,6 +141,12 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
     cmd->add_option("--train-eval-samples", o.train_eval_samples,
                     "Train AUC on a fixed sample of this many training samples (0 = all)")
         ->capture_default_str();
+    cmd->add_option("--recipe", f->recipe,
+                    "Training recipe: reference (the TF2 reference's) or sift (mini-batch-aware "
+                    "L2, dropout, a validation split keeping the best epoch, early stopping); "
+                    "flags given explicitly override it (README Training recipes)")
+        ->check(CLI::IsMember({"reference", "sift"}))
+        ->capture_default_str();
     cmd->add_option("--validation-fraction", o.validation_fraction,
                     "Hold out the last training pair of this fraction of the users as a "
                     "validation split, evaluated after every epoch (0 = none; at most 0.5)")
@@ -192,6 +202,18 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
 Status ResolveFlags(TrainFlags* f) {
   SIFT_ASSIGN_OR_RETURN(f->opt.model.type, worker::ParseModelType(f->model));
   SIFT_ASSIGN_OR_RETURN(f->opt.order, data::ParseSampleOrder(f->order));
+  if (f->cmd != nullptr && f->cmd->get_option_no_throw("--recipe") != nullptr) {
+    // The recipe's values for the flags not given (common/recipe.h).
+    SIFT_ASSIGN_OR_RETURN(const Recipe recipe, FindRecipe(f->recipe));
+    const auto unset = [f](const char* flag) { return f->cmd->count(flag) == 0; };
+    if (unset("--sparse-l2")) f->opt.sparse_l2 = static_cast<float>(recipe.sparse_l2);
+    if (unset("--dropout")) f->opt.model.dropout = static_cast<float>(recipe.dropout);
+    if (unset("--validation-fraction")) f->opt.validation_fraction = recipe.validation_fraction;
+    if (f->opt.validation_fraction > 0) {
+      if (unset("--keep-best")) f->keep_best = recipe.keep_best;
+      if (unset("--patience")) f->opt.patience = recipe.patience;
+    }
+  }
   f->opt.keep_best = f->keep_best == "validation_auc";
 #ifndef SIFT_MINIMAL
   if (!f->embedding_servers.empty()) {

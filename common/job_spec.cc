@@ -30,6 +30,15 @@ const std::vector<std::string> kOptimizers = {"adam"};
 const std::vector<std::string> kSparseOptimizers = {"adam", "adagrad", "sgd"};
 const std::vector<std::string> kOrders = {"shuffled", "reference"};
 const std::vector<std::string> kKeepBest = {"last", "validation_auc"};
+// A static list: Parser::Enum keeps a reference to it.
+const std::vector<std::string>& RecipeNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Recipe& r : Recipes()) out.push_back(r.name);
+    return out;
+  }();
+  return names;
+}
 const std::vector<std::string> kBackends = {"cpu", "cuda"};
 const std::vector<std::string> kPrecisions = {"auto", "fp32", "tf32", "bf16", "fp16"};
 const std::vector<std::string> kCollectives = {"auto", "gloo", "nccl"};
@@ -337,6 +346,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                        {"order", p.Enum(&t.order, kOrders)},
                        {"train_eval_samples", p.Int(&t.train_eval_samples, 0, L::kMaxSamples)},
                        {"max_steps_per_epoch", p.Int(&t.max_steps_per_epoch, 0, L::kMaxSamples)},
+                       {"recipe", p.Enum(&t.recipe, RecipeNames())},
                        {"validation_fraction", p.Float(&t.validation_fraction, 0, 0.5)},
                        {"keep_best", p.Enum(&t.keep_best, kKeepBest)},
                        {"patience", p.Int(&t.patience, 0, L::kMaxEpochs)},
@@ -402,6 +412,16 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                      Describe(root)));
   }
   SIFT_RETURN_IF_ERROR(p.ParseMap(root, "", 0, table));
+  // The recipe's values for the fields the spec leaves out (common/recipe.h).
+  SIFT_ASSIGN_OR_RETURN(const Recipe recipe, FindRecipe(t.recipe));
+  const auto unset = [&p](const char* field) { return p.LineOf(field) < 0; };
+  if (unset("training.sparse_l2")) t.sparse_l2 = recipe.sparse_l2;
+  if (unset("model.dropout")) m.dropout = recipe.dropout;
+  if (unset("training.validation_fraction")) t.validation_fraction = recipe.validation_fraction;
+  if (t.validation_fraction > 0) {  // a spec that turns the validation split off chooses nothing
+    if (unset("training.keep_best")) t.keep_best = recipe.keep_best;
+    if (unset("training.patience")) t.patience = recipe.patience;
+  }
   if (!has_dataset) {
     return p.Error(std::max(0, root.Mark().line), "dataset",
                    "required key missing (the path of a sift dataset)");
@@ -557,7 +577,15 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   EmitDims(out, "stage_two_mlp_dims", m.stage_two_mlp_dims);
   EmitDims(out, "aux_mlp_dims", m.aux_mlp_dims);
   EmitDims(out, "attention_mlp_dims", m.attention_mlp_dims);
-  if (m.dropout != 0) out << YAML::Key << "dropout" << YAML::Value << ShortestDouble(m.dropout);
+  // The recipe-controlled fields: every one under a recipe other than the default (so the text
+  // parses back to the same values), else only those that differ from the default recipe's (a
+  // spec that does not use them keeps the canonical text it had before they existed: sift
+  // report's run keys).
+  const Recipe base = *FindRecipe(kDefaultRecipe);
+  const bool all_recipe_fields = spec.training.recipe != kDefaultRecipe;
+  if (all_recipe_fields || m.dropout != base.dropout) {
+    out << YAML::Key << "dropout" << YAML::Value << ShortestDouble(m.dropout);
+  }
   out << YAML::EndMap;
 
   out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
@@ -574,12 +602,17 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "order" << YAML::Value << t.order;
   // Model selection only when used: the canonical text of a spec without it (sift report's run
   // keys) stays what it was before these fields existed.
-  if (t.validation_fraction != 0) {
+  if (all_recipe_fields) out << YAML::Key << "recipe" << YAML::Value << t.recipe;
+  if (all_recipe_fields || t.validation_fraction != base.validation_fraction) {
     out << YAML::Key << "validation_fraction" << YAML::Value
         << ShortestDouble(t.validation_fraction);
   }
-  if (t.keep_best != "last") out << YAML::Key << "keep_best" << YAML::Value << t.keep_best;
-  if (t.patience != 0) out << YAML::Key << "patience" << YAML::Value << t.patience;
+  if (all_recipe_fields || t.keep_best != base.keep_best) {
+    out << YAML::Key << "keep_best" << YAML::Value << t.keep_best;
+  }
+  if (all_recipe_fields || t.patience != base.patience) {
+    out << YAML::Key << "patience" << YAML::Value << t.patience;
+  }
   out << YAML::Key << "train_eval_samples" << YAML::Value << t.train_eval_samples;
   out << YAML::Key << "max_steps_per_epoch" << YAML::Value << t.max_steps_per_epoch;
   out << YAML::EndMap;

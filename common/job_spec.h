@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/recipe.h"
 #include "common/status.h"
 
 namespace sift {
@@ -59,6 +60,9 @@ struct JobSpec {
     // is held out as a validation split, evaluated after every epoch (0 = none: the reference);
     // keep_best: last | validation_auc (the kept model, and the test AUC the job reports);
     // patience: stop after this many epochs without a better validation AUC (0 = never).
+    // The recipe (common/recipe.h) whose values fill the fields above and below that the spec
+    // leaves out: reference | sift.
+    std::string recipe = kDefaultRecipe;
     double validation_fraction = 0;  // in [0, 0.5]
     std::string keep_best = "last";
     int patience = 0;  // in [0, kMaxEpochs]

@@ -384,6 +384,26 @@ TEST_F(TrainTest, PatienceStopsWhenTheValidationAucDoesNotImprove) {
   EXPECT_FALSE(Has(*FinalRecord(plain), "kept_epoch"));
 }
 
+TEST_F(TrainTest, RecipeSiftSetsTheFlagsNotGivenAndExplicitFlagsWin) {
+  const std::vector<double> reference = DinStepLosses("recipe-ref", {"--recipe", "reference"});
+  const std::vector<double> plain = DinStepLosses("recipe-default", {});
+  EXPECT_EQ(reference, plain);  // the default recipe (common/recipe.h kDefaultRecipe)
+  const std::vector<double> sift = DinStepLosses("recipe-sift", {"--recipe", "sift"});
+  ASSERT_EQ(sift.size(), reference.size());
+  EXPECT_NE(sift.back(), reference.back());
+  const auto recs = Records(Dir("recipe-sift"));
+  ASSERT_NE(EpochRecord(recs, 0), nullptr);
+  EXPECT_TRUE(Has(*EpochRecord(recs, 0), "validation_auc"));
+  ASSERT_NE(FinalRecord(recs), nullptr);
+  EXPECT_TRUE(Has(*FinalRecord(recs), "kept_epoch"));
+  // Every field of the recipe given explicitly as the reference's: the reference's run, bit for
+  // bit.
+  const std::vector<double> overridden = DinStepLosses(
+      "recipe-overridden", {"--recipe", "sift", "--sparse-l2", "0", "--dropout", "0",
+                            "--validation-fraction", "0"});
+  EXPECT_EQ(overridden, reference);
+}
+
 TEST_F(TrainTest, BenchTrainAndInferenceReportThroughputAndPeak) {
   // --deterministic=false parses, and is a no-op on cpu: the report says deterministic.
   auto r = RunSift({"bench", "train", "--dataset", Tiny(), "--model", "sim", "--batch-size", "256",

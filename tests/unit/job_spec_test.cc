@@ -292,12 +292,48 @@ TEST(JobSpecTest, ModelSelectionFieldsRoundTripAndNeedAValidationSplit) {
               StartsWith("job.yaml:3: training.keep_best: "));
 }
 
+TEST(JobSpecTest, ARecipeFillsTheFieldsTheSpecLeavesOut) {
+  auto sift = ParseJobSpec("dataset: d\ntraining:\n  recipe: sift\n", "job.yaml");
+  ASSERT_TRUE(sift.ok()) << sift.status();
+  const Recipe r = *FindRecipe("sift");
+  EXPECT_EQ(sift->training.sparse_l2, r.sparse_l2);
+  EXPECT_EQ(sift->model.dropout, r.dropout);
+  EXPECT_EQ(sift->training.validation_fraction, r.validation_fraction);
+  EXPECT_EQ(sift->training.keep_best, r.keep_best);
+  EXPECT_EQ(sift->training.patience, r.patience);
+  // Explicit fields win; no validation split means nothing to choose by.
+  auto mixed = ParseJobSpec(
+      "dataset: d\nmodel: {dropout: 0}\ntraining:\n  recipe: sift\n  sparse_l2: 0.5\n"
+      "  validation_fraction: 0\n",
+      "job.yaml");
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ(mixed->training.sparse_l2, 0.5);
+  EXPECT_EQ(mixed->model.dropout, 0);
+  EXPECT_EQ(mixed->training.keep_best, "last");
+  EXPECT_EQ(mixed->training.patience, 0);
+  // The canonical text parses back to the same spec, whatever the recipe.
+  for (const auto* spec : {&*sift, &*mixed}) {
+    auto again = ParseJobSpec(JobSpecToYaml(*spec), "again.yaml");
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->training, spec->training);
+    EXPECT_EQ(again->model, spec->model);
+  }
+  // The reference recipe is today's defaults.
+  auto reference = ParseJobSpec("dataset: d\ntraining: {recipe: reference}\n", "job.yaml");
+  ASSERT_TRUE(reference.ok());
+  EXPECT_EQ(reference->training.sparse_l2, 0);
+  EXPECT_EQ(reference->model.dropout, 0);
+  EXPECT_EQ(reference->training.validation_fraction, 0);
+  EXPECT_THAT(ErrorOf("dataset: d\ntraining: {recipe: best}\n"),
+              StartsWith("job.yaml:2: training.recipe: "));
+}
+
 TEST(JobSpecTest, UnknownKeysAreErrors) {
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 2\n  bach_size: 10\n"),
             "job.yaml:4: training.bach_size: unknown key (did you mean 'batch_size'?); known "
             "keys: epochs, batch_size, eval_batch_size, lr, weight_decay, sparse_l2, optimizer, "
             "sparse_optimizer, "
-            "staleness, seed, order, train_eval_samples, max_steps_per_epoch, "
+            "staleness, seed, order, train_eval_samples, max_steps_per_epoch, recipe, "
             "validation_fraction, keep_best, patience");
   EXPECT_THAT(ErrorOf("datset: d\n"),
               StartsWith("job.yaml:1: datset: unknown key (did you mean 'dataset'?); known keys: "
@@ -334,7 +370,7 @@ TEST(JobSpecTest, WrongTypes) {
   EXPECT_EQ(ErrorOf("dataset: d\nmodel: sim\n"),
             "job.yaml:2: model: expected a mapping with keys type, embedding_dim, "
             "long_seq_length, short_seq_length, top_k, gru_hidden, stage_one_mlp_dims, "
-            "stage_two_mlp_dims, aux_mlp_dims, attention_mlp_dims, got 'sim'");
+            "stage_two_mlp_dims, aux_mlp_dims, attention_mlp_dims, dropout, got 'sim'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs:\n"),
             "job.yaml:3: training.epochs: must be an integer in [1, 100000], got an empty "
             "value");
