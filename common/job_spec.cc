@@ -556,6 +556,16 @@ Status CheckClusterJob(const JobSpec& spec, const std::string& source_name) {
   return absl::OkStatus();
 }
 
+void ApplyRecipe(const Recipe& recipe, JobSpec* spec) {
+  JobSpec::Training& t = spec->training;
+  t.recipe = recipe.name;
+  t.sparse_l2 = recipe.sparse_l2;
+  spec->model.dropout = recipe.dropout;
+  t.validation_fraction = recipe.validation_fraction;
+  t.keep_best = recipe.keep_best;
+  t.patience = recipe.patience;
+}
+
 std::string JobSpecToYaml(const JobSpec& spec) {
   const auto& m = spec.model;
   const auto& t = spec.training;

@@ -177,4 +177,9 @@ Status CheckClusterJob(const JobSpec& spec, const std::string& source_name);
 // shortest form that reads back exactly. ParseJobSpec(JobSpecToYaml(x)) == x for a valid x.
 std::string JobSpecToYaml(const JobSpec& spec);
 
+// A spec built in code (sift local's embedded default): sets training.recipe to `recipe` and
+// every field it controls to the recipe's value (ParseJobSpec does this for the fields a spec
+// text leaves out).
+void ApplyRecipe(const Recipe& recipe, JobSpec* spec);
+
 }  // namespace sift

@@ -358,13 +358,20 @@ class MatrixParser {
       spec->cluster.deterministic = value == "true";
     } else if (axis == "batch_size") {
       SIFT_ASSIGN_OR_RETURN(spec->training.batch_size, integer(1, JobSpecLimits::kMaxBatchSize));
-    } else if (axis == "lr" || axis == "sparse_l2" || axis == "weight_decay") {
+    } else if (axis == "recipe") {
+      // Every field the recipe controls takes its value (later axes override them).
+      StatusOr<Recipe> recipe = FindRecipe(value);
+      if (!recipe.ok()) return Error(at, key, std::string(recipe.status().message()));
+      ApplyRecipe(*recipe, spec);
+    } else if (axis == "lr" || axis == "sparse_l2" || axis == "weight_decay" ||
+               axis == "dropout") {
       double v = 0;
       if (!absl::SimpleAtod(value, &v) || !std::isfinite(v)) {
         return Error(at, key, absl::StrCat("\"", value, "\" is not a number"));
       }
       (axis == "lr"          ? spec->training.lr
        : axis == "sparse_l2" ? spec->training.sparse_l2
+       : axis == "dropout"   ? spec->model.dropout
                              : spec->training.weight_decay) = v;
     } else if (axis == "dataset") {
       SIFT_ASSIGN_OR_RETURN(spec->dataset, Dataset(at, key, value));

@@ -79,6 +79,18 @@ TEST(ReportMatrixTest, TheRecipeKnobsAreAxesCheckedByTheJobSpec) {
               HasSubstr("configuration 1 (sparse_l2=-1): training.sparse_l2"));
   EXPECT_THAT(ErrorOf("dataset: /d\nmatrix:\n  lr: [fast]\n"),
               HasSubstr("report.yaml:3: matrix.lr: \"fast\" is not a number"));
+  // recipe sets every field it controls; a later axis (dropout) overrides its value.
+  StatusOr<ReportMatrix> r =
+      Parse("dataset: /d\nmatrix:\n  recipe: [reference, sift]\n  dropout: [0, 0.2]\n");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->configs.size(), 4u);
+  EXPECT_EQ(r->configs[3].label, "recipe=sift dropout=0.2");
+  EXPECT_EQ(r->configs[3].spec.training.sparse_l2, FindRecipe("sift")->sparse_l2);
+  EXPECT_EQ(r->configs[3].spec.training.keep_best, "validation_auc");
+  EXPECT_DOUBLE_EQ(r->configs[3].spec.model.dropout, 0.2);
+  EXPECT_EQ(r->configs[1].spec.training.sparse_l2, 0);
+  EXPECT_THAT(ErrorOf("dataset: /d\nmatrix:\n  recipe: [best]\n"),
+              HasSubstr("report.yaml:3: matrix.recipe: unknown recipe 'best'"));
 }
 
 TEST(ReportMatrixTest, RunsForms) {
