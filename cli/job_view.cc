@@ -69,8 +69,7 @@ double KeptTestAuc(const pb::JobInfo& job) {
 }
 
 std::string EpochTable(const pb::JobInfo& job) {
-  const bool validation =
-      !job.epochs_done().empty() && job.epochs_done().begin()->has_validation();
+  const bool validation = !job.epochs_done().empty() && job.epochs_done().begin()->has_validation();
   std::string out = absl::StrFormat("  %-6s %-10s %-10s %s%-10s %-10s %-12s %s\n", "epoch",
                                     "train_auc", "train_loss", validation ? "valid_auc  " : "",
                                     "test_auc", "test_loss", "samples/s", "train_s");
@@ -78,9 +77,8 @@ std::string EpochTable(const pb::JobInfo& job) {
     const std::string valid =
         validation ? absl::StrFormat("%-10s ", FormatAuc(e.validation_auc())) : "";
     absl::StrAppendFormat(&out, "  %-6d %-10s %-10.4f %s%-10s %-10.4f %-12s %.1f\n", e.epoch() + 1,
-                          FormatAuc(e.train_auc()), e.train_loss(), valid,
-                          FormatAuc(e.test_auc()), e.test_loss(),
-                          GroupThousands(e.samples_per_second()), e.train_time_s());
+                          FormatAuc(e.train_auc()), e.train_loss(), valid, FormatAuc(e.test_auc()),
+                          e.test_loss(), GroupThousands(e.samples_per_second()), e.train_time_s());
   }
   return out;
 }
@@ -193,7 +191,8 @@ std::string FormatJobStatus(const pb::JobInfo& job) {
   if (!job.epochs_done().empty()) {
     absl::StrAppend(&out, EpochTable(job));
     if (job.oracle_test_auc() > 0) {
-      absl::StrAppendFormat(&out, "  oracle test AUC %.4f (the kept model's test AUC / oracle = %.4f)\n",
+      absl::StrAppendFormat(&out,
+                            "  oracle test AUC %.4f (the kept model's test AUC / oracle = %.4f)\n",
                             job.oracle_test_auc(), KeptTestAuc(job) / job.oracle_test_auc());
     }
   }
@@ -247,10 +246,9 @@ std::string FormatFinalReport(const pb::JobInfo& job) {
   const int64_t kept = KeptEpoch(job, &sel);
   if (sel.best_epoch >= 0) {
     absl::StrAppendFormat(&out, "  kept model  epoch %d (%s)\n", kept + 1,
-                          kept == sel.best_epoch
-                              ? absl::StrCat("best validation AUC ",
-                                             FormatAuc(sel.best_validation_auc))
-                              : std::string("the last; keep_best: last"));
+                          kept == sel.best_epoch ? absl::StrCat("best validation AUC ",
+                                                                FormatAuc(sel.best_validation_auc))
+                                                 : std::string("the last; keep_best: last"));
   }
   const double rate = job.time_to_train_s() > 0
                           ? static_cast<double>(job.samples_total()) / job.time_to_train_s()
@@ -285,8 +283,7 @@ std::string JobProgress::LiveLine(const pb::JobInfo& job) {
           FormatDuration(static_cast<double>(remaining * batch_size_) / job.samples_per_second()));
     }
   }
-  const double auc =
-      job.epochs_done().empty() ? -1 : job.epochs_done().rbegin()->test_auc();
+  const double auc = job.epochs_done().empty() ? -1 : job.epochs_done().rbegin()->test_auc();
   if (auc >= 0) absl::StrAppend(&s, " | last test AUC ", FormatAuc(auc));
   return s;
 }

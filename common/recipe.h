@@ -44,8 +44,8 @@ inline StatusOr<Recipe> FindRecipe(const std::string& name) {
     if (r.name == name) return r;
     names.push_back(r.name);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown recipe '", name, "' (known: ",
-                                                 absl::StrJoin(names, ", "), ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown recipe '", name, "' (known: ", absl::StrJoin(names, ", "), ")"));
 }
 
 }  // namespace sift

@@ -363,8 +363,7 @@ class MatrixParser {
       StatusOr<Recipe> recipe = FindRecipe(value);
       if (!recipe.ok()) return Error(at, key, std::string(recipe.status().message()));
       ApplyRecipe(*recipe, spec);
-    } else if (axis == "lr" || axis == "sparse_l2" || axis == "weight_decay" ||
-               axis == "dropout") {
+    } else if (axis == "lr" || axis == "sparse_l2" || axis == "weight_decay" || axis == "dropout") {
       double v = 0;
       if (!absl::SimpleAtod(value, &v) || !std::isfinite(v)) {
         return Error(at, key, absl::StrCat("\"", value, "\" is not a number"));

@@ -36,8 +36,8 @@ namespace sift {
 // recipe comes before the fields it controls, so an axis of one of those overrides the recipe's
 // value (common/recipe.h).
 inline constexpr const char* kReportAxes[] = {
-    "model",      "backend", "precision", "workers",      "servers", "staleness", "deterministic",
-    "batch_size", "recipe",  "lr",        "sparse_l2",    "weight_decay", "dropout", "dataset"};
+    "model",      "backend", "precision", "workers",   "servers",      "staleness", "deterministic",
+    "batch_size", "recipe",  "lr",        "sparse_l2", "weight_decay", "dropout",   "dataset"};
 
 struct ReportConfig {
   int index = 0;

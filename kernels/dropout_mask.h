@@ -29,8 +29,8 @@ SIFT_DROPOUT_HD uint64_t DropoutMix64(uint64_t x) {
 
 // The factor of element i: 0 (dropped) or scale (kept). REQUIRES: 0 <= rate < 1.
 SIFT_DROPOUT_HD float DropoutFactor(uint64_t seed, int64_t i, float rate, float scale) {
-  const uint64_t h = DropoutMix64(DropoutMix64(seed + 0x9e3779b97f4a7c15ULL) +
-                                  static_cast<uint64_t>(i));
+  const uint64_t h =
+      DropoutMix64(DropoutMix64(seed + 0x9e3779b97f4a7c15ULL) + static_cast<uint64_t>(i));
   const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
   return u < static_cast<double>(rate) ? 0.0f : scale;
 }

@@ -298,12 +298,12 @@ Status LoadCheckpoint(const std::string& dir, const std::string& expect_model,
         }
         *v = it->is_null() ? std::nan("") : it->get<double>();
       }
-      if (out.best_epoch < -1 || out.best_epoch >= state->epochs_done ||
-          out.best_global_step < 0 || out.best_global_step > state->global_step) {
-        return absl::DataLossError(absl::StrCat(
-            manifest_path, ": field 'selection' holds best_epoch ", out.best_epoch,
-            " and best_global_step ", out.best_global_step, " for a checkpoint of ",
-            state->epochs_done, " epoch(s) and step ", state->global_step));
+      if (out.best_epoch < -1 || out.best_epoch >= state->epochs_done || out.best_global_step < 0 ||
+          out.best_global_step > state->global_step) {
+        return absl::DataLossError(
+            absl::StrCat(manifest_path, ": field 'selection' holds best_epoch ", out.best_epoch,
+                         " and best_global_step ", out.best_global_step, " for a checkpoint of ",
+                         state->epochs_done, " epoch(s) and step ", state->global_step));
       }
     }
 

@@ -437,20 +437,20 @@ Status Trainer::Setup(RunMode mode) {
   }
   if (!(o_.validation_fraction >= 0 &&
         o_.validation_fraction <= data::HeldOutSamples::kMaxFraction)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--validation-fraction (training.validation_fraction) must be in [0, ",
-        data::HeldOutSamples::kMaxFraction, "], got ", o_.validation_fraction));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--validation-fraction (training.validation_fraction) must be in [0, ",
+                     data::HeldOutSamples::kMaxFraction, "], got ", o_.validation_fraction));
   }
   if (o_.patience < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--patience (training.patience) must be >= 0, got ", o_.patience));
   }
   if ((o_.keep_best || o_.patience > 0) && !(o_.validation_fraction > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        o_.keep_best ? "--keep-best validation_auc (training.keep_best)"
-                     : "--patience (training.patience)",
-        " chooses by the validation AUC: it needs --validation-fraction "
-        "(training.validation_fraction) > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(o_.keep_best ? "--keep-best validation_auc (training.keep_best)"
+                                  : "--patience (training.patience)",
+                     " chooses by the validation AUC: it needs --validation-fraction "
+                     "(training.validation_fraction) > 0"));
   }
   SIFT_ASSIGN_OR_RETURN(ds_, data::Dataset::Open(o_.dataset));
   samples_ = &ds_->samples();
@@ -1000,9 +1000,9 @@ Status Trainer::Checkpoint(int64_t epochs_done) {
       // Older checkpoints go only now that a newer one is the recovery point.
       if (o_.checkpoint_keep > 0) {
         // keep_best: the kept model's checkpoint stays too.
-        const Status pruned = PruneStepCheckpoints(o_.save_checkpoint, global_step_,
-                                                   o_.checkpoint_keep,
-                                                   o_.keep_best ? best_global_step_ : -1);
+        const Status pruned =
+            PruneStepCheckpoints(o_.save_checkpoint, global_step_, o_.checkpoint_keep,
+                                 o_.keep_best ? best_global_step_ : -1);
         if (!pruned.ok()) {
           std::fprintf(stderr, "warning: %s\n", std::string(pruned.message()).c_str());
         }
@@ -1263,7 +1263,6 @@ std::string ModelSummary(const ModelConfig& c) {
 }
 
 TrainerEnv::~TrainerEnv() = default;
-
 
 void DenseAdamWStep(kernels::Backend* backend, const kernels::AdamHyper& hyper, float weight_decay,
                     int64_t t, int64_t n, const float* grads, float* params, float* m, float* v) {

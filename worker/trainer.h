@@ -83,7 +83,7 @@ struct TrainerOptions {
   double validation_fraction = 0;
   bool keep_best = false;
   int patience = 0;
-  uint64_t seed = 1;                      // dense init, embedding init, shuffling
+  uint64_t seed = 1;  // dense init, embedding init, shuffling
   data::SampleOrder order = data::SampleOrder::kShuffled;
   // Train AUC/loss after each epoch on a fixed sample of this many training samples (rounded up
   // to whole eval batches), the same every epoch; 0 = the full training split.
@@ -170,11 +170,11 @@ struct RunResult {
   std::vector<EpochMetrics> epochs;  // kTrain (this run's epochs; a resumed run's first is its)
   // kTrain with a validation split: the best epoch so far over the whole run (resumes included).
   ModelSelection selection;
-  int64_t kept_epoch = -1;     // the epoch whose model the run keeps (kTrain)
-  bool stopped_early = false;  // patience ended training before `epochs`
-  std::vector<double> step_losses;   // total loss of every training step, in order
-  PerfResults perf;                  // benchmarks: the calculator's results
-  int64_t steps = 0;                 // steps run (all epochs)
+  int64_t kept_epoch = -1;          // the epoch whose model the run keeps (kTrain)
+  bool stopped_early = false;       // patience ended training before `epochs`
+  std::vector<double> step_losses;  // total loss of every training step, in order
+  PerfResults perf;                 // benchmarks: the calculator's results
+  int64_t steps = 0;                // steps run (all epochs)
   int64_t samples_per_step = 0;
   double time_to_train_s = 0;   // sum of per-epoch training times (kTrain)
   double oracle_test_auc = -1;  // from the dataset metadata; -1 when absent

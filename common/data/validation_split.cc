@@ -18,8 +18,8 @@ bool IsValidationUser(int64_t user, double fraction, uint64_t seed) {
 StatusOr<std::unique_ptr<HeldOutSamples>> HeldOutSamples::Create(const SampleSource* base,
                                                                  double fraction, uint64_t seed) {
   if (!(fraction > 0 && fraction <= kMaxFraction)) {
-    return absl::InvalidArgumentError(absl::StrCat("validation_fraction must be in (0, ",
-                                                   kMaxFraction, "], got ", fraction));
+    return absl::InvalidArgumentError(
+        absl::StrCat("validation_fraction must be in (0, ", kMaxFraction, "], got ", fraction));
   }
   std::vector<int64_t> validation;
   int64_t users = 0;

@@ -36,8 +36,8 @@ class HeldOutSamples final : public SampleSource {
   // INVALID_ARGUMENT when fraction is not in (0, kMaxFraction] or the carve leaves the
   // validation or the training split empty (a dataset too small for the fraction). `base` must
   // outlive the result.
-  static StatusOr<std::unique_ptr<HeldOutSamples>> Create(const SampleSource* base,
-                                                          double fraction, uint64_t seed);
+  static StatusOr<std::unique_ptr<HeldOutSamples>> Create(const SampleSource* base, double fraction,
+                                                          uint64_t seed);
 
   int64_t NumSamples(Split split) const override;
   int num_user_features() const override { return base_->num_user_features(); }

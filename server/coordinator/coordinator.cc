@@ -16,9 +16,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/auc.h"
-#include "common/model_selection.h"
 #include "common/file_util.h"
 #include "common/hash.h"
+#include "common/model_selection.h"
 #include "common/text.h"
 #include "server/coordinator/client.h"
 
@@ -1036,8 +1036,8 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
   if (!job->spec.results_dir.empty() && (keep_best ? kept : final_epoch)) {
     // The kept model's test predictions, for ROC curves (sift report). A failed write is a line
     // in the job's log, never a failed job: the training is done.
-    const Status saved = WritePredictionsCsv(
-        JoinPath(job->spec.results_dir, kTestPredictionsFile), test_scores, test_labels);
+    const Status saved = WritePredictionsCsv(JoinPath(job->spec.results_dir, kTestPredictionsFile),
+                                             test_scores, test_labels);
     if (!saved.ok()) {
       (void)Log(job,
                 absl::StrCat("warning: the test predictions were not saved: ", saved.message()));
@@ -1060,17 +1060,18 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
   }
   Status status = DllLog(job, {epoch}, m);
   status.Update(Log(
-      job, absl::StrCat("epoch ", epoch, ": train AUC ", absl::SixDigits(auc[0]), " loss ",
-                        absl::SixDigits(loss[0]),
-                        has_validation ? absl::StrCat(", validation AUC ",
-                                                      absl::SixDigits(auc[kValidationSplit]))
-                                       : std::string(),
-                        ", test AUC ", absl::SixDigits(auc[1]), " loss ",
-                        absl::SixDigits(loss[1]))));
+      job,
+      absl::StrCat("epoch ", epoch, ": train AUC ", absl::SixDigits(auc[0]), " loss ",
+                   absl::SixDigits(loss[0]),
+                   has_validation
+                       ? absl::StrCat(", validation AUC ", absl::SixDigits(auc[kValidationSplit]))
+                       : std::string(),
+                   ", test AUC ", absl::SixDigits(auc[1]), " loss ", absl::SixDigits(loss[1]))));
   if (final_epoch) {
     if (stop) {
       job->stop_epoch = epoch;
-      status.Update(Log(job, absl::StrCat("early stop after epoch ", epoch, ": no better "
+      status.Update(Log(job, absl::StrCat("early stop after epoch ", epoch,
+                                          ": no better "
                                           "validation AUC for ",
                                           t.patience, " epoch(s) (best: epoch ", sel.best_epoch,
                                           ", ", absl::SixDigits(sel.best_validation_auc), ")")));

@@ -185,9 +185,9 @@ class Coordinator {
     // the rank's work is done, means the worker left the run; see WorkerHeartbeat).
     std::vector<bool> worker_started;
     std::map<std::tuple<int64_t, int, int>, EvalPart> eval;  // (epoch, split, rank)
-    int64_t stop_epoch = -1;  // patience ended the job after this epoch (-1: not early)
-    std::unique_ptr<DLLogger> dll;                           // results_dir/log.json
-    std::string recover_reason;  // why it is RECOVERING (kept in front of "waiting for ...")
+    int64_t stop_epoch = -1;        // patience ended the job after this epoch (-1: not early)
+    std::unique_ptr<DLLogger> dll;  // results_dir/log.json
+    std::string recover_reason;     // why it is RECOVERING (kept in front of "waiting for ...")
     // When it became the head of the queue, PENDING (not persisted; absl::InfinitePast = not).
     absl::Time head_since = absl::InfinitePast();
   };

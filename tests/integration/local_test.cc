@@ -158,8 +158,8 @@ TEST(Local, PatienceEndsAClusterJobEarlyAndKeepsTheBestCheckpoint) {
                          "checkpoint: {dir: \"",
                          dir.Sub("ckpt"), "\", keep: 1}\n"));
   const std::string work = dir.Sub("work");
-  auto r = RunSift({"local", spec, "--servers", "2", "--workers", "2", "--work-dir", work,
-                    "--progress", "off"});
+  auto r = RunSift(
+      {"local", spec, "--servers", "2", "--workers", "2", "--work-dir", work, "--progress", "off"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("COMPLETED (4 of 6 epochs"));
   EXPECT_THAT(r.out, HasSubstr("0 recoveries"));

@@ -399,8 +399,8 @@ TEST_F(TrainTest, RecipeSiftSetsTheFlagsNotGivenAndExplicitFlagsWin) {
   // Every field of the recipe given explicitly as the reference's: the reference's run, bit for
   // bit.
   const std::vector<double> overridden = DinStepLosses(
-      "recipe-overridden", {"--recipe", "sift", "--sparse-l2", "0", "--dropout", "0",
-                            "--validation-fraction", "0"});
+      "recipe-overridden",
+      {"--recipe", "sift", "--sparse-l2", "0", "--dropout", "0", "--validation-fraction", "0"});
   EXPECT_EQ(overridden, reference);
 }
 

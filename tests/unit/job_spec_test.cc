@@ -12,8 +12,8 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using ::testing::Not;
+using ::testing::StartsWith;
 
 // The example of issue 5, with concrete values.
 constexpr char kIssueExample[] = R"(dataset: /data/amazon            # a sift dataset

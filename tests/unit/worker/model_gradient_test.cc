@@ -34,9 +34,12 @@ struct Case {
 // The rows cover: full history, an all-empty long history (3 <= T_S), fewer valid long items than
 // top_k (5 -> 1 long item, 7 -> 3), more than top_k (10 -> 6), a short history with padding (2).
 const Case kCases[] = {
-    {ModelType::kSim, {10, 3, 7, 5, 2}, 11, "sim"}, {ModelType::kSim, {8}, 12, "sim_batch1"},
-    {ModelType::kDien, {10, 3, 7, 2}, 13, "dien"},  {ModelType::kDien, {9}, 14, "dien_batch1"},
-    {ModelType::kDin, {10, 3, 7, 5, 2}, 15, "din"}, {ModelType::kDin, {6}, 16, "din_batch1"},
+    {ModelType::kSim, {10, 3, 7, 5, 2}, 11, "sim"},
+    {ModelType::kSim, {8}, 12, "sim_batch1"},
+    {ModelType::kDien, {10, 3, 7, 2}, 13, "dien"},
+    {ModelType::kDien, {9}, 14, "dien_batch1"},
+    {ModelType::kDin, {10, 3, 7, 5, 2}, 15, "din"},
+    {ModelType::kDin, {6}, 16, "din_batch1"},
     {ModelType::kSim, {10, 3, 7, 5, 2}, 17, "sim_dropout", 0.3f},
     {ModelType::kDin, {10, 3, 7, 5, 2}, 18, "din_dropout", 0.3f},
 };
