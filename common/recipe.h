@@ -33,7 +33,7 @@ inline constexpr char kDefaultRecipe[] = "reference";
 inline const std::vector<Recipe>& Recipes() {
   static const std::vector<Recipe> recipes = {
       {"reference", 0, 0, 0, "last", 0},
-      {"sift", 1.0, 0.1, 0.5, "validation_auc", 2},
+      {"sift", 0.3, 0.1, 0.5, "validation_auc", 2},
   };
   return recipes;
 }
