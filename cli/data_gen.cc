@@ -61,7 +61,10 @@ Status RunDataGen(const GenFlags& f) {
     std::printf("%s %s %.4f", h == 0 ? "" : ",",
                 data::HeuristicName(static_cast<data::Heuristic>(h)), s.heuristics.auc[h]);
   }
-  std::printf("\ntook %.1f s on %d threads\n", seconds, pool.num_threads());
+  std::printf("\nfull-history heuristic test AUC: %s %.4f, %s %.4f\n", data::kFracFullHistory,
+              s.full_history.frac_full_history, data::kMixFullHistory,
+              s.full_history.mix_full_history);
+  std::printf("took %.1f s on %d threads\n", seconds, pool.num_threads());
   return absl::OkStatus();
 }
 
@@ -73,7 +76,7 @@ void AddDataGen(CLI::App* data, Action* action) {
       "gen", "Generate the synthetic benchmark (known ground truth, oracle AUC in the metadata)");
   cmd->add_option("--preset", flags->preset, "Size preset")
       ->required()
-      ->check(CLI::IsMember({"tiny", "small", "books"}));
+      ->check(CLI::IsMember({"tiny", "small", "books", "lifelong"}));
   cmd->add_option("--seed", flags->seed, "Generator seed (also the negative-sampling seed)")
       ->capture_default_str();
   cmd->add_option("--out", flags->out, "Output directory (default ./data/<preset>)");

@@ -425,7 +425,7 @@ std::vector<std::string> BenchArgv(const std::string& binary, const std::string&
                                    const JobSpec& s, int64_t batch_size, int64_t steps,
                                    const std::string& json_path) {
   auto dims = [](const std::vector<int>& v) { return absl::StrJoin(v, ","); };
-  return {binary,
+  std::vector<std::string> cmd = {binary,
           "bench",
           kind,
           "--dataset",
@@ -469,6 +469,9 @@ std::vector<std::string> BenchArgv(const std::string& binary, const std::string&
           dims(s.model.attention_mlp_dims),
           "--json",
           json_path};
+  // Only when not the reference's: the command line is the benchmark's reuse key.
+  if (s.model.gsu != "soft") cmd.insert(cmd.end() - 2, {"--gsu", s.model.gsu});
+  return cmd;
 }
 
 // One benchmark to run (or reuse): `kind` at `batch` for `spec`'s model.

@@ -30,6 +30,7 @@ namespace {
 struct TrainFlags {
   worker::TrainerOptions opt;
   std::string model = "sim";
+  std::string gsu = "soft";
   std::string order = "shuffled";
   std::string keep_best = "last";
   std::string recipe = kDefaultRecipe;
@@ -177,6 +178,10 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
       ->capture_default_str();
   cmd->add_option("--top-k", m.top_k, "SIM: long-history items retrieved for the ESU")
       ->capture_default_str();
+  cmd->add_option("--gsu", f->gsu,
+                  "SIM search unit: soft (the reference) or hard (the newest --top-k events of the "
+                  "target's category among --long-seq-length; README \"Lifelong sequences\")")
+      ->capture_default_str();
   cmd->add_option("--gru-hidden", m.gru_hidden, "GRU/AUGRU units (0 = 6 x embedding dim)")
       ->capture_default_str();
   cmd->add_option("--stage-one-mlp-dims", m.stage_one_mlp, "SIM GSU head hidden widths")
@@ -201,6 +206,7 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
 // Flags that need parsing beyond CLI11's; usage errors.
 Status ResolveFlags(TrainFlags* f) {
   SIFT_ASSIGN_OR_RETURN(f->opt.model.type, worker::ParseModelType(f->model));
+  SIFT_ASSIGN_OR_RETURN(f->opt.model.gsu, worker::ParseGsu(f->gsu));
   SIFT_ASSIGN_OR_RETURN(f->opt.order, data::ParseSampleOrder(f->order));
   if (f->cmd != nullptr && f->cmd->get_option_no_throw("--recipe") != nullptr) {
     // The recipe's values for the flags not given (common/recipe.h).

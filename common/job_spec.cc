@@ -26,6 +26,7 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 using L = JobSpecLimits;
 
 const std::vector<std::string> kModelTypes = {"sim", "dien", "din"};
+const std::vector<std::string> kGsuKinds = {"soft", "hard"};
 const std::vector<std::string> kOptimizers = {"adam"};
 const std::vector<std::string> kSparseOptimizers = {"adam", "adagrad", "sgd"};
 const std::vector<std::string> kOrders = {"shuffled", "reference"};
@@ -299,6 +300,19 @@ Status CrossCheck(const Parser& p, const JobSpec& spec) {
                    absl::StrCat("must be >= 2 for model type ", spec.model.type, ", got ",
                                 spec.model.short_seq_length));
   }
+  if (spec.model.gsu == "hard") {
+    if (spec.model.type != "sim") {
+      return p.Error(p.LineOf("model.gsu"), "model.gsu",
+                     absl::StrCat("hard is SIM's search unit; model type ", spec.model.type,
+                                  " has none"));
+    }
+    if (spec.model.top_k > spec.model.long_seq_length) {
+      return p.Error(p.LineOf("model.top_k"), "model.top_k",
+                     absl::StrCat("hard search retrieves at most the long_seq_length = ",
+                                  spec.model.long_seq_length, " events searched, got ",
+                                  spec.model.top_k));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -325,6 +339,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                     {"long_seq_length", p.Int(&m.long_seq_length, 1, L::kMaxSeqLength)},
                     {"short_seq_length", p.Int(&m.short_seq_length, 1, L::kMaxSeqLength)},
                     {"top_k", p.Int(&m.top_k, 1, L::kMaxSeqLength)},
+                    {"gsu", p.Enum(&m.gsu, kGsuKinds)},
                     {"gru_hidden", p.Int(&m.gru_hidden, 0, L::kMaxWidth)},
                     {"stage_one_mlp_dims", p.Dims(&m.stage_one_mlp_dims)},
                     {"stage_two_mlp_dims", p.Dims(&m.stage_two_mlp_dims)},
@@ -582,6 +597,8 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "long_seq_length" << YAML::Value << m.long_seq_length;
   out << YAML::Key << "short_seq_length" << YAML::Value << m.short_seq_length;
   out << YAML::Key << "top_k" << YAML::Value << m.top_k;
+  // Only when not the reference's, so existing specs keep their canonical text (report keys).
+  if (m.gsu != "soft") out << YAML::Key << "gsu" << YAML::Value << m.gsu;
   out << YAML::Key << "gru_hidden" << YAML::Value << m.gru_hidden;
   EmitDims(out, "stage_one_mlp_dims", m.stage_one_mlp_dims);
   EmitDims(out, "stage_two_mlp_dims", m.stage_two_mlp_dims);

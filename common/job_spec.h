@@ -27,6 +27,10 @@ struct JobSpec {
     int long_seq_length = 90;   // T_L (SIM, DIN)
     int short_seq_length = 10;  // T_S (SIM, DIEN, DIN); >= 2 for sim and dien
     int top_k = 50;             // SIM
+    // SIM's General Search Unit: "soft" (the reference) or "hard" (README "Lifelong
+    // sequences": the newest top_k events of the target's category among the long_seq_length
+    // before the short part, from the dataset's category index; no GSU head or loss).
+    std::string gsu = "soft";
     int gru_hidden = 0;         // 0 = 6 * embedding_dim
     std::vector<int> stage_one_mlp_dims = {200};
     std::vector<int> stage_two_mlp_dims = {200, 80};

@@ -78,22 +78,59 @@ Status CheckMlp(const char* field, const std::vector<int>& dims) {
 
 bool UsesLong(ModelType t) { return t != ModelType::kDien; }
 bool UsesDien(ModelType t) { return t != ModelType::kDin; }
+// The long slots a batch holds for this config.
+int BatchLongLen(const ModelConfig& c) {
+  if (!UsesLong(c.type)) return 0;
+  return c.type == ModelType::kSim && c.gsu == Gsu::kHard ? c.top_k : c.long_len;
+}
+// Hard search windows may be far longer than any slot count: they are never allocated.
+constexpr int kMaxHardWindow = 1 << 30;
 
 }  // namespace
+
+const char* GsuName(Gsu gsu) { return gsu == Gsu::kHard ? "hard" : "soft"; }
+
+StatusOr<Gsu> ParseGsu(absl::string_view name) {
+  if (name == "soft") return Gsu::kSoft;
+  if (name == "hard") return Gsu::kHard;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown GSU '", name, "' (expected soft or hard)"));
+}
 
 Status ValidateModelConfig(const ModelConfig& c) {
   SIFT_RETURN_IF_ERROR(CheckDim("embedding_dim", c.embedding_dim, 1));
   SIFT_RETURN_IF_ERROR(CheckDim("user_features", c.user_features, 1));
   SIFT_RETURN_IF_ERROR(CheckDim("item_features", c.item_features, 1));
-  SIFT_RETURN_IF_ERROR(CheckDim("long_len", c.long_len, UsesLong(c.type) ? 1 : 0));
-  SIFT_RETURN_IF_ERROR(CheckDim("short_len", c.short_len, UsesDien(c.type) ? 2 : 0));
-  // Sequence lengths and the recurrent width are bounded tighter, so that products such as
-  // T_S * 4H and (T_L + T_S) * F * D stay far inside int.
-  if (c.long_len > kMaxLen || c.short_len > kMaxLen) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model config: long_len and short_len must be <= ", kMaxLen, ", got ",
-                     c.long_len, " and ", c.short_len));
+  if (c.type == ModelType::kSim && c.gsu == Gsu::kHard) {
+    if (c.long_len < 1 || c.long_len > kMaxHardWindow) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: the hard search window long_len must be in [1, ",
+                       kMaxHardWindow, "], got ", c.long_len));
+    }
+  } else {
+    SIFT_RETURN_IF_ERROR(CheckDim("long_len", c.long_len, UsesLong(c.type) ? 1 : 0));
   }
+  SIFT_RETURN_IF_ERROR(CheckDim("short_len", c.short_len, UsesDien(c.type) ? 2 : 0));
+  const bool hard = c.type == ModelType::kSim && c.gsu == Gsu::kHard;
+  if (c.gsu == Gsu::kHard && c.type != ModelType::kSim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: gsu hard is SIM's search unit; model ", ModelTypeName(c.type),
+        " has none"));
+  }
+  if (hard && c.top_k > c.long_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: hard search retrieves top_k = ", c.top_k,
+                     " events out of the long_len = ", c.long_len,
+                     " searched: top_k must be <= long_len"));
+  }
+  // Sequence lengths and the recurrent width are bounded tighter, so that products such as
+  // T_S * 4H and (T_L + T_S) * F * D stay far inside int. A hard search window is not allocated.
+  if ((hard ? c.top_k : c.long_len) > kMaxLen || c.short_len > kMaxLen) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: ", hard ? "top_k (hard search)" : "long_len", " and short_len must be <= ",
+        kMaxLen, ", got ", hard ? c.top_k : c.long_len, " and ", c.short_len));
+  }
+
   const int64_t hidden = c.gru_hidden > 0 ? c.gru_hidden : 6 * int64_t{c.embedding_dim};
   if (UsesDien(c.type) && hidden > kMaxHidden) {
     return absl::InvalidArgumentError(
@@ -230,7 +267,11 @@ class Model::Impl {
   // de_short, de_neg (+=), parameter gradients.
   void DienBackward(const float* short_mask, float aux_scale);
 
+  // The ESU's slot mask: the top-k mask (soft search) or the long mask (hard search).
+  const float* EsuMask() const { return soft_gsu_ ? rho_.data() : in_.long_mask; }
+
   const ModelType type_;
+  const bool soft_gsu_;  // SIM with the reference's soft-search GSU (head, loss, top-k)
   const int64_t max_batch_;
   const int D_, UF_, F_, I_, P_, TL_, TS_, K_, H_;
   int64_t B_ = 0;  // rows of the current batch
@@ -275,13 +316,14 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
       be_(backend),
       device_(backend->memory_space() == kernels::MemorySpace::kDevice),
       type_(config.type),
+      soft_gsu_(config.type == ModelType::kSim && config.gsu == Gsu::kSoft),
       max_batch_(max_batch),
       D_(config.embedding_dim),
       UF_(config.user_features),
       F_(config.item_features),
       I_(config.embedding_dim * config.item_features),
       P_(config.embedding_dim * config.user_features),
-      TL_(UsesLong(config.type) ? config.long_len : 0),
+      TL_(BatchLongLen(config)),
       TS_(config.short_len),
       K_(config.top_k),
       H_(config.gru_hidden > 0 ? config.gru_hidden : 6 * config.embedding_dim) {
@@ -292,7 +334,7 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
   int64_t ws = 0;
 
   // ---- Parameters, in layout order (worker/README.md). ----
-  if (sim) {
+  if (soft_gsu_) {
     z1w_ = 2 * I_ + P_;
     gsu_mlp_.Build("gsu_mlp", z1w_, config.stage_one_mlp, Activation::kPrelu, B, &registry_);
     gsu_mlp_.SetDropout(config.dropout);
@@ -359,10 +401,10 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
     Alloc(&x_long_, B * TL_ * I_);
     Alloc(&dx_long_, B * TL_ * I_);
   }
-  if (sim) {
+  if (sim) Alloc(&alpha2_, B * TL_);
+  if (soft_gsu_) {
     Alloc(&alpha_, B * TL_);
     Alloc(&rho_, B * TL_);
-    Alloc(&alpha2_, B * TL_);
     Alloc(&z1_, B * z1w_);
     Alloc(&dz1_, B * z1w_);
     Alloc(&dlogit1_, B);
@@ -451,7 +493,14 @@ Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys,
         absl::StrCat("batch shape (user features ", batch.num_user_features, ", item features ",
                      batch.num_item_features, ", long_len ", batch.long_len, ", short_len ",
                      batch.short_len, ") does not match the model config (", UF_, ", ", F_, ", ",
-                     config_.long_len, ", ", TS_, ")"));
+                     TL_, ", ", TS_, ")"));
+  }
+  const bool hard = type_ == ModelType::kSim && !soft_gsu_;
+  if (type_ == ModelType::kSim && (batch.hard_search_window > 0) != hard) {
+    return absl::InvalidArgumentError(
+        hard ? "the model searches hard (gsu hard) but the batch's long slots are the newest "
+               "events (hard_search_window 0)"
+             : "the batch's long slots come from a hard search but the model's GSU is soft");
   }
   const size_t cap = static_cast<size_t>(batch.capacity);
   if (batch.label.size() < cap || batch.short_mask.size() < cap * TS_ ||
@@ -722,18 +771,23 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
   float* z = z_.data();
   switch (type_) {
     case ModelType::kSim: {
-      // GSU (3.2): g = Attn(q, long, m_L); z1 = [q; g; p] -> logit1.
-      float* z1 = z1_.data();
-      be_->Copy(1, B, I_, q_.data(), 0, I_, z1, 0, z1w_, false);
-      be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), in_.long_mask,
-                               alpha_.data(), z1 + I_, z1w_);
-      be_->Copy(1, B, P_, p_.data(), 0, P_, z1 + 2 * I_, 0, z1w_, false);
-      logit1_ = gsu_mlp_.Forward(be_, B, z1, z1w_, params, DropoutSeed(mode, 1));
-      // Top-k (3.3) as a mask; ESU attention (3.4) and damped mean (3.5).
-      be_->TopKMask(B, TL_, K_, alpha_.data(), rho_.data());
-      be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho_.data(),
-                               alpha2_.data(), z, zw_);
-      be_->DampedMeanForward(B, TL_, I_, x_long_.data(), rho_.data(), z + I_, zw_);
+      if (soft_gsu_) {
+        // GSU (3.2): g = Attn(q, long, m_L); z1 = [q; g; p] -> logit1.
+        float* z1 = z1_.data();
+        be_->Copy(1, B, I_, q_.data(), 0, I_, z1, 0, z1w_, false);
+        be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), in_.long_mask,
+                                 alpha_.data(), z1 + I_, z1w_);
+        be_->Copy(1, B, P_, p_.data(), 0, P_, z1 + 2 * I_, 0, z1w_, false);
+        logit1_ = gsu_mlp_.Forward(be_, B, z1, z1w_, params, DropoutSeed(mode, 1));
+        // Top-k (3.3) as a mask.
+        be_->TopKMask(B, TL_, K_, alpha_.data(), rho_.data());
+      }
+      // ESU attention (3.4) and damped mean (3.5) over the selected slots: the top-k mask, or
+      // every retrieved slot of a hard search.
+      const float* rho = EsuMask();
+      be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho, alpha2_.data(), z,
+                               zw_);
+      be_->DampedMeanForward(B, TL_, I_, x_long_.data(), rho, z + I_, zw_);
       be_->Copy(1, B, I_, q_.data(), 0, I_, z + 2 * I_, 0, zw_, false);
       DienForward(in_.short_mask, z + 3 * I_, zw_);
       be_->Copy(1, B, P_, p_.data(), 0, P_, z + 3 * I_ + H_, 0, zw_, false);
@@ -762,7 +816,7 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
   logits_ = classifier_mlp_.Forward(be_, B, z, zw_, params, DropoutSeed(mode, 2));
 
   const double bce2 = be_->BceWithLogits(B, logits_, labels, 0.0f, nullptr) / B;
-  if (type_ == ModelType::kSim) {
+  if (soft_gsu_) {
     const double bce1 = be_->BceWithLogits(B, logit1_, labels, 0.0f, nullptr) / B;
     losses.classification = 0.5 * (bce1 + bce2);
   } else {
@@ -860,7 +914,7 @@ Status Model::Impl::StartBackward(BatchKeys* keys, float loss_scale) {
   const float* labels = in_.label;
   be_->Fill(registry_.total(), 0.0f, grads);
   const float cls_scale =
-      static_cast<float>((type_ == ModelType::kSim ? 0.5 : 1.0) * static_cast<double>(loss_scale) /
+      static_cast<float>((soft_gsu_ ? 0.5 : 1.0) * static_cast<double>(loss_scale) /
                          static_cast<double>(B));
 
   // Final classifier -> dz.
@@ -883,10 +937,12 @@ Status Model::Impl::StartBackward(BatchKeys* keys, float loss_scale) {
       be_->Copy(1, B, I_, dz + 2 * I_, 0, zw_, dq_.data(), 0, I_, false);
       be_->Copy(1, B, P_, dz + 3 * I_ + H_, 0, zw_, dp_.data(), 0, P_, false);
       be_->Copy(B, 1, H_, dz + 3 * I_, zw_, 0, dd_.data(), H_, 0, false);
-      be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho_.data(),
-                                alpha2_.data(), dz, zw_, dq_.data(), I_, dx_long_.data());
-      be_->DampedMeanBackward(B, TL_, I_, rho_.data(), dz + I_, zw_, dx_long_.data());
+      const float* rho = EsuMask();
+      be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho, alpha2_.data(), dz,
+                                zw_, dq_.data(), I_, dx_long_.data());
+      be_->DampedMeanBackward(B, TL_, I_, rho, dz + I_, zw_, dx_long_.data());
       DienBackward(in_.short_mask, aux_scale);
+      if (!soft_gsu_) break;
       // GSU head: dz1 = [dq; dg; dp].
       be_->Fill(B, 0.0f, dlogit1_.data());
       be_->BceWithLogits(B, logit1_, labels, cls_scale, dlogit1_.data());
@@ -997,6 +1053,7 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, kernel
 }
 
 const ModelConfig& Model::config() const { return impl_->config_; }
+int Model::batch_long_len() const { return BatchLongLen(impl_->config_); }
 KeyUsage Model::key_usage(ForwardMode mode) const { return impl_->key_usage(mode); }
 void Model::SetDropoutSeed(uint64_t seed) { impl_->dropout_seed_ = seed; }
 Status Model::InitParameters(uint64_t seed) {

@@ -34,6 +34,17 @@ enum class ModelType { kSim = 0, kDien = 1, kDin = 2 };
 const char* ModelTypeName(ModelType type);  // "sim", "dien", "din"
 StatusOr<ModelType> ParseModelType(absl::string_view name);
 
+// SIM's General Search Unit (README "Lifelong sequences").
+//   kSoft: the reference (model-spec 3.2-3.3): a parameter-free attention over the long_len long
+//          slots with its own MLP head and loss, whose top_k weights select the ESU's slots.
+//   kHard: the loader retrieves (common/data/category_index.h) the newest top_k events of the
+//          target's category among the long_len events before the short part; the batch's long
+//          slots are those top_k, the ESU (3.4, 3.5) attends over every valid one; no GSU head,
+//          no GSU loss (classification = BCE_esu).
+enum class Gsu { kSoft = 0, kHard = 1 };
+const char* GsuName(Gsu gsu);  // "soft", "hard"
+StatusOr<Gsu> ParseGsu(absl::string_view name);
+
 // Defaults are the reference's (model-spec section 0).
 struct ModelConfig {
   ModelType type = ModelType::kSim;
@@ -43,6 +54,7 @@ struct ModelConfig {
   int long_len = 90;                       // T_L (SIM, DIN)
   int short_len = 10;                      // T_S (SIM, DIEN, DIN)
   int top_k = 50;                          // SIM; 1 <= top_k (top_k >= long_len selects every slot)
+  Gsu gsu = Gsu::kSoft;                    // SIM; kHard: long_len = N searched, top_k = K slots
   int gru_hidden = 0;                      // 0 = 6 * D (the reference)
   std::vector<int> stage_one_mlp = {200};  // SIM GSU head
   std::vector<int> stage_two_mlp = {200, 80};  // final classifier of every model
@@ -55,7 +67,8 @@ struct ModelConfig {
 };
 
 // INVALID_ARGUMENT naming the field when a dim is < 1, an MLP list is empty or holds a width < 1,
-// or the lengths do not fit (long_len >= 1 for SIM/DIN, short_len >= 2 for SIM/DIEN).
+// or the lengths do not fit (long_len >= 1 for SIM/DIN, short_len >= 2 for SIM/DIEN; hard search:
+// SIM only, top_k <= long_len).
 Status ValidateModelConfig(const ModelConfig& config);
 
 // One named tensor of the flat parameter buffer.
@@ -89,6 +102,9 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const;
+  // The long slots of the batches this model reads: long_len, or top_k for hard search (0 for
+  // DIEN).
+  int batch_long_len() const;
   // The id slots this model reads in `mode` (for BuildBatchKeys).
   KeyUsage key_usage(ForwardMode mode) const;
 

@@ -465,8 +465,13 @@ Status Trainer::Setup(RunMode mode) {
   config_.user_features = src.num_user_features();
   config_.item_features = src.num_item_features();
   SIFT_RETURN_IF_ERROR(ValidateModelConfig(config_));
-  history_.max_history = config_.long_len + config_.short_len;
+  const bool hard_search = config_.type == ModelType::kSim && config_.gsu == Gsu::kHard;
+  history_.max_history = (hard_search ? config_.top_k : config_.long_len) + config_.short_len;
   history_.short_history = config_.short_len;
+  history_.hard_search_window = hard_search ? config_.long_len : 0;
+  if (hard_search) {
+    SIFT_RETURN_IF_ERROR(Annotate(samples_->PrepareHardSearch(), o_.dataset));
+  }
 
   const int64_t n_train = src.NumSamples(data::Split::kTrain);
   if (o_.batch_size > n_train) {
@@ -1256,6 +1261,7 @@ std::string ModelSummary(const ModelConfig& c) {
   return absl::StrCat(
       ModelTypeName(c.type), " D=", c.embedding_dim, " UF=", c.user_features,
       " F=", c.item_features, " long=", c.long_len, " short=", c.short_len, " top_k=", c.top_k,
+      c.gsu == Gsu::kHard ? " gsu=hard" : "",
       " gru=", c.gru_hidden > 0 ? c.gru_hidden : 6 * c.embedding_dim,
       " stage1=", absl::StrJoin(c.stage_one_mlp, ","),
       " stage2=", absl::StrJoin(c.stage_two_mlp, ","), " aux=", absl::StrJoin(c.aux_mlp, ","),

@@ -23,6 +23,12 @@ struct HistoryOptions {
   int max_history = 100;        // T: history slots per sample (may exceed 100: lifelong sequences)
   int short_history = 10;       // T_S: the newest slots, fed to DIEN; long = T - T_S
   bool long_negatives = false;  // also draw negatives for the long slots (TFRecord export only)
+  // Hard search (SIM's GSU `model.gsu: hard`, common/data/category_index.h): > 0 fills the long
+  // slots (T_L = max_history - short_history = K) with the newest K events whose category (item
+  // feature 1) equals the target's among the `hard_search_window` = N events before the short
+  // part. 0: the long slots hold the newest T_L events before the short part (the reference).
+  // Timelines only; not with long_negatives.
+  int64_t hard_search_window = 0;
 };
 
 struct Batch {
@@ -33,10 +39,11 @@ struct Batch {
   int long_len = 0;           // T_L
   int short_len = 0;          // T_S
   bool has_long_negatives = false;
+  int64_t hard_search_window = 0;  // HistoryOptions::hard_search_window (0 = the newest events)
 
   std::vector<int64_t> index;       // [cap] sample index within the split
   std::vector<float> label;         // [cap] 1 or 0
-  std::vector<int32_t> hist_len;    // [cap] valid history slots, <= T
+  std::vector<int32_t> hist_len;    // [cap] valid history slots (short + long), <= T
   std::vector<int32_t> user;        // [UF][cap]
   std::vector<int32_t> target;      // [F][cap]
   std::vector<int32_t> long_hist;   // [F][cap][T_L]
@@ -55,6 +62,7 @@ struct Batch {
     short_len = h.short_history;
     long_len = h.max_history - h.short_history;
     has_long_negatives = h.long_negatives;
+    hard_search_window = h.hard_search_window;
     const size_t c = static_cast<size_t>(cap), F = static_cast<size_t>(item_features);
     index.resize(c);
     label.resize(c);

@@ -63,7 +63,20 @@ StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, bool ve
           kEventsFile, "/", kUsersFile, " hold ", d->timeline_->num_user_features(), " / ",
           d->timeline_->num_item_features()));
     }
-    d->samples_ = std::make_unique<TimelineSamples>(d->timeline_.get(), d->negative_seed_);
+    int64_t train_targets = 0;
+    if (const YAML::Node m = sift_meta["train_targets_per_user"]) {
+      try {
+        train_targets = m.as<int64_t>();
+      } catch (const YAML::Exception&) {
+        train_targets = -1;
+      }
+      if (train_targets < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            spec_path, ": metadata.sift.train_targets_per_user: expected an integer >= 0"));
+      }
+    }
+    d->samples_ =
+        std::make_unique<TimelineSamples>(d->timeline_.get(), d->negative_seed_, train_targets);
   } else if (type == kSourceSamples) {
     SIFT_ASSIGN_OR_RETURN(d->train_file_,
                           SamplesFile::Open(JoinPath(dir, kTrainSamplesFile), verify));

@@ -176,4 +176,40 @@ StatusOr<HeuristicAucs> ComputeHeuristicAucs(const Dataset& dataset, ThreadPool*
   return out;
 }
 
+StatusOr<FullHistoryAucs> ComputeFullHistoryAucs(const Dataset& dataset, ThreadPool* pool,
+                                                 Split split) {
+  const auto* src = dynamic_cast<const TimelineSamples*>(&dataset.samples());
+  if (src == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dataset.dir(), ": full-history heuristics need a timeline dataset (users.bin + events.bin)"));
+  }
+  SIFT_ASSIGN_OR_RETURN(Popularity pop, ComputePopularity(dataset));
+  SIFT_RETURN_IF_ERROR(Annotate(src->PrepareHardSearch(), dataset.dir()));
+  const CategoryIndex& index = *src->category_index();
+  const int64_t n = src->NumSamples(split);
+  std::vector<double> frac(n), mix(n);
+  std::vector<float> labels(n);
+  HistoryOptions history;
+  history.max_history = 100;
+  history.short_history = 10;
+  ForEachSampleBatch(dataset, split, history, pool, [&](const Batch& b) {
+    for (int64_t r = 0; r < b.size; ++r) {
+      const int64_t i = b.index[r];
+      int64_t u, t0;
+      src->Locate(split, i, &u, &t0);
+      const int32_t cat = b.Target(1)[r];
+      const double g = pop.CategoryFreq(cat);
+      const double m = static_cast<double>(index.Count(u, cat, 0, t0));
+      labels[i] = b.label[r];
+      frac[i] = Smoothed(m, static_cast<double>(t0), g);
+      mix[i] = 0.5 * (ScoreHeuristics(b, r, pop)[kSmoothRecency] + frac[i]);
+    }
+  });
+  FullHistoryAucs out;
+  out.samples = n;
+  out.frac_full_history = ExactAuc(frac, labels);
+  out.mix_full_history = ExactAuc(mix, labels);
+  return out;
+}
+
 }  // namespace sift::data

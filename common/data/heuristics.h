@@ -78,4 +78,22 @@ void ForEachSampleBatch(const Dataset& dataset, Split split, const HistoryOption
 StatusOr<HeuristicAucs> ComputeHeuristicAucs(const Dataset& dataset, ThreadPool* pool,
                                              Split split = Split::kTest);
 
+// Heuristics over the user's FULL history (every event before the target, not 100 slots): the
+// headroom a lifelong model can reach for, measured before any model runs (README "Lifelong
+// sequences"). With m_A = events before the target whose category is the candidate's, |A| =
+// events before the target:
+//   frac_full_history  = Smoothed(m_A, |A|, ĝ) (α = 1, as smooth_all100 over every event);
+//   mix_full_history   = ½ (smooth_recency + frac_full_history): the 100-slot recency score and
+//                        the full-history interest, equally weighted.
+struct FullHistoryAucs {
+  int64_t samples = 0;
+  double frac_full_history = 0;
+  double mix_full_history = 0;
+};
+inline constexpr char kFracFullHistory[] = "frac_full_history";
+inline constexpr char kMixFullHistory[] = "mix_full_history";
+// FAILED_PRECONDITION without a timeline (stored samples hold only their own slots).
+StatusOr<FullHistoryAucs> ComputeFullHistoryAucs(const Dataset& dataset, ThreadPool* pool,
+                                                 Split split = Split::kTest);
+
 }  // namespace sift::data

@@ -182,6 +182,22 @@ Status ValidateBatchLoaderOptions(const SampleSource& source, const BatchLoaderO
     return bad("short_history must be in [0, max_history = ", o.history.max_history, "], got ",
                o.history.short_history);
   }
+  if (o.history.hard_search_window < 0) {
+    return bad("hard_search_window must be >= 0 (0 = no hard search), got ",
+               o.history.hard_search_window);
+  }
+  if (o.history.hard_search_window > 0) {
+    if (o.history.long_negatives) return bad("hard search draws no long negatives");
+    if (o.history.max_history == o.history.short_history) {
+      return bad("hard search needs long slots (max_history > short_history)");
+    }
+    if (o.history.max_history - o.history.short_history > o.history.hard_search_window) {
+      return bad("hard search retrieves at most the window: K = max_history - short_history = ",
+                 o.history.max_history - o.history.short_history, " > hard_search_window = ",
+                 o.history.hard_search_window);
+    }
+    SIFT_RETURN_IF_ERROR(source.PrepareHardSearch());
+  }
   if (o.threads < 0 || o.threads > kMaxThreads) {
     return bad("threads must be in [0, ", kMaxThreads, "] (0 = every CPU), got ", o.threads);
   }

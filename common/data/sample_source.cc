@@ -4,16 +4,20 @@
 #include <cstring>
 
 #include "common/data/negatives.h"
+#include "common/thread_pool.h"
 
 namespace sift::data {
 
-TimelineSamples::TimelineSamples(const Timeline* timeline, uint64_t negative_seed)
-    : timeline_(timeline), seed_(negative_seed) {
+TimelineSamples::TimelineSamples(const Timeline* timeline, uint64_t negative_seed,
+                                 int64_t train_targets_per_user)
+    : timeline_(timeline), seed_(negative_seed), train_targets_(train_targets_per_user) {
   const int64_t U = timeline->num_users();
   pair_offsets_.resize(U + 1);
   pair_offsets_[0] = 0;
   for (int64_t u = 0; u < U; ++u) {
-    pair_offsets_[u + 1] = pair_offsets_[u] + timeline->user_length(u) - 2;
+    int64_t pairs = timeline->user_length(u) - 2;
+    if (train_targets_ > 0) pairs = std::min(pairs, train_targets_);
+    pair_offsets_[u + 1] = pair_offsets_[u] + pairs;
   }
   // About one bucket per user: a power of two near the mean number of pairs per user.
   const int64_t pairs = pair_offsets_.back();
@@ -51,7 +55,22 @@ void TimelineSamples::Locate(Split split, int64_t index, int64_t* user, int64_t*
   auto it = std::upper_bound(pair_offsets_.begin() + lo + 1, pair_offsets_.begin() + hi + 1, pair);
   const int64_t u = (it - pair_offsets_.begin()) - 1;
   *user = u;
-  *target_pos = 1 + (pair - pair_offsets_[u]);
+  // The user's pairs are its last ones: targets end at position L_u - 2 (0-based).
+  const int64_t pairs = pair_offsets_[u + 1] - pair_offsets_[u];
+  *target_pos = (timeline_->user_length(u) - 1 - pairs) + (pair - pair_offsets_[u]);
+}
+
+Status TimelineSamples::PrepareHardSearch() const {
+  std::call_once(index_once_, [this] {
+    ThreadPool pool(0);
+    auto index = CategoryIndex::Build(timeline_, &pool);
+    if (index.ok()) {
+      index_ = std::move(index).value();
+    } else {
+      index_status_ = index.status();
+    }
+  });
+  return index_status_;
 }
 
 int64_t TimelineSamples::UserOf(Split split, int64_t index) const {
@@ -142,8 +161,10 @@ void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Spli
   int64_t u, t0;
   src.Locate(split, index, &u, &t0);
   const bool positive = (index & 1) == 0;
-  const int64_t L = std::min<int64_t>(t0, T);  // valid history slots
-  const int64_t first_valid = T - L;           // slots [first_valid, T) hold events
+  // Hard search: only the short slots hold the newest events; the long slots are searched.
+  const bool hard = b->hard_search_window > 0;
+  const int64_t L = std::min<int64_t>(t0, hard ? TS : T);  // history slots copied in time order
+  const int64_t first_valid = T - L;  // slots [first_valid, T) hold events
   const int64_t ubeg = static_cast<int64_t>(tl.user_begin(u));
   // Slot first_valid holds event ubeg + t0 - L; the following slots the following events.
   const int32_t* hist = tl.event(ubeg + t0 - L);
@@ -166,16 +187,38 @@ void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Spli
 
   b->index[row] = index;
   b->label[row] = positive ? 1.0f : 0.0f;
-  b->hist_len[row] = static_cast<int32_t>(L);
   const int32_t* uf = tl.user_features(u);
   for (int k = 0; k < tl.num_user_features(); ++k) b->User(k)[row] = uf[k];
 
-  for (int f = 0; f < F; ++f) {
-    CopyPadded<kF>(hist + f, F, first_valid, 0, TL, b->LongHist(f, row));
-    CopyPadded<kF>(hist + f, F, first_valid, TL, T, b->ShortHist(f, row));
+  int64_t long_valid = 0;
+  if (hard) {
+    // The newest TL events of the target's category among the N before the short part, oldest
+    // first in slots [TL - n, TL).
+    const int64_t hi = t0 - L, lo = std::max<int64_t>(0, hi - b->hard_search_window);
+    thread_local std::vector<uint32_t> found;
+    found.resize(static_cast<size_t>(TL));
+    long_valid = src.category_index()->Search(u, tgt[1], lo, hi, TL, found.data());
+    const int64_t pad = TL - long_valid;
+    for (int f = 0; f < F; ++f) {
+      int32_t* out = b->LongHist(f, row);
+      std::memset(out, 0, static_cast<size_t>(pad) * sizeof(int32_t));
+      for (int64_t j = 0; j < long_valid; ++j) out[pad + j] = tl.event(ubeg + found[j])[f];
+    }
+    float* mask = b->LongMask(row);
+    std::fill_n(mask, pad, 0.0f);
+    std::fill_n(mask + pad, long_valid, 1.0f);
+    for (int f = 0; f < F; ++f) {
+      CopyPadded<kF>(hist + f, F, first_valid, TL, T, b->ShortHist(f, row));
+    }
+  } else {
+    for (int f = 0; f < F; ++f) {
+      CopyPadded<kF>(hist + f, F, first_valid, 0, TL, b->LongHist(f, row));
+      CopyPadded<kF>(hist + f, F, first_valid, TL, T, b->ShortHist(f, row));
+    }
+    FillMask(b->LongHist(0, row), first_valid, 0, TL, b->LongMask(row));
   }
-  FillMask(b->LongHist(0, row), first_valid, 0, TL, b->LongMask(row));
   FillMask(b->ShortHist(0, row), first_valid, TL, T, b->ShortMask(row));
+  b->hist_len[row] = static_cast<int32_t>(hard ? L + long_valid : L);
 
   for (int f = 0; f < F; ++f) b->Target(f)[row] = tgt[f];
   // Negative history: one draw per valid slot, keyed by its distance from the target (T - slot).

@@ -5,6 +5,10 @@
 //   its label-0 twin are adjacent); pairs are user-major: user u owns L_u - 2 pairs whose targets
 //   are its events 2..L_u-1 (1-based). Test sample s -> user s / 2, target = the user's last event.
 //   The history is the up-to-T events before the target. Negatives come from negatives.h.
+//   With train_targets_per_user = M > 0 (metadata.sift.train_targets_per_user: lifelong
+//   datasets, where every position as a target would be millions of samples) user u owns only
+//   its last min(L_u - 2, M) pairs, targets L_u - M .. L_u - 1 (1-based). With a batch's
+//   hard_search_window > 0 the long slots come from the user's CategoryIndex (hard search).
 // - ExplicitSamples reads stored samples (samples_file.h), re-padded to the requested length.
 //
 // Both are immutable and thread-safe: loader threads call Materialize() concurrently on
@@ -13,11 +17,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "common/data/batch.h"
+#include "common/data/category_index.h"
 #include "common/data/samples_file.h"
 #include "common/data/timeline.h"
+#include "common/status.h"
 
 namespace sift::data {
 
@@ -35,18 +42,30 @@ class SampleSource {
   // 0-based user of a sample (its row in the user table for timelines; the stored user id - 1
   // for explicit samples).
   virtual int64_t UserOf(Split split, int64_t index) const = 0;
+  // Makes Materialize serve batches with hard_search_window > 0 (builds the category index, once;
+  // thread-safe). FAILED_PRECONDITION when the source cannot: no timeline, or no category.
+  virtual Status PrepareHardSearch() const {
+    return absl::FailedPreconditionError(
+        "hard search (model.gsu: hard) needs a timeline dataset (users.bin + events.bin): stored "
+        "samples hold only their own history slots");
+  }
 };
 
 class TimelineSamples final : public SampleSource {
  public:
-  // `timeline` must outlive this object.
-  TimelineSamples(const Timeline* timeline, uint64_t negative_seed);
+  // `timeline` must outlive this object. train_targets_per_user: 0 = every position (see above).
+  TimelineSamples(const Timeline* timeline, uint64_t negative_seed,
+                  int64_t train_targets_per_user = 0);
 
   int64_t NumSamples(Split split) const override;
   int num_user_features() const override { return timeline_->num_user_features(); }
   int num_item_features() const override { return timeline_->num_item_features(); }
   void Materialize(Split split, int64_t index, int64_t row, Batch* batch) const override;
   int64_t UserOf(Split split, int64_t index) const override;
+  Status PrepareHardSearch() const override;
+  // The index once PrepareHardSearch returned OK (null before).
+  const CategoryIndex* category_index() const { return index_.get(); }
+  int64_t train_targets_per_user() const { return train_targets_; }
 
   // The user and the 0-based position of the target within the user's events.
   void Locate(Split split, int64_t index, int64_t* user, int64_t* target_pos) const;
@@ -58,6 +77,11 @@ class TimelineSamples final : public SampleSource {
  private:
   const Timeline* timeline_;
   uint64_t seed_;
+  int64_t train_targets_ = 0;
+  // Built once by PrepareHardSearch.
+  mutable std::once_flag index_once_;
+  mutable Status index_status_;
+  mutable std::unique_ptr<CategoryIndex> index_;
   std::vector<int64_t> pair_offsets_;  // [U+1]: first train pair of each user
   // Locate's shortcut: bucket_user_[k] = user of train pair k << bucket_shift_ (one entry per
   // bucket, plus U - 1 as a sentinel), so a lookup searches only between two adjacent entries.

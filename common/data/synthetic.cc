@@ -51,9 +51,17 @@ StatusOr<SyntheticOptions> PresetOptions(absl::string_view name) {
     o.users = 20000, o.items = 200000, o.categories = 500;
   } else if (name == "books") {
     o.users = 105925, o.items = 1209081, o.categories = 2330;
+  } else if (name == "lifelong") {
+    o.users = 4000, o.items = 100000, o.categories = 1000;
+    SyntheticParams& p = o.params;
+    p.len_min = 1000, p.len_alpha = 1.45, p.len_cap = 20000;
+    p.k_min = 12, p.k_max = 16, p.dir_alpha = 0.5;
+    p.p_switch = 0.10, p.p_rand = 0.90;
+    p.p_sess = 0.50, p.p_lt = 0.25, p.p_noise = 0.25;
+    o.train_targets_per_user = kLifelongTrainTargets;
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown preset '", name, "' (expected tiny, small or books)"));
+        absl::StrCat("unknown preset '", name, "' (expected tiny, small, books or lifelong)"));
   }
   return o;
 }
@@ -435,6 +443,9 @@ YAML::Node SyntheticMetadata(const SyntheticOptions& o) {
   s["short_len"] = SyntheticParams::short_len;
   s["long_tail"] = o.long_tail;
   m["synthetic"] = s;
+  if (o.train_targets_per_user > 0) {
+    m["sift"]["train_targets_per_user"] = o.train_targets_per_user;
+  }
   return m;
 }
 
@@ -465,6 +476,7 @@ StatusOr<SyntheticSummary> WriteSyntheticDataset(const SyntheticOptions& options
   sum.oracle_test_auc = ExactAuc(oracle.oracle, oracle.label);
   sum.oracle_strong_test_auc = ExactAuc(oracle.oracle_strong, oracle.label);
   SIFT_ASSIGN_OR_RETURN(sum.heuristics, ComputeHeuristicAucs(*dataset, pool, Split::kTest));
+  SIFT_ASSIGN_OR_RETURN(sum.full_history, ComputeFullHistoryAucs(*dataset, pool, Split::kTest));
 
   FeatureSpec spec = dataset->spec();
   spec.metadata = YAML::Clone(spec.metadata);  // a Node copy would share (and edit) the original
@@ -474,6 +486,8 @@ StatusOr<SyntheticSummary> WriteSyntheticDataset(const SyntheticOptions& options
   for (int k = 0; k < kNumHeuristics; ++k) {
     h[HeuristicName(static_cast<Heuristic>(k))] = FormatDouble(sum.heuristics.auc[k]);
   }
+  h[kFracFullHistory] = FormatDouble(sum.full_history.frac_full_history);
+  h[kMixFullHistory] = FormatDouble(sum.full_history.mix_full_history);
   spec.metadata["heuristic_test_auc"] = h;
   SIFT_RETURN_IF_ERROR(spec.Save(JoinPath(dir, kFeatureSpecFile)));
   return sum;

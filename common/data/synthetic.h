@@ -62,10 +62,23 @@ struct SyntheticOptions {
   int64_t categories = 0;
   uint64_t seed = 1;  // generator seed, also the dataset's negative seed
   bool long_tail = false;
+  // > 0: every user's last M positions only are training targets
+  // (metadata.sift.train_targets_per_user, common/data/sample_source.h); 0 = every position.
+  int64_t train_targets_per_user = 0;
   SyntheticParams params;
 };
 
-// The presets of data.md section 3: "tiny", "small", "books". Errors on an unknown name.
+// The "lifelong" preset (README "Lifelong sequences"): 4,000 users with thousands of events
+// each (len_min 1,000, len_alpha 1.45, len_cap 20,000: median ≈ 1,600, mean ≈ 2,900), 12-16
+// interests with a Dirichlet(0.5) weight each, sessions that mostly switch to random categories
+// (p_rand 0.9) and long-term background events (p_lt 0.25) spread over those many interests, so
+// an interest recurs about once per 60 events on average, and rare ones far less: the newest 100
+// events often miss the candidate's interest that the full history holds. The last 32 positions
+// of each user are its training targets (256,000 train samples).
+inline constexpr int64_t kLifelongTrainTargets = 32;
+
+// The presets of data.md section 3: "tiny", "small", "books", and "lifelong". Errors on an
+// unknown name.
 StatusOr<SyntheticOptions> PresetOptions(absl::string_view name);
 // Switches on long-tail mode (see kLongTailLenCap); apply before a --max-events override.
 void ApplyLongTail(SyntheticOptions* options);
@@ -174,11 +187,13 @@ struct SyntheticSummary {
   double oracle_test_auc = 0;
   double oracle_strong_test_auc = 0;
   HeuristicAucs heuristics;
+  FullHistoryAucs full_history;
 };
 
 // `sift data gen`: generates, writes the timeline dataset into `dir`, computes the oracle and
-// heuristic test AUCs on the written test split, and rewrites feature_spec.yaml (atomically) with
-// them under metadata.{oracle_test_auc, oracle_strong_test_auc, heuristic_test_auc}.
+// heuristic test AUCs on the written test split (the full-history ones too), and rewrites
+// feature_spec.yaml (atomically) with them under metadata.{oracle_test_auc,
+// oracle_strong_test_auc, heuristic_test_auc}.
 StatusOr<SyntheticSummary> WriteSyntheticDataset(const SyntheticOptions& options,
                                                  const std::string& dir, ThreadPool* pool);
 

@@ -44,6 +44,7 @@ class HeldOutSamples final : public SampleSource {
   int num_item_features() const override { return base_->num_item_features(); }
   void Materialize(Split split, int64_t index, int64_t row, Batch* batch) const override;
   int64_t UserOf(Split split, int64_t index) const override;
+  Status PrepareHardSearch() const override { return base_->PrepareHardSearch(); }
 
   // The base's training index of `index` in `split` (kTrain or kValidation; kTest: `index`).
   int64_t BaseIndex(Split split, int64_t index) const;

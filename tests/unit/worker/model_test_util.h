@@ -44,8 +44,11 @@ inline data::Batch MakeBatch(const ModelConfig& c, const std::vector<int>& hist_
                              int item_vocab = 9, int cat_vocab = 4, int user_vocab = 3) {
   data::Batch batch;
   data::HistoryOptions h;
-  h.max_history = c.long_len + c.short_len;
+  // Hard search: the batch's long slots are the top_k retrieved; the window is long_len.
+  const bool hard = c.type == ModelType::kSim && c.gsu == Gsu::kHard;
+  h.max_history = (hard ? c.top_k : c.long_len) + c.short_len;
   h.short_history = c.short_len;
+  h.hard_search_window = hard ? c.long_len : 0;
   const int64_t B = static_cast<int64_t>(hist_lens.size());
   batch.Allocate(B + 1, c.user_features, c.item_features, h);  // capacity > size on purpose
   batch.size = B;
