@@ -55,9 +55,9 @@ StatusOr<SyntheticOptions> PresetOptions(absl::string_view name) {
     o.users = 4000, o.items = 100000, o.categories = 1000;
     SyntheticParams& p = o.params;
     p.len_min = 1000, p.len_alpha = 1.45, p.len_cap = 20000;
-    p.k_min = 12, p.k_max = 16, p.dir_alpha = 0.5;
-    p.p_switch = 0.10, p.p_rand = 0.90;
-    p.p_sess = 0.50, p.p_lt = 0.25, p.p_noise = 0.25;
+    p.k_min = 32, p.k_max = 48, p.dir_alpha = 2.0;
+    p.p_switch = 0.10, p.p_rand = 0.50;
+    p.p_sess = 0.30, p.p_lt = 0.50, p.p_noise = 0.20;
     o.train_targets_per_user = kLifelongTrainTargets;
   } else {
     return absl::InvalidArgumentError(

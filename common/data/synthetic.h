@@ -46,8 +46,8 @@ struct SyntheticParams {
   static constexpr int short_len = 10;
 };
 
-// Most interests a user may have (bounds SyntheticParams::k_max).
-inline constexpr int kMaxInterests = 16;
+// Most interests a user may have (bounds SyntheticParams::k_max; the lifelong preset uses 48).
+inline constexpr int kMaxInterests = 64;
 
 // Long-tail mode (--long-tail): len_cap = 20,000 and len_alpha = 1.2 (a heavier Pareto tail), so
 // about 1% of users exceed 1,000 events and 0.1% exceed 5,000 (lifelong sequences); the mean
@@ -69,12 +69,12 @@ struct SyntheticOptions {
 };
 
 // The "lifelong" preset (README "Lifelong sequences"): 4,000 users with thousands of events
-// each (len_min 1,000, len_alpha 1.45, len_cap 20,000: median ≈ 1,600, mean ≈ 2,900), 12-16
-// interests with a Dirichlet(0.5) weight each, sessions that mostly switch to random categories
-// (p_rand 0.9) and long-term background events (p_lt 0.25) spread over those many interests, so
-// an interest recurs about once per 60 events on average, and rare ones far less: the newest 100
-// events often miss the candidate's interest that the full history holds. The last 32 positions
-// of each user are its training targets (256,000 train samples).
+// each (len_min 1,000, len_alpha 1.45, len_cap 20,000: median ≈ 1,600, mean ≈ 2,600) and many
+// long-term interests (32-48, Dirichlet(2) weights: each ≈ 1/40) that carry half of the events
+// (p_lt 0.5), so an interest recurs about once per 80 events: the newest 100 events miss about a
+// third of the candidate's interests that the full history holds many times. Sessions (p_sess
+// 0.3) switch to random categories half of the time. The last 32 positions of each user are its
+// training targets (256,000 train samples).
 inline constexpr int64_t kLifelongTrainTargets = 32;
 
 // The presets of data.md section 3: "tiny", "small", "books", and "lifelong". Errors on an

@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -107,10 +108,12 @@ class ClusterTest : public sift::testing::TinyDatasetSuite<3> {
   // Runs a 2-worker job with checkpoints every 4 steps, calls `fault` once the first checkpoint
   // is committed (the job still running), and checks that it recovers and completes.
   void RunWithFault(const std::string& name, const std::function<void(TestCluster&)>& fault,
-                    const std::string& expect_in_log) {
+                    const std::string& expect_in_log,
+                    const std::function<void(TestJob*)>& adjust = nullptr) {
     TestClusterOptions co;
     TestCluster cluster(*dir_, name, co);
     TestJob j = Job(name, 2, 1, 16);
+    if (adjust) adjust(&j);
     j.checkpoint_dir = dir_->Sub(name + "-ckpt");
     j.checkpoint_every_steps = 4;
     const std::string id = cluster.Submit(j.Yaml());
@@ -202,6 +205,31 @@ TEST_F(ClusterTest, KilledWorkerIsRecoveredFromTheLastCheckpoint) {
         c.StartWorker(1);
       },
       "RECOVERING");
+}
+
+// Lifelong sequences: SIM with the hard-search GSU over a window of N = 2000 events on a small
+// lifelong dataset (users of 1,000-4,000 events), 2 servers and 2 workers, checkpoints every 4
+// steps, a worker killed after the first one: the job recovers, resumes and completes.
+TEST_F(ClusterTest, HardSearchOverLongHistoriesCheckpointsAndResumes) {
+  const std::string data = dir_->Sub("lifelong");
+  auto gen = RunSift({"data", "gen", "--preset", "lifelong", "--users", "160", "--items", "4000",
+                      "--categories", "100", "--max-events", "4000", "--seed", "3", "--out",
+                      data});
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  RunWithFault(
+      "hard_search",
+      [](TestCluster& c) {
+        EXPECT_EQ(c.StopWorker(1, SIGKILL), 128 + SIGKILL);
+        c.StartWorker(1);
+      },
+      "RECOVERING",
+      [&](TestJob* j) {
+        j->dataset = data;
+        j->batch_size = 256;
+        j->max_steps_per_epoch = 12;
+        j->train_eval_samples = 1024;
+        j->model_yaml = "  gsu: hard\n  long_seq_length: 2000\n  top_k: 50\n";
+      });
 }
 
 TEST_F(ClusterTest, KilledEmbeddingServerIsRecoveredFromTheLastCheckpoint) {

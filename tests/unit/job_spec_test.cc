@@ -369,7 +369,7 @@ TEST(JobSpecTest, WrongTypes) {
             "job.yaml:2: results_dir: must be a string (\"\" for none), got an empty value");
   EXPECT_EQ(ErrorOf("dataset: d\nmodel: sim\n"),
             "job.yaml:2: model: expected a mapping with keys type, embedding_dim, "
-            "long_seq_length, short_seq_length, top_k, gru_hidden, stage_one_mlp_dims, "
+            "long_seq_length, short_seq_length, top_k, gsu, gru_hidden, stage_one_mlp_dims, "
             "stage_two_mlp_dims, aux_mlp_dims, attention_mlp_dims, dropout, got 'sim'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs:\n"),
             "job.yaml:3: training.epochs: must be an integer in [1, 100000], got an empty "
@@ -584,6 +584,27 @@ TEST(JobSpecTest, CrossFieldChecks) {
   EXPECT_TRUE(ParseJobSpec("dataset: d\ntraining: {lr: 0.01, weight_decay: 0.1}\n", "j").ok());
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {weight_decay: -0.1}\n"),
             "job.yaml:2: training.weight_decay: must be a number in [0, 1000], got '-0.1'");
+  // Hard search: SIM only, top_k <= the window; emitted only when not the default (report keys).
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  type: din\n  gsu: hard\n"),
+            "job.yaml:4: model.gsu: hard is SIM's search unit; model type din has none");
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  gsu: hard\n  long_seq_length: 40\n  top_k: 50\n"),
+            "job.yaml:5: model.top_k: hard search retrieves at most the long_seq_length = 40 "
+            "events searched, got 50");
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel: {gsu: medium}\n"),
+            "job.yaml:2: model.gsu: must be one of soft, hard; got 'medium'");
+  {
+    StatusOr<JobSpec> s =
+        ParseJobSpec("dataset: d\nmodel: {gsu: hard, long_seq_length: 10000}\n", "j");
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->model.gsu, "hard");
+    EXPECT_NE(JobSpecToYaml(*s).find("gsu: hard"), std::string::npos);
+    auto back = ParseJobSpec(JobSpecToYaml(*s), "j");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->model, s->model);
+    JobSpec plain;
+    plain.dataset = "d";
+    EXPECT_EQ(JobSpecToYaml(plain).find("gsu"), std::string::npos);
+  }
   EXPECT_EQ(ErrorOf("dataset: d\ncluster:\n  collectives: nccl\n"),
             "job.yaml:3: cluster.collectives: nccl needs cluster.backend: cuda (NCCL reduces GPU "
             "buffers)");

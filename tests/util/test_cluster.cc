@@ -235,7 +235,7 @@ std::string TestCluster::AllErrors() const {
 }
 
 std::string TestJob::Yaml() const {
-  std::string y = absl::StrCat("dataset: \"", dataset, "\"\nmodel:\n  type: sim\n");
+  std::string y = absl::StrCat("dataset: \"", dataset, "\"\nmodel:\n  type: sim\n", model_yaml);
   absl::StrAppend(&y, "training:\n  epochs: ", epochs, "\n  batch_size: ", batch_size,
                   "\n  staleness: ", staleness, "\n  seed: ", seed,
                   "\n  train_eval_samples: ", train_eval_samples,

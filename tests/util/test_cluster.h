@@ -110,6 +110,7 @@ struct TestJob {
   std::string results_dir;
   uint64_t seed = 7;
   std::string extra_yaml;  // appended as is (top-level keys, e.g. "tables: {...}\n")
+  std::string model_yaml;  // appended under `model:` (indented keys, e.g. "  gsu: hard\n")
   std::string Yaml() const;
 };
 
