@@ -52,7 +52,7 @@ StatusOr<SyntheticOptions> PresetOptions(absl::string_view name) {
   } else if (name == "books") {
     o.users = 105925, o.items = 1209081, o.categories = 2330;
   } else if (name == "lifelong") {
-    o.users = 4000, o.items = 100000, o.categories = 1000;
+    o.users = 4000, o.items = 5000, o.categories = 1000;
     SyntheticParams& p = o.params;
     p.len_min = 1000, p.len_alpha = 1.45, p.len_cap = 20000;
     p.k_min = 32, p.k_max = 48, p.dir_alpha = 2.0;

@@ -137,7 +137,7 @@ class ClusterTest : public sift::testing::TinyDatasetSuite<3> {
     EXPECT_GE(done.generation(), 2);
     EXPECT_THAT(logs, HasSubstr(expect_in_log));
     EXPECT_THAT(logs, HasSubstr("resuming from checkpoint"));
-    ASSERT_EQ(done.epochs_done_size(), 2) << logs;
+    ASSERT_EQ(done.epochs_done_size(), j.epochs) << logs;
     // Sane: clearly better than chance (single-process reaches about the same on this job).
     EXPECT_GT(FinalTestAuc(done), 0.6) << logs;
   }
@@ -208,11 +208,11 @@ TEST_F(ClusterTest, KilledWorkerIsRecoveredFromTheLastCheckpoint) {
 }
 
 // Lifelong sequences: SIM with the hard-search GSU over a window of N = 2000 events on a small
-// lifelong dataset (users of 1,000-4,000 events), 2 servers and 2 workers, checkpoints every 4
-// steps, a worker killed after the first one: the job recovers, resumes and completes.
+// lifelong dataset (400 users of 1,000-4,000 events), 2 servers and 2 workers, checkpoints every
+// 4 steps, a worker killed after the first one: the job recovers, resumes and completes.
 TEST_F(ClusterTest, HardSearchOverLongHistoriesCheckpointsAndResumes) {
   const std::string data = dir_->Sub("lifelong");
-  auto gen = RunSift({"data", "gen", "--preset", "lifelong", "--users", "160", "--items", "4000",
+  auto gen = RunSift({"data", "gen", "--preset", "lifelong", "--users", "400", "--items", "500",
                       "--categories", "100", "--max-events", "4000", "--seed", "3", "--out",
                       data});
   ASSERT_EQ(gen.exit_code, 0) << gen.err;
@@ -224,9 +224,12 @@ TEST_F(ClusterTest, HardSearchOverLongHistoriesCheckpointsAndResumes) {
       },
       "RECOVERING",
       [&](TestJob* j) {
+        // 3 epochs of the whole split (25,600 samples): single-process training reaches test
+        // AUC 0.70 here (the soft GSU over the newest 90: 0.52).
         j->dataset = data;
+        j->epochs = 3;
         j->batch_size = 256;
-        j->max_steps_per_epoch = 12;
+        j->max_steps_per_epoch = 100;
         j->train_eval_samples = 1024;
         j->model_yaml = "  gsu: hard\n  long_seq_length: 2000\n  top_k: 50\n";
       });
