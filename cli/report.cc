@@ -471,6 +471,7 @@ std::vector<std::string> BenchArgv(const std::string& binary, const std::string&
           json_path};
   // Only when not the reference's: the command line is the benchmark's reuse key.
   if (s.model.gsu != "soft") cmd.insert(cmd.end() - 2, {"--gsu", s.model.gsu});
+  if (s.model.time_embedding) cmd.insert(cmd.end() - 2, "--time-embedding");
   return cmd;
 }
 

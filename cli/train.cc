@@ -182,6 +182,9 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
                   "SIM search unit: soft (the reference) or hard (the newest --top-k events of the "
                   "target's category among --long-seq-length; README \"Lifelong sequences\")")
       ->capture_default_str();
+  cmd->add_flag("--time-embedding", m.time_embedding,
+                "SIM: embed each long slot's time gap to the sample (log2 buckets) in the ESU; "
+                "needs event timestamps");
   cmd->add_option("--gru-hidden", m.gru_hidden, "GRU/AUGRU units (0 = 6 x embedding dim)")
       ->capture_default_str();
   cmd->add_option("--stage-one-mlp-dims", m.stage_one_mlp, "SIM GSU head hidden widths")

@@ -193,6 +193,7 @@ class Parser {
         return Error(e, absl::StrCat("must be true or false, got ", Describe(e.value)));
       }
       *out = s == "true";
+      lines_[e.field] = e.line();
       return absl::OkStatus();
     };
   }
@@ -300,6 +301,11 @@ Status CrossCheck(const Parser& p, const JobSpec& spec) {
                    absl::StrCat("must be >= 2 for model type ", spec.model.type, ", got ",
                                 spec.model.short_seq_length));
   }
+  if (spec.model.time_embedding && spec.model.type != "sim") {
+    return p.Error(p.LineOf("model.time_embedding"), "model.time_embedding",
+                   absl::StrCat("is in SIM's search unit; model type ", spec.model.type,
+                                " has none"));
+  }
   if (spec.model.gsu == "hard") {
     if (spec.model.type != "sim") {
       return p.Error(p.LineOf("model.gsu"), "model.gsu",
@@ -340,6 +346,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                     {"short_seq_length", p.Int(&m.short_seq_length, 1, L::kMaxSeqLength)},
                     {"top_k", p.Int(&m.top_k, 1, L::kMaxSeqLength)},
                     {"gsu", p.Enum(&m.gsu, kGsuKinds)},
+                    {"time_embedding", p.Bool(&m.time_embedding)},
                     {"gru_hidden", p.Int(&m.gru_hidden, 0, L::kMaxWidth)},
                     {"stage_one_mlp_dims", p.Dims(&m.stage_one_mlp_dims)},
                     {"stage_two_mlp_dims", p.Dims(&m.stage_two_mlp_dims)},
@@ -599,6 +606,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "top_k" << YAML::Value << m.top_k;
   // Only when not the reference's, so existing specs keep their canonical text (report keys).
   if (m.gsu != "soft") out << YAML::Key << "gsu" << YAML::Value << m.gsu;
+  if (m.time_embedding) out << YAML::Key << "time_embedding" << YAML::Value << true;
   out << YAML::Key << "gru_hidden" << YAML::Value << m.gru_hidden;
   EmitDims(out, "stage_one_mlp_dims", m.stage_one_mlp_dims);
   EmitDims(out, "stage_two_mlp_dims", m.stage_two_mlp_dims);

@@ -112,6 +112,11 @@ Status ValidateModelConfig(const ModelConfig& c) {
   }
   SIFT_RETURN_IF_ERROR(CheckDim("short_len", c.short_len, UsesDien(c.type) ? 2 : 0));
   const bool hard = c.type == ModelType::kSim && c.gsu == Gsu::kHard;
+  if (c.time_embedding && c.type != ModelType::kSim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: time_embedding is in SIM's search unit; model ", ModelTypeName(c.type),
+        " has none"));
+  }
   if (c.gsu == Gsu::kHard && c.type != ModelType::kSim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model config: gsu hard is SIM's search unit; model ", ModelTypeName(c.type),
@@ -229,6 +234,7 @@ class Model::Impl {
     const int32_t* short_inv = nullptr;
     const int32_t* short_neg_inv = nullptr;
     const float* long_mask = nullptr;
+    const int32_t* long_time = nullptr;  // time buckets of the long slots (time embedding)
     const float* short_mask = nullptr;
     const float* label = nullptr;
   };
@@ -242,6 +248,7 @@ class Model::Impl {
   struct InputSlot {
     std::vector<Buf> rows;  // per table
     Buf user_inv, target_inv, long_inv, short_inv, short_neg_inv, long_mask, short_mask, label;
+    Buf long_time;
     std::unique_ptr<kernels::CopyChannel> channel;  // null for kDirect
     kernels::Fence uploaded;                        // after its uploads
     kernels::Fence released;                        // after the last compute reading it
@@ -272,6 +279,15 @@ class Model::Impl {
 
   const ModelType type_;
   const bool soft_gsu_;  // SIM with the reference's soft-search GSU (head, loss, top-k)
+  const bool time_;      // SIM with the time-interval embedding in the ESU
+  // ESU input width: the item vector, plus the time embedding (Dt = D) when time_.
+  const int Ie_;
+  // Time embedding: fills qe_ = [q; u] and xe_ = [x_long; tau(bucket)]; its backward splits
+  // dqe_/dxe_ into dq_/dx_long_ and the table's and query's gradients.
+  void TimeEsuInputs();
+  void TimeEsuBackward();
+  int64_t time_table_ = 0, time_query_ = 0;  // parameter offsets
+  Buf qe_, xe_, dqe_, dxe_, zeros_;
   const int64_t max_batch_;
   const int D_, UF_, F_, I_, P_, TL_, TS_, K_, H_;
   int64_t B_ = 0;  // rows of the current batch
@@ -317,6 +333,9 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
       device_(backend->memory_space() == kernels::MemorySpace::kDevice),
       type_(config.type),
       soft_gsu_(config.type == ModelType::kSim && config.gsu == Gsu::kSoft),
+      time_(config.type == ModelType::kSim && config.time_embedding),
+      Ie_(config.embedding_dim * config.item_features +
+          (config.type == ModelType::kSim && config.time_embedding ? config.embedding_dim : 0)),
       max_batch_(max_batch),
       D_(config.embedding_dim),
       UF_(config.user_features),
@@ -340,7 +359,7 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
     gsu_mlp_.SetDropout(config.dropout);
     ws = std::max(ws, gsu_mlp_.WorkspaceFloats());
   }
-  zw_ = sim ? 3 * I_ + H_ + P_ : dien ? I_ + H_ + P_ : 2 * I_ + P_;
+  zw_ = sim ? 2 * Ie_ + I_ + H_ + P_ : dien ? I_ + H_ + P_ : 2 * I_ + P_;
   classifier_mlp_.Build("classifier_mlp", zw_, config.stage_two_mlp, Activation::kPrelu, B,
                         &registry_);
   classifier_mlp_.SetDropout(config.dropout);
@@ -385,6 +404,17 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
     Alloc(&daux_in_, 2 * N * (H_ + I_));
     Alloc(&daux_logits_, 2 * N);
     Alloc(&de_neg_, B * TS_ * I_);
+  }
+  if (time_) {
+    // Registered last: every other tensor keeps its offset.
+    time_table_ = registry_.Add("time_embedding/table", {data::kTimeBuckets, D_},
+                                InitKind::kGlorotUniform);
+    time_query_ = registry_.Add("time_embedding/query", {D_}, InitKind::kConstant, 0.0f);
+    Alloc(&qe_, B * Ie_);
+    Alloc(&dqe_, B * Ie_);
+    Alloc(&xe_, B * TL_ * Ie_);
+    Alloc(&dxe_, B * TL_ * Ie_);
+    Alloc(&zeros_, B);  // int32 zeros: every row's query gradient into the one query row
   }
   key_counts_.assign(static_cast<size_t>(UF_ + F_), 0);
   Alloc(&params_, registry_.total());
@@ -441,6 +471,7 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
       Alloc(&in.short_inv, F_ * B * TS_);
       if (dien) Alloc(&in.short_neg_inv, F_ * B * TS_);
       Alloc(&in.long_mask, B * TL_);
+      if (time_) Alloc(&in.long_time, B * TL_);
       Alloc(&in.short_mask, B * TS_);
       Alloc(&in.label, B);
       in.keys.assign(static_cast<size_t>(UF_ + F_), 0);
@@ -457,6 +488,7 @@ Status Model::Impl::Init() {
   for (Mlp* mlp : {&gsu_mlp_, &classifier_mlp_, &attention_mlp_, &aux_mlp_}) {
     SIFT_RETURN_IF_ERROR(mlp->Allocate(be_));
   }
+  if (time_) be_->Fill(max_batch_, 0.0f, zeros_.data());  // int32 0 has float 0's bits
   host_logits_.resize(device_ ? static_cast<size_t>(max_batch_) : 0);
   if (device_) {
     // Page-locked staging up front: a slot's inverses, masks and labels, and an eighth of the
@@ -467,7 +499,7 @@ Status Model::Impl::Init() {
       int64_t bytes = 0;
       for (const Buf* b : {&slots_[s].user_inv, &slots_[s].target_inv, &slots_[s].long_inv,
                            &slots_[s].short_inv, &slots_[s].short_neg_inv, &slots_[s].long_mask,
-                           &slots_[s].short_mask, &slots_[s].label}) {
+                           &slots_[s].short_mask, &slots_[s].label, &slots_[s].long_time}) {
         bytes += b->mem.bytes() + 256;
       }
       for (const Buf& b : slots_[s].rows) bytes += b.mem.bytes() / 8 + 256;
@@ -494,6 +526,21 @@ Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys,
                      batch.num_item_features, ", long_len ", batch.long_len, ", short_len ",
                      batch.short_len, ") does not match the model config (", UF_, ", ", F_, ", ",
                      TL_, ", ", TS_, ")"));
+  }
+  if (time_) {
+    if (!batch.has_long_time || batch.long_time.size() < static_cast<size_t>(batch.capacity) * TL_) {
+      return absl::InvalidArgumentError(
+          "the model embeds time intervals (time_embedding) but the batch has no time buckets "
+          "(a loader without time_buckets)");
+    }
+    for (int64_t i = 0; i < B * TL_; ++i) {
+      const int32_t t = batch.long_time[static_cast<size_t>(i)];
+      if (t < -1 || t >= data::kTimeBuckets) {
+        return absl::InvalidArgumentError(absl::StrCat("time bucket ", t, " of long slot ", i,
+                                                       " is outside [-1, ", data::kTimeBuckets,
+                                                       ")"));
+      }
+    }
   }
   const bool hard = type_ == ModelType::kSim && !soft_gsu_;
   if (type_ == ModelType::kSim && (batch.hard_search_window > 0) != hard) {
@@ -601,6 +648,7 @@ Status Model::Impl::UploadBatch(int slot, const data::Batch& batch, const BatchK
   if (TL_ > 0) {
     SIFT_RETURN_IF_ERROR(Put(s, keys.long_inv.data(), F_ * B * TL_, s.long_inv));
     SIFT_RETURN_IF_ERROR(Put(s, batch.long_mask.data(), B * TL_, s.long_mask));
+    if (time_) SIFT_RETURN_IF_ERROR(Put(s, batch.long_time.data(), B * TL_, s.long_time));
   }
   SIFT_RETURN_IF_ERROR(Put(s, keys.short_inv.data(), F_ * B * TS_, s.short_inv));
   if (s.negatives) {
@@ -656,6 +704,7 @@ void Model::Impl::BindInputs(int slot, const data::Batch& batch, const BatchKeys
     in_.short_inv = keys.short_inv.data();
     in_.short_neg_inv = negatives ? keys.short_neg_inv.data() : nullptr;
     in_.long_mask = TL_ > 0 ? batch.long_mask.data() : nullptr;
+    in_.long_time = time_ ? batch.long_time.data() : nullptr;
     in_.short_mask = batch.short_mask.data();
     in_.label = batch.label.data();
     return;
@@ -670,6 +719,7 @@ void Model::Impl::BindInputs(int slot, const data::Batch& batch, const BatchKeys
   in_.short_inv = ints(s.short_inv);
   in_.short_neg_inv = negatives ? ints(s.short_neg_inv) : nullptr;
   in_.long_mask = TL_ > 0 ? s.long_mask.data() : nullptr;
+  in_.long_time = time_ ? ints(s.long_time) : nullptr;
   in_.short_mask = s.short_mask.data();
   in_.label = s.label.data();
 }
@@ -730,6 +780,29 @@ double Model::Impl::AuxForward(const float* short_mask) {
   return be_->AuxLoss(N, aux_logits_, aux_logits_ + N, aux_mask_.data(), 1.0f, nullptr, nullptr);
 }
 
+void Model::Impl::TimeEsuInputs() {
+  const int64_t B = B_, n = B_ * TL_;
+  const int Dt = D_;
+  const float* params = params_.data();
+  be_->Copy(1, n, I_, x_long_.data(), 0, I_, xe_.data(), 0, Ie_, false);
+  // Padding slots (bucket -1) get zeros, as their item vectors.
+  be_->GatherRows(n, Dt, params + time_table_, in_.long_time, nullptr, xe_.data() + I_, Ie_);
+  be_->Copy(1, B, I_, q_.data(), 0, I_, qe_.data(), 0, Ie_, false);
+  be_->Copy(B, 1, Dt, params + time_query_, 0, 0, qe_.data() + I_, Ie_, 0, false);
+}
+
+void Model::Impl::TimeEsuBackward() {
+  const int64_t B = B_, n = B_ * TL_;
+  const int Dt = D_;
+  float* grads = grads_.data();
+  be_->Copy(1, B, I_, dqe_.data(), 0, Ie_, dq_.data(), 0, I_, true);
+  be_->Copy(1, n, I_, dxe_.data(), 0, Ie_, dx_long_.data(), 0, I_, true);
+  const auto* zeros = reinterpret_cast<const int32_t*>(zeros_.data());
+  be_->SegmentSumRows(B, Dt, dqe_.data() + I_, Ie_, zeros, nullptr, 1, grads + time_query_);
+  be_->SegmentSumRows(n, Dt, dxe_.data() + I_, Ie_, in_.long_time, nullptr, data::kTimeBuckets,
+                      grads + time_table_);
+}
+
 StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys& keys,
                                       ForwardMode mode, int slot) {
   can_backward_ = false;
@@ -784,13 +857,22 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
       }
       // ESU attention (3.4) and damped mean (3.5) over the selected slots: the top-k mask, or
       // every retrieved slot of a hard search.
+      // With the time embedding the ESU attends over [x; tau] with the query [q; u] (Ie_ wide).
       const float* rho = EsuMask();
-      be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho, alpha2_.data(), z,
-                               zw_);
-      be_->DampedMeanForward(B, TL_, I_, x_long_.data(), rho, z + I_, zw_);
-      be_->Copy(1, B, I_, q_.data(), 0, I_, z + 2 * I_, 0, zw_, false);
-      DienForward(in_.short_mask, z + 3 * I_, zw_);
-      be_->Copy(1, B, P_, p_.data(), 0, P_, z + 3 * I_ + H_, 0, zw_, false);
+      if (time_) {
+        TimeEsuInputs();
+        be_->DotAttentionForward(B, TL_, Ie_, qe_.data(), Ie_, xe_.data(), rho, alpha2_.data(), z,
+                                 zw_);
+        be_->DampedMeanForward(B, TL_, Ie_, xe_.data(), rho, z + Ie_, zw_);
+      } else {
+        be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho, alpha2_.data(), z,
+                                 zw_);
+        be_->DampedMeanForward(B, TL_, I_, x_long_.data(), rho, z + I_, zw_);
+      }
+      // z = [a; v; q; d; p] (a and v Ie_ wide).
+      be_->Copy(1, B, I_, q_.data(), 0, I_, z + 2 * Ie_, 0, zw_, false);
+      DienForward(in_.short_mask, z + 2 * Ie_ + I_, zw_);
+      be_->Copy(1, B, P_, p_.data(), 0, P_, z + 2 * Ie_ + I_ + H_, 0, zw_, false);
       break;
     }
     case ModelType::kDien:
@@ -934,13 +1016,22 @@ Status Model::Impl::StartBackward(BatchKeys* keys, float loss_scale) {
   switch (type_) {
     case ModelType::kSim: {
       // dz = [da; dv; dq; dd; dp].
-      be_->Copy(1, B, I_, dz + 2 * I_, 0, zw_, dq_.data(), 0, I_, false);
-      be_->Copy(1, B, P_, dz + 3 * I_ + H_, 0, zw_, dp_.data(), 0, P_, false);
-      be_->Copy(B, 1, H_, dz + 3 * I_, zw_, 0, dd_.data(), H_, 0, false);
+      be_->Copy(1, B, I_, dz + 2 * Ie_, 0, zw_, dq_.data(), 0, I_, false);
+      be_->Copy(1, B, P_, dz + 2 * Ie_ + I_ + H_, 0, zw_, dp_.data(), 0, P_, false);
+      be_->Copy(B, 1, H_, dz + 2 * Ie_ + I_, zw_, 0, dd_.data(), H_, 0, false);
       const float* rho = EsuMask();
-      be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho, alpha2_.data(), dz,
-                                zw_, dq_.data(), I_, dx_long_.data());
-      be_->DampedMeanBackward(B, TL_, I_, rho, dz + I_, zw_, dx_long_.data());
+      if (time_) {
+        be_->Fill(B * Ie_, 0.0f, dqe_.data());
+        be_->Fill(B * TL_ * Ie_, 0.0f, dxe_.data());
+        be_->DotAttentionBackward(B, TL_, Ie_, qe_.data(), Ie_, xe_.data(), rho, alpha2_.data(),
+                                  dz, zw_, dqe_.data(), Ie_, dxe_.data());
+        be_->DampedMeanBackward(B, TL_, Ie_, rho, dz + Ie_, zw_, dxe_.data());
+        TimeEsuBackward();
+      } else {
+        be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho, alpha2_.data(),
+                                  dz, zw_, dq_.data(), I_, dx_long_.data());
+        be_->DampedMeanBackward(B, TL_, I_, rho, dz + I_, zw_, dx_long_.data());
+      }
       DienBackward(in_.short_mask, aux_scale);
       if (!soft_gsu_) break;
       // GSU head: dz1 = [dq; dg; dp].

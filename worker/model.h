@@ -55,6 +55,12 @@ struct ModelConfig {
   int short_len = 10;                      // T_S (SIM, DIEN, DIN)
   int top_k = 50;                          // SIM; 1 <= top_k (top_k >= long_len selects every slot)
   Gsu gsu = Gsu::kSoft;                    // SIM; kHard: long_len = N searched, top_k = K slots
+  // SIM: the time-interval embedding of the ESU (SIM paper 4.2): each long slot's
+  // data::TimeBucket (batch.long_time) looks up a D-wide row of a dense table
+  // "time_embedding/table" [64, D], concatenated to the slot's item vector; the ESU query is
+  // [q; u] with a learned "time_embedding/query" u [D] (so u·tau adds a learned per-bucket
+  // recency term to each score), and the attention and damped-mean outputs grow by D each.
+  bool time_embedding = false;
   int gru_hidden = 0;                      // 0 = 6 * D (the reference)
   std::vector<int> stage_one_mlp = {200};  // SIM GSU head
   std::vector<int> stage_two_mlp = {200, 80};  // final classifier of every model
@@ -68,7 +74,7 @@ struct ModelConfig {
 
 // INVALID_ARGUMENT naming the field when a dim is < 1, an MLP list is empty or holds a width < 1,
 // or the lengths do not fit (long_len >= 1 for SIM/DIN, short_len >= 2 for SIM/DIEN; hard search:
-// SIM only, top_k <= long_len).
+// SIM only, top_k <= long_len; time_embedding: SIM only).
 Status ValidateModelConfig(const ModelConfig& config);
 
 // One named tensor of the flat parameter buffer.

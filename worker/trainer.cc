@@ -469,8 +469,14 @@ Status Trainer::Setup(RunMode mode) {
   history_.max_history = (hard_search ? config_.top_k : config_.long_len) + config_.short_len;
   history_.short_history = config_.short_len;
   history_.hard_search_window = hard_search ? config_.long_len : 0;
+  history_.time_buckets = config_.type == ModelType::kSim && config_.time_embedding;
   if (hard_search) {
     SIFT_RETURN_IF_ERROR(Annotate(samples_->PrepareHardSearch(), o_.dataset));
+  }
+  if (history_.time_buckets && !samples_->has_timestamps()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--time-embedding (model.time_embedding) needs event timestamps: ", o_.dataset,
+        " has none (a timeline written without them, or stored samples)"));
   }
 
   const int64_t n_train = src.NumSamples(data::Split::kTrain);
@@ -1261,7 +1267,7 @@ std::string ModelSummary(const ModelConfig& c) {
   return absl::StrCat(
       ModelTypeName(c.type), " D=", c.embedding_dim, " UF=", c.user_features,
       " F=", c.item_features, " long=", c.long_len, " short=", c.short_len, " top_k=", c.top_k,
-      c.gsu == Gsu::kHard ? " gsu=hard" : "",
+      c.gsu == Gsu::kHard ? " gsu=hard" : "", c.time_embedding ? " time_embedding" : "",
       " gru=", c.gru_hidden > 0 ? c.gru_hidden : 6 * c.embedding_dim,
       " stage1=", absl::StrJoin(c.stage_one_mlp, ","),
       " stage2=", absl::StrJoin(c.stage_two_mlp, ","), " aux=", absl::StrJoin(c.aux_mlp, ","),

@@ -29,7 +29,21 @@ struct HistoryOptions {
   // part. 0: the long slots hold the newest T_L events before the short part (the reference).
   // Timelines only; not with long_negatives.
   int64_t hard_search_window = 0;
+  // Time intervals (SIM's `model.time_embedding`): also write each long slot's TimeBucket of the
+  // gap between the sample's time (its positive target's timestamp) and the slot's event. Needs
+  // timestamps (a timeline that has them).
+  bool time_buckets = false;
 };
+
+// The time-interval buckets of SIM's ESU (SIM paper 4.2): a gap g (timestamp units: the
+// generator's event clock, Amazon's seconds) maps to 0 for g <= 0, else 1 + floor(log2 g),
+// capped at kTimeBuckets - 1: 1 -> 1, 2..3 -> 2, 4..7 -> 3, ..., >= 2^62 -> 63.
+inline constexpr int kTimeBuckets = 64;
+inline int32_t TimeBucket(int64_t gap) {
+  if (gap <= 0) return 0;
+  const int log2 = 63 - __builtin_clzll(static_cast<unsigned long long>(gap));
+  return log2 + 1 < kTimeBuckets ? log2 + 1 : kTimeBuckets - 1;
+}
 
 struct Batch {
   int64_t size = 0;      // B: rows in use (<= capacity)
@@ -40,6 +54,7 @@ struct Batch {
   int short_len = 0;          // T_S
   bool has_long_negatives = false;
   int64_t hard_search_window = 0;  // HistoryOptions::hard_search_window (0 = the newest events)
+  bool has_long_time = false;      // HistoryOptions::time_buckets
 
   std::vector<int64_t> index;       // [cap] sample index within the split
   std::vector<float> label;         // [cap] 1 or 0
@@ -50,6 +65,7 @@ struct Batch {
   std::vector<int32_t> short_hist;  // [F][cap][T_S]
   std::vector<int32_t> short_neg;   // [F][cap][T_S]
   std::vector<int32_t> long_neg;    // [F][cap][T_L], only when has_long_negatives
+  std::vector<int32_t> long_time;   // [cap][T_L] TimeBucket per long slot, -1 = padding (has_long_time)
   std::vector<float> long_mask;     // [cap][T_L] 1 where long_hist[0] > 0
   std::vector<float> short_mask;    // [cap][T_S]
 
@@ -63,6 +79,7 @@ struct Batch {
     long_len = h.max_history - h.short_history;
     has_long_negatives = h.long_negatives;
     hard_search_window = h.hard_search_window;
+    has_long_time = h.time_buckets;
     const size_t c = static_cast<size_t>(cap), F = static_cast<size_t>(item_features);
     index.resize(c);
     label.resize(c);
@@ -73,6 +90,7 @@ struct Batch {
     short_hist.resize(F * c * short_len);
     short_neg.resize(F * c * short_len);
     long_neg.resize(h.long_negatives ? F * c * long_len : 0);
+    long_time.resize(h.time_buckets ? c * long_len : 0);
     long_mask.resize(c * long_len);
     short_mask.resize(c * short_len);
   }
@@ -92,6 +110,7 @@ struct Batch {
     return long_neg.data() + (static_cast<size_t>(f) * capacity + b) * long_len;
   }
   float* LongMask(int64_t b) { return long_mask.data() + static_cast<size_t>(b) * long_len; }
+  int32_t* LongTime(int64_t b) { return long_time.data() + static_cast<size_t>(b) * long_len; }
   float* ShortMask(int64_t b) { return short_mask.data() + static_cast<size_t>(b) * short_len; }
 
   const int32_t* User(int k) const { return const_cast<Batch*>(this)->User(k); }
@@ -107,6 +126,7 @@ struct Batch {
   }
   const int32_t* LongNeg(int f, int64_t b) const { return const_cast<Batch*>(this)->LongNeg(f, b); }
   const float* LongMask(int64_t b) const { return const_cast<Batch*>(this)->LongMask(b); }
+  const int32_t* LongTime(int64_t b) const { return const_cast<Batch*>(this)->LongTime(b); }
   const float* ShortMask(int64_t b) const { return const_cast<Batch*>(this)->ShortMask(b); }
 };
 

@@ -58,6 +58,7 @@ void ZeroTailRows(int64_t from, Batch* b) {
   }
   std::fill_n(b->LongMask(from), n * b->long_len, 0.0f);
   std::fill_n(b->ShortMask(from), n * b->short_len, 0.0f);
+  if (b->has_long_time) std::fill_n(b->LongTime(from), n * b->long_len, -1);
 }
 
 double ProcessCpuSeconds() {
@@ -162,6 +163,7 @@ uint64_t BatchChecksum(const Batch& b) {
     if (b.has_long_negatives) h = HashCombine(h, SpanChecksum(b.LongNeg(f, 0), n * b.long_len));
   }
   h = HashCombine(h, SpanChecksum(b.LongMask(0), n * b.long_len));
+  if (b.has_long_time) h = HashCombine(h, SpanChecksum(b.LongTime(0), n * b.long_len));
   h = HashCombine(h, SpanChecksum(b.ShortMask(0), n * b.short_len));
   return h;
 }
@@ -197,6 +199,10 @@ Status ValidateBatchLoaderOptions(const SampleSource& source, const BatchLoaderO
                  o.history.hard_search_window);
     }
     SIFT_RETURN_IF_ERROR(source.PrepareHardSearch());
+  }
+  if (o.history.time_buckets && !source.has_timestamps()) {
+    return bad("time intervals (model.time_embedding) need event timestamps; this dataset has "
+               "none (a timeline written without timestamps, or stored samples)");
   }
   if (o.threads < 0 || o.threads > kMaxThreads) {
     return bad("threads must be in [0, ", kMaxThreads, "] (0 = every CPU), got ", o.threads);

@@ -207,6 +207,12 @@ void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Spli
     float* mask = b->LongMask(row);
     std::fill_n(mask, pad, 0.0f);
     std::fill_n(mask + pad, long_valid, 1.0f);
+    if (b->has_long_time) {
+      const int64_t* ts = tl.timestamps() + ubeg;
+      int32_t* out = b->LongTime(row);
+      std::fill_n(out, pad, -1);
+      for (int64_t j = 0; j < long_valid; ++j) out[pad + j] = TimeBucket(ts[t0] - ts[found[j]]);
+    }
     for (int f = 0; f < F; ++f) {
       CopyPadded<kF>(hist + f, F, first_valid, TL, T, b->ShortHist(f, row));
     }
@@ -216,6 +222,16 @@ void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Spli
       CopyPadded<kF>(hist + f, F, first_valid, TL, T, b->ShortHist(f, row));
     }
     FillMask(b->LongHist(0, row), first_valid, 0, TL, b->LongMask(row));
+    if (b->has_long_time) {
+      // Slot j >= first_valid holds the event at position t0 - L + (j - first_valid).
+      const int64_t* ts = tl.timestamps() + ubeg;
+      int32_t* out = b->LongTime(row);
+      const int64_t v0 = std::min<int64_t>(first_valid, TL);
+      std::fill_n(out, v0, -1);
+      for (int64_t j = v0; j < TL; ++j) {
+        out[j] = TimeBucket(ts[t0] - ts[t0 - L + (j - first_valid)]);
+      }
+    }
   }
   FillMask(b->ShortHist(0, row), first_valid, TL, T, b->ShortMask(row));
   b->hist_len[row] = static_cast<int32_t>(hard ? L + long_valid : L);

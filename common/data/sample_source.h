@@ -44,6 +44,8 @@ class SampleSource {
   virtual int64_t UserOf(Split split, int64_t index) const = 0;
   // Makes Materialize serve batches with hard_search_window > 0 (builds the category index, once;
   // thread-safe). FAILED_PRECONDITION when the source cannot: no timeline, or no category.
+  // Whether Materialize can serve batches with has_long_time (the events carry timestamps).
+  virtual bool has_timestamps() const { return false; }
   virtual Status PrepareHardSearch() const {
     return absl::FailedPreconditionError(
         "hard search (model.gsu: hard) needs a timeline dataset (users.bin + events.bin): stored "
@@ -63,6 +65,7 @@ class TimelineSamples final : public SampleSource {
   void Materialize(Split split, int64_t index, int64_t row, Batch* batch) const override;
   int64_t UserOf(Split split, int64_t index) const override;
   Status PrepareHardSearch() const override;
+  bool has_timestamps() const override { return timeline_->has_timestamps(); }
   // The index once PrepareHardSearch returned OK (null before).
   const CategoryIndex* category_index() const { return index_.get(); }
   int64_t train_targets_per_user() const { return train_targets_; }

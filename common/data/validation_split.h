@@ -45,6 +45,7 @@ class HeldOutSamples final : public SampleSource {
   void Materialize(Split split, int64_t index, int64_t row, Batch* batch) const override;
   int64_t UserOf(Split split, int64_t index) const override;
   Status PrepareHardSearch() const override { return base_->PrepareHardSearch(); }
+  bool has_timestamps() const override { return base_->has_timestamps(); }
 
   // The base's training index of `index` in `split` (kTrain or kValidation; kTest: `index`).
   int64_t BaseIndex(Split split, int64_t index) const;

@@ -369,7 +369,8 @@ TEST(JobSpecTest, WrongTypes) {
             "job.yaml:2: results_dir: must be a string (\"\" for none), got an empty value");
   EXPECT_EQ(ErrorOf("dataset: d\nmodel: sim\n"),
             "job.yaml:2: model: expected a mapping with keys type, embedding_dim, "
-            "long_seq_length, short_seq_length, top_k, gsu, gru_hidden, stage_one_mlp_dims, "
+            "long_seq_length, short_seq_length, top_k, gsu, time_embedding, gru_hidden, "
+            "stage_one_mlp_dims, "
             "stage_two_mlp_dims, aux_mlp_dims, attention_mlp_dims, dropout, got 'sim'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs:\n"),
             "job.yaml:3: training.epochs: must be an integer in [1, 100000], got an empty "
@@ -590,6 +591,16 @@ TEST(JobSpecTest, CrossFieldChecks) {
   EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  gsu: hard\n  long_seq_length: 40\n  top_k: 50\n"),
             "job.yaml:5: model.top_k: hard search retrieves at most the long_seq_length = 40 "
             "events searched, got 50");
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  type: dien\n  time_embedding: true\n"),
+            "job.yaml:4: model.time_embedding: is in SIM's search unit; model type dien has none");
+  {
+    StatusOr<JobSpec> s = ParseJobSpec("dataset: d\nmodel: {time_embedding: true}\n", "j");
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(s->model.time_embedding);
+    auto back = ParseJobSpec(JobSpecToYaml(*s), "j");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->model, s->model);
+  }
   EXPECT_EQ(ErrorOf("dataset: d\nmodel: {gsu: medium}\n"),
             "job.yaml:2: model.gsu: must be one of soft, hard; got 'medium'");
   {

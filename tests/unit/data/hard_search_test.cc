@@ -221,6 +221,87 @@ TEST(HardSearchTest, LoaderRefusesWhatItCannotServe) {
   EXPECT_NE(s.message().find("needs a timeline dataset"), std::string::npos) << s;
 }
 
+TEST(TimeBucketTest, HandComputedTable) {
+  const std::vector<std::pair<int64_t, int32_t>> table = {
+      {-5, 0}, {0, 0}, {1, 1}, {2, 2}, {3, 2}, {4, 3}, {7, 3}, {8, 4}, {1000, 10}, {1023, 10},
+      {1024, 11}, {86400, 17}, {31536000, 25}, {int64_t{1} << 61, 62}, {int64_t{1} << 62, 63},
+      {INT64_MAX, 63}};
+  for (const auto& [gap, bucket] : table) EXPECT_EQ(TimeBucket(gap), bucket) << gap;
+}
+
+// Every long slot's time bucket against TimeBucket(ts[target] - ts[event]) of the event the slot
+// holds, -1 on padding; with and without hard search; the other arrays as without time buckets.
+TEST(TimeBucketTest, LongSlotsCarryTheGapToTheSample) {
+  Fixture fx;
+  fx.Open(17, 30, 7, 2, 400);
+  // Timestamps with gaps of 1..1000 between consecutive events (the fixture's are positions).
+  Rng rng(3);
+  for (int64_t u = 0; u < 30; ++u) {
+    int64_t t = 1000;
+    for (uint64_t e = fx.t.user_offsets[u]; e < fx.t.user_offsets[u + 1]; ++e) {
+      t += 1 + static_cast<int64_t>(rng.Below(1000));
+      fx.t.timestamps[e] = t;
+    }
+  }
+  TempDir dir;
+  ASSERT_TRUE(WriteTimelineDataset(dir.path(), fx.t, {30}, {400, 7}, 17, YAML::Node()).ok());
+  auto ds = Dataset::Open(dir.path());
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  const auto& src = dynamic_cast<const TimelineSamples&>((*ds)->samples());
+  ASSERT_TRUE(src.has_timestamps());
+  ASSERT_TRUE(src.PrepareHardSearch().ok());
+  for (int64_t window : {int64_t{0}, int64_t{200}}) {
+    const int K = 12, TS = 4;
+    HistoryOptions with{K + TS, TS, false, window, true}, without{K + TS, TS, false, window};
+    for (Split split : {Split::kTrain, Split::kTest}) {
+      const int64_t n = std::min<int64_t>(src.NumSamples(split), 600);
+      Batch a, b;
+      a.Allocate(n, 1, 2, with);
+      b.Allocate(n, 1, 2, without);
+      ASSERT_TRUE(a.has_long_time);
+      for (int64_t i = 0; i < n; ++i) {
+        src.Materialize(split, i, i, &a);
+        src.Materialize(split, i, i, &b);
+        int64_t u, t0;
+        src.Locate(split, i, &u, &t0);
+        const uint64_t ub = fx.t.user_offsets[u];
+        // The events the slots hold: search them again by (item, category) is ambiguous, so
+        // rebuild the slots' positions from the definition.
+        std::vector<int64_t> pos;
+        const int64_t short_n = std::min<int64_t>(t0, TS);
+        if (window > 0) {
+          const int64_t hi = t0 - short_n, lo = std::max<int64_t>(0, hi - window);
+          for (uint32_t p : Scan(fx.t, u, a.Target(1)[i], lo, hi)) pos.push_back(p);
+          if (static_cast<int64_t>(pos.size()) > K) pos.erase(pos.begin(), pos.end() - K);
+        } else {
+          const int64_t L = std::min<int64_t>(t0, K + TS);
+          for (int64_t p = t0 - L; p < t0 - short_n; ++p) pos.push_back(p);
+        }
+        const int64_t pad = K - static_cast<int64_t>(pos.size());
+        for (int j = 0; j < K; ++j) {
+          const int32_t want =
+              j < pad ? -1 : TimeBucket(fx.t.timestamps[ub + t0] - fx.t.timestamps[ub + pos[j - pad]]);
+          ASSERT_EQ(a.LongTime(i)[j], want) << "sample " << i << " slot " << j;
+          ASSERT_EQ(a.LongHist(0, i)[j], b.LongHist(0, i)[j]);
+          ASSERT_EQ(a.LongMask(i)[j], b.LongMask(i)[j]);
+        }
+      }
+    }
+  }
+  // No timestamps: refused by the loader, naming what is missing.
+  TimelineData plain = RandomTimeline(2, 5, 50, 5, 3, 10);
+  plain.timestamps.clear();
+  TempDir dir2;
+  ASSERT_TRUE(WriteTimelineDataset(dir2.path(), plain, {5}, {50, 5}, 1, YAML::Node()).ok());
+  auto ds2 = Dataset::Open(dir2.path());
+  ASSERT_TRUE(ds2.ok()) << ds2.status();
+  BatchLoaderOptions o;
+  o.batch_size = 2;
+  o.history = {20, 10, false, 0, true};
+  const Status s = ValidateBatchLoaderOptions((*ds2)->samples(), o);
+  EXPECT_NE(s.message().find("need event timestamps"), std::string::npos) << s;
+}
+
 TEST(FullHistoryHeuristicsTest, EqualANaiveCount) {
   Fixture fx;
   fx.Open(13, 60, 11, 2, 700);

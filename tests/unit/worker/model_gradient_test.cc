@@ -30,6 +30,7 @@ struct Case {
   const char* name;
   float dropout = 0;  // model.dropout: the masks of one fixed seed make the loss a fixed function
   Gsu gsu = Gsu::kSoft;  // kHard: the 6 long slots are a hard search's K over a window of 50
+  bool time_embedding = false;
 };
 
 // The rows cover: full history, an all-empty long history (3 <= T_S), fewer valid long items than
@@ -45,6 +46,9 @@ const Case kCases[] = {
     {ModelType::kDin, {10, 3, 7, 5, 2}, 18, "din_dropout", 0.3f},
     {ModelType::kSim, {10, 3, 7, 5, 2}, 19, "sim_hard", 0.0f, Gsu::kHard},
     {ModelType::kSim, {10, 3, 7, 5, 2}, 20, "sim_hard_dropout", 0.3f, Gsu::kHard},
+    {ModelType::kSim, {10, 3, 7, 5, 2}, 21, "sim_time", 0.0f, Gsu::kSoft, true},
+    {ModelType::kSim, {10, 3, 7, 5, 2}, 22, "sim_hard_time", 0.0f, Gsu::kHard, true},
+    {ModelType::kSim, {8}, 23, "sim_hard_time_batch1", 0.0f, Gsu::kHard, true},
 };
 
 class ModelGradientTest : public ::testing::TestWithParam<Case> {
@@ -53,6 +57,7 @@ class ModelGradientTest : public ::testing::TestWithParam<Case> {
     const Case& c = GetParam();
     config_ = SmallConfig(c.type);
     config_.dropout = c.dropout;
+    config_.time_embedding = c.time_embedding;
     if (c.gsu == Gsu::kHard) {
       config_.gsu = Gsu::kHard;
       config_.top_k = config_.long_len;  // K = the 6 long slots of the batch

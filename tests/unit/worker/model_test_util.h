@@ -49,10 +49,12 @@ inline data::Batch MakeBatch(const ModelConfig& c, const std::vector<int>& hist_
   h.max_history = (hard ? c.top_k : c.long_len) + c.short_len;
   h.short_history = c.short_len;
   h.hard_search_window = hard ? c.long_len : 0;
+  h.time_buckets = c.type == ModelType::kSim && c.time_embedding;
   const int64_t B = static_cast<int64_t>(hist_lens.size());
   batch.Allocate(B + 1, c.user_features, c.item_features, h);  // capacity > size on purpose
   batch.size = B;
   Rng rng(seed);
+  Rng time_rng(seed ^ 0x7153);
   auto vocab = [&](int f) { return f == 0 ? item_vocab : cat_vocab; };
   const int T = h.max_history, TL = batch.long_len;
   for (int64_t b = 0; b < B; ++b) {
@@ -79,6 +81,11 @@ inline data::Batch MakeBatch(const ModelConfig& c, const std::vector<int>& hist_
       }
       if (j < TL) {
         batch.LongMask(b)[j] = valid ? 1.0f : 0.0f;
+        // Time buckets from their own stream (the other arrays stay those of a batch without).
+        if (h.time_buckets) {
+          batch.LongTime(b)[j] =
+              valid ? static_cast<int32_t>(time_rng.Below(6)) : -1;  // few buckets: they repeat
+        }
       } else {
         batch.ShortMask(b)[j - TL] = valid ? 1.0f : 0.0f;
       }
