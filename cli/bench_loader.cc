@@ -90,12 +90,13 @@ Status RunBenchLoader(const BenchLoaderFlags& flags) {
       static_cast<long long>(r.epochs));
   if (opt.history.hard_search_window > 0) {
     const auto* tl = dynamic_cast<const data::TimelineSamples*>(&ds->samples());
-    std::printf("  hard search: window %lld events, K = %d slots; index built in %.2f s (%.1f MB)\n",
-                static_cast<long long>(opt.history.hard_search_window),
-                opt.history.max_history - opt.history.short_history, index_seconds,
-                tl != nullptr && tl->category_index() != nullptr
-                    ? static_cast<double>(tl->category_index()->bytes()) / 1e6
-                    : 0.0);
+    std::printf(
+        "  hard search: window %lld events, K = %d slots; index built in %.2f s (%.1f MB)\n",
+        static_cast<long long>(opt.history.hard_search_window),
+        opt.history.max_history - opt.history.short_history, index_seconds,
+        tl != nullptr && tl->category_index() != nullptr
+            ? static_cast<double>(tl->category_index()->bytes()) / 1e6
+            : 0.0);
   }
   std::printf("  throughput: %.0f samples/s, %.1f batches/s\n", sps, r.batches_per_second());
   std::printf(

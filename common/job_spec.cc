@@ -302,21 +302,21 @@ Status CrossCheck(const Parser& p, const JobSpec& spec) {
                                 spec.model.short_seq_length));
   }
   if (spec.model.time_embedding && spec.model.type != "sim") {
-    return p.Error(p.LineOf("model.time_embedding"), "model.time_embedding",
-                   absl::StrCat("is in SIM's search unit; model type ", spec.model.type,
-                                " has none"));
+    return p.Error(
+        p.LineOf("model.time_embedding"), "model.time_embedding",
+        absl::StrCat("is in SIM's search unit; model type ", spec.model.type, " has none"));
   }
   if (spec.model.gsu == "hard") {
     if (spec.model.type != "sim") {
-      return p.Error(p.LineOf("model.gsu"), "model.gsu",
-                     absl::StrCat("hard is SIM's search unit; model type ", spec.model.type,
-                                  " has none"));
+      return p.Error(
+          p.LineOf("model.gsu"), "model.gsu",
+          absl::StrCat("hard is SIM's search unit; model type ", spec.model.type, " has none"));
     }
     if (spec.model.top_k > spec.model.long_seq_length) {
-      return p.Error(p.LineOf("model.top_k"), "model.top_k",
-                     absl::StrCat("hard search retrieves at most the long_seq_length = ",
-                                  spec.model.long_seq_length, " events searched, got ",
-                                  spec.model.top_k));
+      return p.Error(
+          p.LineOf("model.top_k"), "model.top_k",
+          absl::StrCat("hard search retrieves at most the long_seq_length = ",
+                       spec.model.long_seq_length, " events searched, got ", spec.model.top_k));
     }
   }
   return absl::OkStatus();

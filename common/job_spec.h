@@ -33,7 +33,7 @@ struct JobSpec {
     std::string gsu = "soft";
     // SIM: the time-interval embedding in the ESU (worker/model.h ModelConfig::time_embedding).
     bool time_embedding = false;
-    int gru_hidden = 0;         // 0 = 6 * embedding_dim
+    int gru_hidden = 0;  // 0 = 6 * embedding_dim
     std::vector<int> stage_one_mlp_dims = {200};
     std::vector<int> stage_two_mlp_dims = {200, 80};
     std::vector<int> aux_mlp_dims = {100, 50};

@@ -113,20 +113,18 @@ Status ValidateModelConfig(const ModelConfig& c) {
   SIFT_RETURN_IF_ERROR(CheckDim("short_len", c.short_len, UsesDien(c.type) ? 2 : 0));
   const bool hard = c.type == ModelType::kSim && c.gsu == Gsu::kHard;
   if (c.time_embedding && c.type != ModelType::kSim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model config: time_embedding is in SIM's search unit; model ", ModelTypeName(c.type),
-        " has none"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: time_embedding is in SIM's search unit; model ",
+                     ModelTypeName(c.type), " has none"));
   }
   if (c.gsu == Gsu::kHard && c.type != ModelType::kSim) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model config: gsu hard is SIM's search unit; model ", ModelTypeName(c.type),
-        " has none"));
+        "model config: gsu hard is SIM's search unit; model ", ModelTypeName(c.type), " has none"));
   }
   if (hard && c.top_k > c.long_len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model config: hard search retrieves top_k = ", c.top_k,
-                     " events out of the long_len = ", c.long_len,
-                     " searched: top_k must be <= long_len"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: hard search retrieves top_k = ", c.top_k,
+        " events out of the long_len = ", c.long_len, " searched: top_k must be <= long_len"));
   }
   // Sequence lengths and the recurrent width are bounded tighter, so that products such as
   // T_S * 4H and (T_L + T_S) * F * D stay far inside int. A hard search window is not allocated.
@@ -407,8 +405,8 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
   }
   if (time_) {
     // Registered last: every other tensor keeps its offset.
-    time_table_ = registry_.Add("time_embedding/table", {data::kTimeBuckets, D_},
-                                InitKind::kGlorotUniform);
+    time_table_ =
+        registry_.Add("time_embedding/table", {data::kTimeBuckets, D_}, InitKind::kGlorotUniform);
     time_query_ = registry_.Add("time_embedding/query", {D_}, InitKind::kConstant, 0.0f);
     Alloc(&qe_, B * Ie_);
     Alloc(&dqe_, B * Ie_);
@@ -521,14 +519,14 @@ Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys,
   }
   if (batch.num_user_features != UF_ || batch.num_item_features != F_ || batch.short_len != TS_ ||
       (UsesLong(type_) && batch.long_len != TL_)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch shape (user features ", batch.num_user_features, ", item features ",
-                     batch.num_item_features, ", long_len ", batch.long_len, ", short_len ",
-                     batch.short_len, ") does not match the model config (", UF_, ", ", F_, ", ",
-                     TL_, ", ", TS_, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch shape (user features ", batch.num_user_features, ", item features ",
+        batch.num_item_features, ", long_len ", batch.long_len, ", short_len ", batch.short_len,
+        ") does not match the model config (", UF_, ", ", F_, ", ", TL_, ", ", TS_, ")"));
   }
   if (time_) {
-    if (!batch.has_long_time || batch.long_time.size() < static_cast<size_t>(batch.capacity) * TL_) {
+    if (!batch.has_long_time ||
+        batch.long_time.size() < static_cast<size_t>(batch.capacity) * TL_) {
       return absl::InvalidArgumentError(
           "the model embeds time intervals (time_embedding) but the batch has no time buckets "
           "(a loader without time_buckets)");
@@ -536,9 +534,8 @@ Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys,
     for (int64_t i = 0; i < B * TL_; ++i) {
       const int32_t t = batch.long_time[static_cast<size_t>(i)];
       if (t < -1 || t >= data::kTimeBuckets) {
-        return absl::InvalidArgumentError(absl::StrCat("time bucket ", t, " of long slot ", i,
-                                                       " is outside [-1, ", data::kTimeBuckets,
-                                                       ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "time bucket ", t, " of long slot ", i, " is outside [-1, ", data::kTimeBuckets, ")"));
       }
     }
   }
@@ -995,9 +992,8 @@ Status Model::Impl::StartBackward(BatchKeys* keys, float loss_scale) {
   float* ws = workspace_.data();
   const float* labels = in_.label;
   be_->Fill(registry_.total(), 0.0f, grads);
-  const float cls_scale =
-      static_cast<float>((soft_gsu_ ? 0.5 : 1.0) * static_cast<double>(loss_scale) /
-                         static_cast<double>(B));
+  const float cls_scale = static_cast<float>(
+      (soft_gsu_ ? 0.5 : 1.0) * static_cast<double>(loss_scale) / static_cast<double>(B));
 
   // Final classifier -> dz.
   be_->Fill(B, 0.0f, dlogit2_.data());
@@ -1023,8 +1019,8 @@ Status Model::Impl::StartBackward(BatchKeys* keys, float loss_scale) {
       if (time_) {
         be_->Fill(B * Ie_, 0.0f, dqe_.data());
         be_->Fill(B * TL_ * Ie_, 0.0f, dxe_.data());
-        be_->DotAttentionBackward(B, TL_, Ie_, qe_.data(), Ie_, xe_.data(), rho, alpha2_.data(),
-                                  dz, zw_, dqe_.data(), Ie_, dxe_.data());
+        be_->DotAttentionBackward(B, TL_, Ie_, qe_.data(), Ie_, xe_.data(), rho, alpha2_.data(), dz,
+                                  zw_, dqe_.data(), Ie_, dxe_.data());
         be_->DampedMeanBackward(B, TL_, Ie_, rho, dz + Ie_, zw_, dxe_.data());
         TimeEsuBackward();
       } else {

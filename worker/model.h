@@ -48,21 +48,21 @@ StatusOr<Gsu> ParseGsu(absl::string_view name);
 // Defaults are the reference's (model-spec section 0).
 struct ModelConfig {
   ModelType type = ModelType::kSim;
-  int embedding_dim = 16;                  // D
-  int user_features = 1;                   // UF
-  int item_features = 2;                   // F; item vector width F*D
-  int long_len = 90;                       // T_L (SIM, DIN)
-  int short_len = 10;                      // T_S (SIM, DIEN, DIN)
-  int top_k = 50;                          // SIM; 1 <= top_k (top_k >= long_len selects every slot)
-  Gsu gsu = Gsu::kSoft;                    // SIM; kHard: long_len = N searched, top_k = K slots
+  int embedding_dim = 16;  // D
+  int user_features = 1;   // UF
+  int item_features = 2;   // F; item vector width F*D
+  int long_len = 90;       // T_L (SIM, DIN)
+  int short_len = 10;      // T_S (SIM, DIEN, DIN)
+  int top_k = 50;          // SIM; 1 <= top_k (top_k >= long_len selects every slot)
+  Gsu gsu = Gsu::kSoft;    // SIM; kHard: long_len = N searched, top_k = K slots
   // SIM: the time-interval embedding of the ESU (SIM paper 4.2): each long slot's
   // data::TimeBucket (batch.long_time) looks up a D-wide row of a dense table
   // "time_embedding/table" [64, D], concatenated to the slot's item vector; the ESU query is
   // [q; u] with a learned "time_embedding/query" u [D] (so u·tau adds a learned per-bucket
   // recency term to each score), and the attention and damped-mean outputs grow by D each.
   bool time_embedding = false;
-  int gru_hidden = 0;                      // 0 = 6 * D (the reference)
-  std::vector<int> stage_one_mlp = {200};  // SIM GSU head
+  int gru_hidden = 0;                          // 0 = 6 * D (the reference)
+  std::vector<int> stage_one_mlp = {200};      // SIM GSU head
   std::vector<int> stage_two_mlp = {200, 80};  // final classifier of every model
   std::vector<int> aux_mlp = {100, 50};        // DIEN aux net (SIM, DIEN)
   std::vector<int> attention_mlp = {80, 40};   // DIEN attention unit (SIM, DIEN)

@@ -474,9 +474,9 @@ Status Trainer::Setup(RunMode mode) {
     SIFT_RETURN_IF_ERROR(Annotate(samples_->PrepareHardSearch(), o_.dataset));
   }
   if (history_.time_buckets && !samples_->has_timestamps()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--time-embedding (model.time_embedding) needs event timestamps: ", o_.dataset,
-        " has none (a timeline written without them, or stored samples)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--time-embedding (model.time_embedding) needs event timestamps: ", o_.dataset,
+                     " has none (a timeline written without them, or stored samples)"));
   }
 
   const int64_t n_train = src.NumSamples(data::Split::kTrain);

@@ -65,9 +65,10 @@ struct Batch {
   std::vector<int32_t> short_hist;  // [F][cap][T_S]
   std::vector<int32_t> short_neg;   // [F][cap][T_S]
   std::vector<int32_t> long_neg;    // [F][cap][T_L], only when has_long_negatives
-  std::vector<int32_t> long_time;   // [cap][T_L] TimeBucket per long slot, -1 = padding (has_long_time)
-  std::vector<float> long_mask;     // [cap][T_L] 1 where long_hist[0] > 0
-  std::vector<float> short_mask;    // [cap][T_S]
+  std::vector<int32_t>
+      long_time;  // [cap][T_L] TimeBucket per long slot, -1 = padding (has_long_time)
+  std::vector<float> long_mask;   // [cap][T_L] 1 where long_hist[0] > 0
+  std::vector<float> short_mask;  // [cap][T_S]
 
   // Sizes every array for `capacity` rows. Reuses memory when already large enough.
   void Allocate(int64_t cap, int user_features, int item_features, const HistoryOptions& h) {

@@ -10,9 +10,9 @@ namespace sift::data {
 StatusOr<std::unique_ptr<CategoryIndex>> CategoryIndex::Build(const Timeline* tl,
                                                               ThreadPool* pool) {
   if (tl->num_item_features() < 2) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "hard search needs a category (item feature 1); the timeline has ",
-        tl->num_item_features(), " item feature(s)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("hard search needs a category (item feature 1); the timeline has ",
+                     tl->num_item_features(), " item feature(s)"));
   }
   const int64_t U = tl->num_users();
   for (int64_t u = 0; u < U; ++u) {

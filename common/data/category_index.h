@@ -24,8 +24,7 @@ class CategoryIndex {
  public:
   // FAILED_PRECONDITION when the timeline has fewer than 2 item features (no category) or a user
   // with 2^32 events or more. `pool` (may be null: the calling thread) sorts users in parallel.
-  static StatusOr<std::unique_ptr<CategoryIndex>> Build(const Timeline* timeline,
-                                                        ThreadPool* pool);
+  static StatusOr<std::unique_ptr<CategoryIndex>> Build(const Timeline* timeline, ThreadPool* pool);
 
   // The positions p (0-based within user u, ascending) of u's events with category `category`
   // and lo <= p < hi, at most the newest `k` of them, written to out[0..n); returns n.

@@ -180,8 +180,9 @@ StatusOr<FullHistoryAucs> ComputeFullHistoryAucs(const Dataset& dataset, ThreadP
                                                  Split split) {
   const auto* src = dynamic_cast<const TimelineSamples*>(&dataset.samples());
   if (src == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        dataset.dir(), ": full-history heuristics need a timeline dataset (users.bin + events.bin)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(dataset.dir(),
+                     ": full-history heuristics need a timeline dataset (users.bin + events.bin)"));
   }
   SIFT_ASSIGN_OR_RETURN(Popularity pop, ComputePopularity(dataset));
   SIFT_RETURN_IF_ERROR(Annotate(src->PrepareHardSearch(), dataset.dir()));

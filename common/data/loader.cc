@@ -195,14 +195,15 @@ Status ValidateBatchLoaderOptions(const SampleSource& source, const BatchLoaderO
     }
     if (o.history.max_history - o.history.short_history > o.history.hard_search_window) {
       return bad("hard search retrieves at most the window: K = max_history - short_history = ",
-                 o.history.max_history - o.history.short_history, " > hard_search_window = ",
-                 o.history.hard_search_window);
+                 o.history.max_history - o.history.short_history,
+                 " > hard_search_window = ", o.history.hard_search_window);
     }
     SIFT_RETURN_IF_ERROR(source.PrepareHardSearch());
   }
   if (o.history.time_buckets && !source.has_timestamps()) {
-    return bad("time intervals (model.time_embedding) need event timestamps; this dataset has "
-               "none (a timeline written without timestamps, or stored samples)");
+    return bad(
+        "time intervals (model.time_embedding) need event timestamps; this dataset has "
+        "none (a timeline written without timestamps, or stored samples)");
   }
   if (o.threads < 0 || o.threads > kMaxThreads) {
     return bad("threads must be in [0, ", kMaxThreads, "] (0 = every CPU), got ", o.threads);

@@ -164,7 +164,7 @@ void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Spli
   // Hard search: only the short slots hold the newest events; the long slots are searched.
   const bool hard = b->hard_search_window > 0;
   const int64_t L = std::min<int64_t>(t0, hard ? TS : T);  // history slots copied in time order
-  const int64_t first_valid = T - L;  // slots [first_valid, T) hold events
+  const int64_t first_valid = T - L;                       // slots [first_valid, T) hold events
   const int64_t ubeg = static_cast<int64_t>(tl.user_begin(u));
   // Slot first_valid holds event ubeg + t0 - L; the following slots the following events.
   const int32_t* hist = tl.event(ubeg + t0 - L);

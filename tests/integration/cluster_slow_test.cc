@@ -213,8 +213,7 @@ TEST_F(ClusterTest, KilledWorkerIsRecoveredFromTheLastCheckpoint) {
 TEST_F(ClusterTest, HardSearchOverLongHistoriesCheckpointsAndResumes) {
   const std::string data = dir_->Sub("lifelong");
   auto gen = RunSift({"data", "gen", "--preset", "lifelong", "--users", "400", "--items", "500",
-                      "--categories", "100", "--max-events", "4000", "--seed", "3", "--out",
-                      data});
+                      "--categories", "100", "--max-events", "4000", "--seed", "3", "--out", data});
   ASSERT_EQ(gen.exit_code, 0) << gen.err;
   RunWithFault(
       "hard_search",

@@ -222,10 +222,22 @@ TEST(HardSearchTest, LoaderRefusesWhatItCannotServe) {
 }
 
 TEST(TimeBucketTest, HandComputedTable) {
-  const std::vector<std::pair<int64_t, int32_t>> table = {
-      {-5, 0}, {0, 0}, {1, 1}, {2, 2}, {3, 2}, {4, 3}, {7, 3}, {8, 4}, {1000, 10}, {1023, 10},
-      {1024, 11}, {86400, 17}, {31536000, 25}, {int64_t{1} << 61, 62}, {int64_t{1} << 62, 63},
-      {INT64_MAX, 63}};
+  const std::vector<std::pair<int64_t, int32_t>> table = {{-5, 0},
+                                                          {0, 0},
+                                                          {1, 1},
+                                                          {2, 2},
+                                                          {3, 2},
+                                                          {4, 3},
+                                                          {7, 3},
+                                                          {8, 4},
+                                                          {1000, 10},
+                                                          {1023, 10},
+                                                          {1024, 11},
+                                                          {86400, 17},
+                                                          {31536000, 25},
+                                                          {int64_t{1} << 61, 62},
+                                                          {int64_t{1} << 62, 63},
+                                                          {INT64_MAX, 63}};
   for (const auto& [gap, bucket] : table) EXPECT_EQ(TimeBucket(gap), bucket) << gap;
 }
 
@@ -280,7 +292,8 @@ TEST(TimeBucketTest, LongSlotsCarryTheGapToTheSample) {
         const int64_t pad = K - static_cast<int64_t>(pos.size());
         for (int j = 0; j < K; ++j) {
           const int32_t want =
-              j < pad ? -1 : TimeBucket(fx.t.timestamps[ub + t0] - fx.t.timestamps[ub + pos[j - pad]]);
+              j < pad ? -1
+                      : TimeBucket(fx.t.timestamps[ub + t0] - fx.t.timestamps[ub + pos[j - pad]]);
           ASSERT_EQ(a.LongTime(i)[j], want) << "sample " << i << " slot " << j;
           ASSERT_EQ(a.LongHist(0, i)[j], b.LongHist(0, i)[j]);
           ASSERT_EQ(a.LongMask(i)[j], b.LongMask(i)[j]);

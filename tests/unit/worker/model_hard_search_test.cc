@@ -52,7 +52,8 @@ TEST(ModelHardSearchTest, NoGsuHeadAndTheEsuOfTheSoftModelOverEverySlot) {
     soft_values[t.name].assign(p, p + t.size());
   }
   int64_t gsu = 0;
-  for (const ParamTensor& t : (*s)->param_layout()) gsu += t.name.rfind("gsu_mlp/", 0) == 0 ? t.size() : 0;
+  for (const ParamTensor& t : (*s)->param_layout())
+    gsu += t.name.rfind("gsu_mlp/", 0) == 0 ? t.size() : 0;
   EXPECT_GT(gsu, 0);
   EXPECT_EQ(static_cast<int64_t>((*h)->parameters().size()),
             static_cast<int64_t>((*s)->parameters().size()) - gsu);
@@ -67,8 +68,7 @@ TEST(ModelHardSearchTest, NoGsuHeadAndTheEsuOfTheSoftModelOverEverySlot) {
   data::Batch hard_batch = soft_batch;
   hard_batch.hard_search_window = hard.long_len;  // the same slots, as a hard search fills them
   BatchKeys keys;
-  ASSERT_TRUE(
-      BuildBatchKeys(soft_batch, (*s)->key_usage(ForwardMode::kTrain), 4, &keys).ok());
+  ASSERT_TRUE(BuildBatchKeys(soft_batch, (*s)->key_usage(ForwardMode::kTrain), 4, &keys).ok());
   FillRows(&keys, 22, 0.5f);
   BatchKeys hard_keys = keys;
   const Outcome so = ForwardBackward(s->get(), soft_batch, &keys);
