@@ -199,6 +199,15 @@ Status ValidateBatchLoaderOptions(const SampleSource& source, const BatchLoaderO
                  " > hard_search_window = ", o.history.hard_search_window);
     }
     SIFT_RETURN_IF_ERROR(source.PrepareHardSearch());
+    // A window past every history searches nothing more: a misconfiguration, said so.
+    const int64_t most = source.max_history_events() - o.history.short_history;
+    if (source.max_history_events() >= 0 &&
+        o.history.hard_search_window > std::max<int64_t>(most, 1)) {
+      return bad("hard_search_window = ", o.history.hard_search_window,
+                 " reaches past every history of this dataset: its longest user has ",
+                 source.max_history_events(), " events before its last target, ",
+                 std::max<int64_t>(most, 0), " before the short part (use at most that)");
+    }
   }
   if (o.history.time_buckets && !source.has_timestamps()) {
     return bad(

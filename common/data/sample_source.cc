@@ -15,6 +15,7 @@ TimelineSamples::TimelineSamples(const Timeline* timeline, uint64_t negative_see
   pair_offsets_.resize(U + 1);
   pair_offsets_[0] = 0;
   for (int64_t u = 0; u < U; ++u) {
+    max_length_ = std::max(max_length_, timeline->user_length(u));
     int64_t pairs = timeline->user_length(u) - 2;
     if (train_targets_ > 0) pairs = std::min(pairs, train_targets_);
     pair_offsets_[u + 1] = pair_offsets_[u] + pairs;

@@ -46,6 +46,8 @@ class SampleSource {
   // thread-safe). FAILED_PRECONDITION when the source cannot: no timeline, or no category.
   // Whether Materialize can serve batches with has_long_time (the events carry timestamps).
   virtual bool has_timestamps() const { return false; }
+  // The most events any sample has before its target (-1: not known, e.g. stored samples).
+  virtual int64_t max_history_events() const { return -1; }
   virtual Status PrepareHardSearch() const {
     return absl::FailedPreconditionError(
         "hard search (model.gsu: hard) needs a timeline dataset (users.bin + events.bin): stored "
@@ -66,6 +68,7 @@ class TimelineSamples final : public SampleSource {
   int64_t UserOf(Split split, int64_t index) const override;
   Status PrepareHardSearch() const override;
   bool has_timestamps() const override { return timeline_->has_timestamps(); }
+  int64_t max_history_events() const override { return max_length_ - 1; }
   // The index once PrepareHardSearch returned OK (null before).
   const CategoryIndex* category_index() const { return index_.get(); }
   int64_t train_targets_per_user() const { return train_targets_; }
@@ -81,6 +84,7 @@ class TimelineSamples final : public SampleSource {
   const Timeline* timeline_;
   uint64_t seed_;
   int64_t train_targets_ = 0;
+  int64_t max_length_ = 0;  // the longest user's events
   // Built once by PrepareHardSearch.
   mutable std::once_flag index_once_;
   mutable Status index_status_;

@@ -205,14 +205,24 @@ TEST(HardSearchTest, LoaderRefusesWhatItCannotServe) {
   o.history = {10, 10, false, 100};
   s = ValidateBatchLoaderOptions(fx.ds->samples(), o);
   EXPECT_NE(s.message().find("needs long slots"), std::string::npos) << s;
-  o.history = {20, 10, false, 100};
+  // The longest user has 80 events: 79 before its last target, 69 before the short part.
+  EXPECT_EQ(fx.ds->samples().max_history_events(), 79);
+  o.history = {20, 10, false, 70};
+  s = ValidateBatchLoaderOptions(fx.ds->samples(), o);
+  EXPECT_NE(s.message().find("hard_search_window = 70 reaches past every history of this "
+                             "dataset: its longest user has 79 events before its last target, "
+                             "69 before the short part"),
+            std::string::npos)
+      << s;
+  o.history = {20, 10, false, 69};
+  EXPECT_TRUE(ValidateBatchLoaderOptions(fx.ds->samples(), o).ok());
   auto loader = BatchLoader::Create(&fx.ds->samples(), o);
   ASSERT_TRUE(loader.ok()) << loader.status();
   (*loader)->StartEpoch(0);
   const Batch* b = (*loader)->Next();
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->long_len, 10);
-  EXPECT_EQ(b->hard_search_window, 100);
+  EXPECT_EQ(b->hard_search_window, 69);
 
   // Stored samples have no timeline to search.
   ExplicitSamples explicit_samples(nullptr, nullptr);
