@@ -248,6 +248,17 @@ Status ResolveFlags(TrainFlags* f) {
   return absl::OkStatus();
 }
 
+// The dedup's hit rate over the run's steps (README "Lifelong sequences").
+void PrintKeyCounts(const worker::RunResult& r) {
+  if (r.steps <= 0 || r.key_counts.slot_ids <= 0) return;
+  const double steps = static_cast<double>(r.steps);
+  std::printf("  dedup:      %.0f id slots -> %.0f unique keys per step (hit rate %.2f%%)\n",
+              static_cast<double>(r.key_counts.slot_ids) / steps,
+              static_cast<double>(r.key_counts.unique) / steps,
+              100.0 * (1.0 - static_cast<double>(r.key_counts.unique) /
+                                 static_cast<double>(r.key_counts.slot_ids)));
+}
+
 void PrintPhases(const worker::PhaseTimes& p) {
   const double total = p.Total();
   if (total <= 0) return;
@@ -311,6 +322,7 @@ Status RunTrain(TrainFlags* f) {
   }
   if (r.oracle_test_auc > 0) std::printf("  oracle_test_auc %.4f\n", r.oracle_test_auc);
   std::printf("  time_to_train %.1f s\n", r.time_to_train_s);
+  PrintKeyCounts(r);
   PrintPhases(r.phases);
   return absl::OkStatus();
 }
@@ -358,6 +370,7 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
         gflops, mflop, peak.gflops > 0 ? 100.0 * gflops / peak.gflops : 0.0);
     std::printf("  peak:       %s\n", peak.Describe().c_str());
   }
+  PrintKeyCounts(r);
   PrintPhases(r.phases);
   if (!f->json.empty()) {
     nlohmann::json j;
@@ -385,6 +398,11 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
     j["gflops"] = gflops;
     j["mflop_per_sample"] = mflop;
     j["peak_gflops_estimate"] = peak.gflops;
+    if (r.steps > 0) {
+      j["dedup_per_step"] = {
+          {"slot_ids", static_cast<double>(r.key_counts.slot_ids) / static_cast<double>(r.steps)},
+          {"unique_keys", static_cast<double>(r.key_counts.unique) / static_cast<double>(r.steps)}};
+    }
     j["phases_s"] = {{"load", r.phases.load},         {"dedup", r.phases.dedup},
                      {"pull", r.phases.pull},         {"forward", r.phases.forward},
                      {"backward", r.phases.backward}, {"dense_adam", r.phases.dense_opt},

@@ -176,4 +176,14 @@ Status BuildBatchKeys(const data::Batch& batch, const KeyUsage& usage, int dim, 
   return absl::OkStatus();
 }
 
+KeyCounts CountKeys(const BatchKeys& keys) {
+  KeyCounts c;
+  for (const std::vector<int32_t>* inv :
+       {&keys.user_inv, &keys.target_inv, &keys.long_inv, &keys.short_inv, &keys.short_neg_inv}) {
+    for (const int32_t i : *inv) c.slot_ids += i >= 0 ? 1 : 0;
+  }
+  for (const TableKeys& t : keys.tables) c.unique += static_cast<int64_t>(t.keys.size());
+  return c;
+}
+
 }  // namespace sift::worker

@@ -49,4 +49,12 @@ struct BatchKeys {
 // a table would exceed 2^31 - 1 unique keys.
 Status BuildBatchKeys(const data::Batch& batch, const KeyUsage& usage, int dim, BatchKeys* keys);
 
+// What the dedup saved: the id slots the keys serve (inverse entries other than padding) and the
+// unique keys pulled for them, over every table. 1 - unique / slot_ids is the dedup hit rate.
+struct KeyCounts {
+  int64_t slot_ids = 0;
+  int64_t unique = 0;
+};
+KeyCounts CountKeys(const BatchKeys& keys);
+
 }  // namespace sift::worker

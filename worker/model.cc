@@ -52,6 +52,8 @@ namespace {
 // Upper bound on every width and length, so that no size computation can overflow.
 constexpr int kMaxDim = 1 << 16;
 constexpr int kMaxLen = 1 << 12;
+// SIM's soft search streams its long slots (ModelConfig::soft_search_chunk): far longer windows.
+constexpr int kMaxSoftLen = 1 << 16;
 constexpr int kMaxHidden = 1 << 13;
 
 Status CheckDim(const char* field, int value, int min) {
@@ -85,6 +87,16 @@ int BatchLongLen(const ModelConfig& c) {
 }
 // Hard search windows may be far longer than any slot count: they are never allocated.
 constexpr int kMaxHardWindow = 1 << 30;
+
+// Samples per chunk of SIM's streamed soft search (ModelConfig::soft_search_chunk); 0 = dense.
+int64_t SoftSearchChunk(const ModelConfig& c, int64_t max_batch) {
+  if (c.type != ModelType::kSim || c.gsu != Gsu::kSoft) return 0;
+  if (c.soft_search_chunk > 0) return std::min<int64_t>(c.soft_search_chunk, max_batch);
+  if (c.long_len <= ModelConfig::kDenseSoftSearchMax) return 0;
+  const int64_t width = int64_t{c.embedding_dim} * (c.item_features + (c.time_embedding ? 1 : 0));
+  const int64_t per_sample = int64_t{c.long_len} * width;
+  return std::clamp<int64_t>(ModelConfig::kSoftSearchChunkFloats / per_sample, 1, max_batch);
+}
 
 }  // namespace
 
@@ -127,11 +139,19 @@ Status ValidateModelConfig(const ModelConfig& c) {
         " events out of the long_len = ", c.long_len, " searched: top_k must be <= long_len"));
   }
   // Sequence lengths and the recurrent width are bounded tighter, so that products such as
-  // T_S * 4H and (T_L + T_S) * F * D stay far inside int. A hard search window is not allocated.
-  if ((hard ? c.top_k : c.long_len) > kMaxLen || c.short_len > kMaxLen) {
+  // T_S * 4H and (T_L + T_S) * F * D stay far inside int. A hard search window is not allocated;
+  // a soft search over more than kDenseSoftSearchMax slots is streamed.
+  const bool soft = c.type == ModelType::kSim && !hard;
+  const int max_long = soft ? kMaxSoftLen : kMaxLen;
+  if ((hard ? c.top_k : c.long_len) > max_long || c.short_len > kMaxLen) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: ", hard ? "top_k (hard search)" : "long_len",
+                     " must be <= ", max_long, " and short_len <= ", kMaxLen, ", got ",
+                     hard ? c.top_k : c.long_len, " and ", c.short_len));
+  }
+  if (c.soft_search_chunk < 0 || c.soft_search_chunk > (1 << 24)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model config: ", hard ? "top_k (hard search)" : "long_len", " and short_len must be <= ",
-        kMaxLen, ", got ", hard ? c.top_k : c.long_len, " and ", c.short_len));
+        "model config: soft_search_chunk must be in [0, 2^24] samples, got ", c.soft_search_chunk));
   }
 
   const int64_t hidden = c.gru_hidden > 0 ? c.gru_hidden : 6 * int64_t{c.embedding_dim};
@@ -275,6 +295,22 @@ class Model::Impl {
   // The ESU's slot mask: the top-k mask (soft search) or the long mask (hard search).
   const float* EsuMask() const { return soft_gsu_ ? rho_.data() : in_.long_mask; }
 
+  // The long slots. x_long_ holds those of samples [b0, b0 + c): the whole batch (b0 = 0,
+  // c = B) on the dense path, one chunk of at most chunk_ samples when the soft search streams.
+  // GatherLong fills it (and, with the time embedding, xe_'s item columns and time rows).
+  void GatherLong(int64_t b0, int64_t c);
+  // The ESU (3.4, 3.5) of samples [b0, b0 + c) over the resident slots -> z's a and v columns,
+  // and its backward into dq_ (dqe_ with the time embedding) and dx_long_ (+=).
+  void EsuForward(int64_t b0, int64_t c);
+  void EsuBackward(int64_t b0, int64_t c);
+  // Streamed soft search: the GSU attention of every chunk (-> alpha_, z1's g columns), and in
+  // the backward pass the ESU and GSU attention gradients chunk by chunk, each chunk's slot
+  // gradients summed into its tables' row gradients g[f] (U[f] rows) before the next.
+  void StreamedGsuForward();
+  void StreamedEsuForward();
+  void StreamedLongBackward(const std::vector<float*>& g, const std::vector<int64_t>& U);
+  bool streamed() const { return chunk_ > 0; }
+
   const ModelType type_;
   const bool soft_gsu_;  // SIM with the reference's soft-search GSU (head, loss, top-k)
   const bool time_;      // SIM with the time-interval embedding in the ESU
@@ -282,13 +318,16 @@ class Model::Impl {
   const int Ie_;
   // Time embedding: fills qe_ = [q; u] and xe_ = [x_long; tau(bucket)]; its backward splits
   // dqe_/dxe_ into dq_/dx_long_ and the table's and query's gradients.
-  void TimeEsuInputs();
-  void TimeEsuBackward();
-  int64_t time_table_ = 0, time_query_ = 0;  // parameter offsets
+  void TimeEsuQuery();                       // qe_ = [q; u] for every row
+  void TimeEsuSlots(int64_t b0, int64_t c);  // xe_ = [x_long_; tau] for the resident samples
+  void TimeEsuQueryBackward();               // dq_ += dqe_'s item part; u's gradient
+  void TimeEsuSlotsBackward(int64_t b0, int64_t c);  // dx_long_ +=, the table's gradient
+  int64_t time_table_ = 0, time_query_ = 0;          // parameter offsets
   Buf qe_, xe_, dqe_, dxe_, zeros_;
   const int64_t max_batch_;
   const int D_, UF_, F_, I_, P_, TL_, TS_, K_, H_;
-  int64_t B_ = 0;  // rows of the current batch
+  const int64_t chunk_;  // samples per chunk of the streamed soft search; 0 = dense
+  int64_t B_ = 0;        // rows of the current batch
   ForwardMode mode_ = ForwardMode::kInference;
   bool can_backward_ = false;
   std::vector<size_t> key_counts_;  // per table, of the last Forward's keys (a Backward check)
@@ -343,7 +382,8 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
       TL_(BatchLongLen(config)),
       TS_(config.short_len),
       K_(config.top_k),
-      H_(config.gru_hidden > 0 ? config.gru_hidden : 6 * config.embedding_dim) {
+      H_(config.gru_hidden > 0 ? config.gru_hidden : 6 * config.embedding_dim),
+      chunk_(SoftSearchChunk(config, max_batch)) {
   const int64_t B = max_batch;
   const bool sim = type_ == ModelType::kSim, din = type_ == ModelType::kDin;
   const bool dien = UsesDien(type_);
@@ -410,8 +450,8 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
     time_query_ = registry_.Add("time_embedding/query", {D_}, InitKind::kConstant, 0.0f);
     Alloc(&qe_, B * Ie_);
     Alloc(&dqe_, B * Ie_);
-    Alloc(&xe_, B * TL_ * Ie_);
-    Alloc(&dxe_, B * TL_ * Ie_);
+    Alloc(&xe_, (chunk_ > 0 ? chunk_ : B) * TL_ * Ie_);
+    Alloc(&dxe_, (chunk_ > 0 ? chunk_ : B) * TL_ * Ie_);
     Alloc(&zeros_, B);  // int32 zeros: every row's query gradient into the one query row
   }
   key_counts_.assign(static_cast<size_t>(UF_ + F_), 0);
@@ -426,8 +466,8 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
   Alloc(&e_short_, B * TS_ * I_);
   Alloc(&de_short_, B * TS_ * I_);
   if (UsesLong(type_)) {
-    Alloc(&x_long_, B * TL_ * I_);
-    Alloc(&dx_long_, B * TL_ * I_);
+    Alloc(&x_long_, (chunk_ > 0 ? chunk_ : B) * TL_ * I_);
+    Alloc(&dx_long_, (chunk_ > 0 ? chunk_ : B) * TL_ * I_);
   }
   if (sim) Alloc(&alpha2_, B * TL_);
   if (soft_gsu_) {
@@ -729,7 +769,7 @@ void Model::Impl::GatherEmbeddings(bool negatives) {
   for (int f = 0; f < F_; ++f) {
     const float* rows = in_.rows[UF_ + f];
     be_->GatherRows(B, D_, rows, in_.target_inv + f * B, nullptr, q_.data() + f * D_, I_);
-    if (TL_ > 0) {
+    if (TL_ > 0 && !streamed()) {
       be_->GatherRows(B * TL_, D_, rows, in_.long_inv + f * B * TL_, in_.long_mask,
                       x_long_.data() + f * D_, I_);
     }
@@ -777,27 +817,115 @@ double Model::Impl::AuxForward(const float* short_mask) {
   return be_->AuxLoss(N, aux_logits_, aux_logits_ + N, aux_mask_.data(), 1.0f, nullptr, nullptr);
 }
 
-void Model::Impl::TimeEsuInputs() {
-  const int64_t B = B_, n = B_ * TL_;
-  const int Dt = D_;
+void Model::Impl::TimeEsuQuery() {
+  const int64_t B = B_;
   const float* params = params_.data();
-  be_->Copy(1, n, I_, x_long_.data(), 0, I_, xe_.data(), 0, Ie_, false);
-  // Padding slots (bucket -1) get zeros, as their item vectors.
-  be_->GatherRows(n, Dt, params + time_table_, in_.long_time, nullptr, xe_.data() + I_, Ie_);
   be_->Copy(1, B, I_, q_.data(), 0, I_, qe_.data(), 0, Ie_, false);
-  be_->Copy(B, 1, Dt, params + time_query_, 0, 0, qe_.data() + I_, Ie_, 0, false);
+  be_->Copy(B, 1, D_, params + time_query_, 0, 0, qe_.data() + I_, Ie_, 0, false);
 }
 
-void Model::Impl::TimeEsuBackward() {
-  const int64_t B = B_, n = B_ * TL_;
-  const int Dt = D_;
-  float* grads = grads_.data();
+void Model::Impl::TimeEsuSlots(int64_t b0, int64_t c) {
+  const int64_t n = c * TL_;
+  be_->Copy(1, n, I_, x_long_.data(), 0, I_, xe_.data(), 0, Ie_, false);
+  // Padding slots (bucket -1) get zeros, as their item vectors.
+  be_->GatherRows(n, D_, params_.data() + time_table_, in_.long_time + b0 * TL_, nullptr,
+                  xe_.data() + I_, Ie_);
+}
+
+void Model::Impl::GatherLong(int64_t b0, int64_t c) {
+  const int64_t B = B_;
+  for (int f = 0; f < F_; ++f) {
+    be_->GatherRows(c * TL_, D_, in_.rows[UF_ + f], in_.long_inv + f * B * TL_ + b0 * TL_,
+                    in_.long_mask + b0 * TL_, x_long_.data() + f * D_, I_);
+  }
+  if (time_) TimeEsuSlots(b0, c);
+}
+
+void Model::Impl::EsuForward(int64_t b0, int64_t c) {
+  const float* rho = EsuMask() + b0 * TL_;
+  float* z = z_.data() + b0 * zw_;
+  // With the time embedding the ESU attends over [x; tau] with the query [q; u] (Ie_ wide).
+  const float* query = time_ ? qe_.data() : q_.data();
+  const float* x = time_ ? xe_.data() : x_long_.data();
+  be_->DotAttentionForward(c, TL_, Ie_, query + b0 * Ie_, Ie_, x, rho, alpha2_.data() + b0 * TL_, z,
+                           zw_);
+  be_->DampedMeanForward(c, TL_, Ie_, x, rho, z + Ie_, zw_);
+}
+
+void Model::Impl::EsuBackward(int64_t b0, int64_t c) {
+  const float* rho = EsuMask() + b0 * TL_;
+  const float* dz = dz_.data() + b0 * zw_;
+  if (time_) {
+    be_->Fill(c * TL_ * Ie_, 0.0f, dxe_.data());
+    be_->DotAttentionBackward(c, TL_, Ie_, qe_.data() + b0 * Ie_, Ie_, xe_.data(), rho,
+                              alpha2_.data() + b0 * TL_, dz, zw_, dqe_.data() + b0 * Ie_, Ie_,
+                              dxe_.data());
+    be_->DampedMeanBackward(c, TL_, Ie_, rho, dz + Ie_, zw_, dxe_.data());
+    TimeEsuSlotsBackward(b0, c);
+  } else {
+    be_->DotAttentionBackward(c, TL_, I_, q_.data() + b0 * I_, I_, x_long_.data(), rho,
+                              alpha2_.data() + b0 * TL_, dz, zw_, dq_.data() + b0 * I_, I_,
+                              dx_long_.data());
+    be_->DampedMeanBackward(c, TL_, I_, rho, dz + I_, zw_, dx_long_.data());
+  }
+}
+
+void Model::Impl::StreamedGsuForward() {
+  const int64_t B = B_;
+  float* z1 = z1_.data();
+  for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
+    const int64_t c = std::min(chunk_, B - b0);
+    GatherLong(b0, c);
+    be_->DotAttentionForward(c, TL_, I_, q_.data() + b0 * I_, I_, x_long_.data(),
+                             in_.long_mask + b0 * TL_, alpha_.data() + b0 * TL_,
+                             z1 + b0 * z1w_ + I_, z1w_);
+  }
+}
+
+void Model::Impl::StreamedEsuForward() {
+  const int64_t B = B_;
+  for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
+    const int64_t c = std::min(chunk_, B - b0);
+    if (B > chunk_) GatherLong(b0, c);  // one chunk: still resident from the GSU pass
+    EsuForward(b0, c);
+  }
+}
+
+void Model::Impl::StreamedLongBackward(const std::vector<float*>& g,
+                                       const std::vector<int64_t>& U) {
+  const int64_t B = B_;
+  const float* dz1 = dz1_.data();
+  if (time_) be_->Fill(B * Ie_, 0.0f, dqe_.data());
+  for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
+    const int64_t c = std::min(chunk_, B - b0);
+    if (B > chunk_) GatherLong(b0, c);  // one chunk: still resident from the forward pass
+    be_->Fill(c * TL_ * I_, 0.0f, dx_long_.data());
+    EsuBackward(b0, c);
+    be_->DotAttentionBackward(c, TL_, I_, q_.data() + b0 * I_, I_, x_long_.data(),
+                              in_.long_mask + b0 * TL_, alpha_.data() + b0 * TL_,
+                              dz1 + b0 * z1w_ + I_, z1w_, dq_.data() + b0 * I_, I_,
+                              dx_long_.data());
+    for (int f = 0; f < F_; ++f) {
+      be_->SegmentSumRows(c * TL_, D_, dx_long_.data() + f * D_, I_,
+                          in_.long_inv + f * B * TL_ + b0 * TL_, in_.long_mask + b0 * TL_,
+                          U[static_cast<size_t>(f)], g[static_cast<size_t>(f)]);
+    }
+  }
+  if (time_) TimeEsuQueryBackward();
+}
+
+void Model::Impl::TimeEsuQueryBackward() {
+  const int64_t B = B_;
   be_->Copy(1, B, I_, dqe_.data(), 0, Ie_, dq_.data(), 0, I_, true);
-  be_->Copy(1, n, I_, dxe_.data(), 0, Ie_, dx_long_.data(), 0, I_, true);
   const auto* zeros = reinterpret_cast<const int32_t*>(zeros_.data());
-  be_->SegmentSumRows(B, Dt, dqe_.data() + I_, Ie_, zeros, nullptr, 1, grads + time_query_);
-  be_->SegmentSumRows(n, Dt, dxe_.data() + I_, Ie_, in_.long_time, nullptr, data::kTimeBuckets,
-                      grads + time_table_);
+  be_->SegmentSumRows(B, D_, dqe_.data() + I_, Ie_, zeros, nullptr, 1, grads_.data() + time_query_);
+}
+
+void Model::Impl::TimeEsuSlotsBackward(int64_t b0, int64_t c) {
+  const int64_t n = c * TL_;
+  be_->Copy(1, n, I_, dxe_.data(), 0, Ie_, dx_long_.data(), 0, I_, true);
+  be_->SegmentSumRows(n, D_, dxe_.data() + I_, Ie_, in_.long_time + b0 * TL_, nullptr,
+                      data::kTimeBuckets, grads_.data() + time_table_);
 }
 
 StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys& keys,
@@ -845,8 +973,12 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
         // GSU (3.2): g = Attn(q, long, m_L); z1 = [q; g; p] -> logit1.
         float* z1 = z1_.data();
         be_->Copy(1, B, I_, q_.data(), 0, I_, z1, 0, z1w_, false);
-        be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), in_.long_mask,
-                                 alpha_.data(), z1 + I_, z1w_);
+        if (streamed()) {
+          StreamedGsuForward();
+        } else {
+          be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), in_.long_mask,
+                                   alpha_.data(), z1 + I_, z1w_);
+        }
         be_->Copy(1, B, P_, p_.data(), 0, P_, z1 + 2 * I_, 0, z1w_, false);
         logit1_ = gsu_mlp_.Forward(be_, B, z1, z1w_, params, DropoutSeed(mode, 1));
         // Top-k (3.3) as a mask.
@@ -854,17 +986,12 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
       }
       // ESU attention (3.4) and damped mean (3.5) over the selected slots: the top-k mask, or
       // every retrieved slot of a hard search.
-      // With the time embedding the ESU attends over [x; tau] with the query [q; u] (Ie_ wide).
-      const float* rho = EsuMask();
-      if (time_) {
-        TimeEsuInputs();
-        be_->DotAttentionForward(B, TL_, Ie_, qe_.data(), Ie_, xe_.data(), rho, alpha2_.data(), z,
-                                 zw_);
-        be_->DampedMeanForward(B, TL_, Ie_, xe_.data(), rho, z + Ie_, zw_);
+      if (time_) TimeEsuQuery();
+      if (streamed()) {
+        StreamedEsuForward();
       } else {
-        be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho, alpha2_.data(), z,
-                                 zw_);
-        be_->DampedMeanForward(B, TL_, I_, x_long_.data(), rho, z + I_, zw_);
+        if (time_) TimeEsuSlots(0, B_);
+        EsuForward(0, B);
       }
       // z = [a; v; q; d; p] (a and v Ie_ wide).
       be_->Copy(1, B, I_, q_.data(), 0, I_, z + 2 * Ie_, 0, zw_, false);
@@ -1003,7 +1130,7 @@ Status Model::Impl::StartBackward(BatchKeys* keys, float loss_scale) {
                            ws);
   float* dz = dz_.data();
   if (!e_short_.empty()) be_->Fill(B * TS_ * I_, 0.0f, de_short_.data());
-  if (!x_long_.empty()) be_->Fill(B * TL_ * I_, 0.0f, dx_long_.data());
+  if (!x_long_.empty() && !streamed()) be_->Fill(B * TL_ * I_, 0.0f, dx_long_.data());
   const float aux_scale =
       UsesDien(type_)
           ? static_cast<float>(static_cast<double>(loss_scale) / static_cast<double>(B * (TS_ - 1)))
@@ -1015,18 +1142,12 @@ Status Model::Impl::StartBackward(BatchKeys* keys, float loss_scale) {
       be_->Copy(1, B, I_, dz + 2 * Ie_, 0, zw_, dq_.data(), 0, I_, false);
       be_->Copy(1, B, P_, dz + 2 * Ie_ + I_ + H_, 0, zw_, dp_.data(), 0, P_, false);
       be_->Copy(B, 1, H_, dz + 2 * Ie_ + I_, zw_, 0, dd_.data(), H_, 0, false);
-      const float* rho = EsuMask();
-      if (time_) {
-        be_->Fill(B * Ie_, 0.0f, dqe_.data());
-        be_->Fill(B * TL_ * Ie_, 0.0f, dxe_.data());
-        be_->DotAttentionBackward(B, TL_, Ie_, qe_.data(), Ie_, xe_.data(), rho, alpha2_.data(), dz,
-                                  zw_, dqe_.data(), Ie_, dxe_.data());
-        be_->DampedMeanBackward(B, TL_, Ie_, rho, dz + Ie_, zw_, dxe_.data());
-        TimeEsuBackward();
-      } else {
-        be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), rho, alpha2_.data(),
-                                  dz, zw_, dq_.data(), I_, dx_long_.data());
-        be_->DampedMeanBackward(B, TL_, I_, rho, dz + I_, zw_, dx_long_.data());
+      // Streamed soft search: the ESU's and the GSU attention's gradients are taken chunk by
+      // chunk in ScatterEmbeddingGrads (StreamedLongBackward), after the GSU head's below.
+      if (!streamed()) {
+        if (time_) be_->Fill(B * Ie_, 0.0f, dqe_.data());
+        EsuBackward(0, B);
+        if (time_) TimeEsuQueryBackward();
       }
       DienBackward(in_.short_mask, aux_scale);
       if (!soft_gsu_) break;
@@ -1039,8 +1160,10 @@ Status Model::Impl::StartBackward(BatchKeys* keys, float loss_scale) {
       const float* dz1 = dz1_.data();
       be_->Copy(1, B, I_, dz1, 0, z1w_, dq_.data(), 0, I_, true);
       be_->Copy(1, B, P_, dz1 + 2 * I_, 0, z1w_, dp_.data(), 0, P_, true);
-      be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), in_.long_mask,
-                                alpha_.data(), dz1 + I_, z1w_, dq_.data(), I_, dx_long_.data());
+      if (!streamed()) {
+        be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), in_.long_mask,
+                                  alpha_.data(), dz1 + I_, z1w_, dq_.data(), I_, dx_long_.data());
+      }
       break;
     }
     case ModelType::kDien:
@@ -1084,19 +1207,30 @@ Status Model::Impl::FinishBackward() {
 Status Model::Impl::ScatterEmbeddingGrads(BatchKeys* keys) {
   const int64_t B = B_;
   const bool negatives = UsesDien(type_);
+  // Summed in backend memory: the host array itself, or the device staging copied out below.
+  std::vector<float*> gs(static_cast<size_t>(UF_ + F_));
+  std::vector<int64_t> Us(gs.size());
   for (int t = 0; t < UF_ + F_; ++t) {
     TableKeys& tk = keys->tables[t];
-    const int64_t U = static_cast<int64_t>(tk.keys.size());
-    tk.grads.resize(static_cast<size_t>(U) * D_);
-    // Summed in backend memory: the host array itself, or the device staging copied out below.
-    float* g = device_ ? row_grads_[t].data() : tk.grads.data();
-    be_->Fill(U * D_, 0.0f, g);
+    Us[t] = static_cast<int64_t>(tk.keys.size());
+    tk.grads.resize(static_cast<size_t>(Us[t]) * D_);
+    gs[t] = device_ ? row_grads_[t].data() : tk.grads.data();
+    be_->Fill(Us[t] * D_, 0.0f, gs[t]);
+  }
+  if (streamed()) {
+    StreamedLongBackward(std::vector<float*>(gs.begin() + UF_, gs.end()),
+                         std::vector<int64_t>(Us.begin() + UF_, Us.end()));
+  }
+  for (int t = 0; t < UF_ + F_; ++t) {
+    TableKeys& tk = keys->tables[t];
+    const int64_t U = Us[t];
+    float* g = gs[t];
     if (t < UF_) {
       be_->SegmentSumRows(B, D_, dp_.data() + t * D_, P_, in_.user_inv + t * B, nullptr, U, g);
     } else {
       const int f = t - UF_;
       be_->SegmentSumRows(B, D_, dq_.data() + f * D_, I_, in_.target_inv + f * B, nullptr, U, g);
-      if (TL_ > 0) {
+      if (TL_ > 0 && !streamed()) {
         be_->SegmentSumRows(B * TL_, D_, dx_long_.data() + f * D_, I_, in_.long_inv + f * B * TL_,
                             in_.long_mask, U, g);
       }

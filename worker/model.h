@@ -61,8 +61,17 @@ struct ModelConfig {
   // [q; u] with a learned "time_embedding/query" u [D] (so u·tau adds a learned per-bucket
   // recency term to each score), and the attention and damped-mean outputs grow by D each.
   bool time_embedding = false;
-  int gru_hidden = 0;                          // 0 = 6 * D (the reference)
-  std::vector<int> stage_one_mlp = {200};      // SIM GSU head
+  // SIM soft search over long histories (README "Lifelong sequences"): the GSU and the ESU run
+  // over the long slots of soft_search_chunk samples at a time, so [B, long_len, F*D] is never
+  // materialised (the slots' vectors are gathered again from the batch's rows in the backward
+  // pass). 0 = automatic: the whole batch at once (the reference's dense path, bit for bit) while
+  // long_len <= kDenseSoftSearchMax, else chunks of at most kSoftSearchChunkFloats slot floats.
+  // Streamed and dense give the same model up to floating-point summation order.
+  int soft_search_chunk = 0;
+  static constexpr int kDenseSoftSearchMax = 4096;
+  static constexpr int64_t kSoftSearchChunkFloats = int64_t{1} << 24;  // 64 MiB of fp32
+  int gru_hidden = 0;                                                  // 0 = 6 * D (the reference)
+  std::vector<int> stage_one_mlp = {200};                              // SIM GSU head
   std::vector<int> stage_two_mlp = {200, 80};  // final classifier of every model
   std::vector<int> aux_mlp = {100, 50};        // DIEN aux net (SIM, DIEN)
   std::vector<int> attention_mlp = {80, 40};   // DIEN attention unit (SIM, DIEN)
@@ -74,7 +83,8 @@ struct ModelConfig {
 
 // INVALID_ARGUMENT naming the field when a dim is < 1, an MLP list is empty or holds a width < 1,
 // or the lengths do not fit (long_len >= 1 for SIM/DIN, short_len >= 2 for SIM/DIEN; hard search:
-// SIM only, top_k <= long_len; time_embedding: SIM only).
+// SIM only, top_k <= long_len; time_embedding: SIM only; soft search: long_len <= 65,536, and
+// beyond 4,096 (or with soft_search_chunk > 0) streamed; DIN: long_len <= 4,096).
 Status ValidateModelConfig(const ModelConfig& config);
 
 // One named tensor of the flat parameter buffer.

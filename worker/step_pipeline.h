@@ -32,6 +32,7 @@ struct PreparedStep {
   BatchKeys keys;
   int input_slot = 0;  // the model input slot its inputs were uploaded into (Model::UploadBatch)
   double load_s = 0, dedup_s = 0, pull_s = 0;
+  KeyCounts key_counts;  // of keys (CountKeys)
 };
 
 class StepPipeline {

@@ -744,8 +744,10 @@ Status Trainer::PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mo
   // Step s uses model input slot s % kInputSlots: the prefetch thread fills one while this step
   // computes on the other.
   slot->input_slot = static_cast<int>(slot->step % Model::kInputSlots);
-  return FetchRows(*slot->batch, mode, &slot->keys, &slot->dedup_s, &slot->pull_s,
-                   slot->input_slot);
+  SIFT_RETURN_IF_ERROR(
+      FetchRows(*slot->batch, mode, &slot->keys, &slot->dedup_s, &slot->pull_s, slot->input_slot));
+  slot->key_counts = CountKeys(slot->keys);
+  return absl::OkStatus();
 }
 
 #ifndef SIFT_MINIMAL
@@ -1190,6 +1192,8 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
       r.samples_per_second = perf.Step(r.samples);
       r.seconds = Now() - step_start;
       result_.phases.Add(r.phases);
+      result_.key_counts.slot_ids += ps->key_counts.slot_ids;
+      result_.key_counts.unique += ps->key_counts.unique;
       SIFT_RETURN_IF_ERROR(env_->OnStep(r));
       ++result_.steps;
       bar.Update(step + 1, (step + 1) * o_.batch_size);

@@ -179,6 +179,7 @@ struct RunResult {
   double time_to_train_s = 0;   // sum of per-epoch training times (kTrain)
   double oracle_test_auc = -1;  // from the dataset metadata; -1 when absent
   PhaseTimes phases;
+  KeyCounts key_counts;  // summed over the steps: the id slots served and the unique keys pulled
   int64_t dense_params = 0;
   int threads = 0;
   std::string backend;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -303,14 +304,19 @@ TEST_F(TrainTest, KeepBestKeepsTheBestValidationEpochAndReportsItsTestAuc) {
   // run's test AUC is that epoch's.
   int64_t best = -1;
   double best_auc = 0;
+  std::set<double> aucs;
   for (int64_t e = 0; e < 4; ++e) {
     const DllRecord* er = EpochRecord(recs, e);
     ASSERT_NE(er, nullptr) << e;
     const double v = Get(*er, "validation_auc");
-    EXPECT_TRUE(std::isfinite(v) && v > 0.5) << v;  // the model learns something in 8 steps
+    // Any AUC: 8 steps at lr 0.05 can leave an epoch near 0.5 on some kernels (0.4998 on one
+    // AVX-512 machine); what is tested is the choice among the epochs, not the curve.
+    EXPECT_TRUE(std::isfinite(v) && v >= 0 && v <= 1) << v;
     EXPECT_TRUE(std::isfinite(Get(*er, "validation_loss")));
     if (best < 0 || v > best_auc) best = e, best_auc = v;
+    aucs.insert(v);
   }
+  EXPECT_GT(aucs.size(), 1u) << "the epochs' validation AUCs differ, so the choice is a real one";
   const DllRecord* fin = FinalRecord(recs);
   ASSERT_NE(fin, nullptr);
   EXPECT_EQ(Get(*fin, "kept_epoch"), best);

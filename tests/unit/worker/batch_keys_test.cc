@@ -76,6 +76,10 @@ TEST(BatchKeysTest, HandBuiltBatch) {
   EXPECT_EQ(keys.short_neg_inv, (std::vector<int32_t>{5, 0, -1, 6, 2, 2, -1, 2}));
   EXPECT_EQ(keys.tables[1].rows.size(), 7u * 4);
   EXPECT_EQ(keys.tables[1].grads.size(), 7u * 4);
+  // The dedup's tally: 2 user + 4 target + 4 long + 6 short + 6 negative id slots, 1 + 7 + 3 keys.
+  const KeyCounts counts = CountKeys(keys);
+  EXPECT_EQ(counts.slot_ids, 22);
+  EXPECT_EQ(counts.unique, 11);
 }
 
 TEST(BatchKeysTest, UsageFlagsLeaveSlotsOut) {

@@ -1,5 +1,6 @@
 // Whole-model finite-difference gradient checks of SIM, DIEN and DIN (and SIM, DIN with dropout in
-// their MLP heads) on the reference backend:
+// their MLP heads; SIM's hard search, time embedding and streamed soft search) on the reference
+// backend:
 // Model::Backward's dense and embedding gradients against central differences of
 // Forward(kTrain).total, along random directions and for single coordinates of every tensor.
 #include <algorithm>
@@ -31,6 +32,7 @@ struct Case {
   float dropout = 0;  // model.dropout: the masks of one fixed seed make the loss a fixed function
   Gsu gsu = Gsu::kSoft;  // kHard: the 6 long slots are a hard search's K over a window of 50
   bool time_embedding = false;
+  int soft_search_chunk = 0;  // > 0: the streamed soft search, this many samples per chunk
 };
 
 // The rows cover: full history, an all-empty long history (3 <= T_S), fewer valid long items than
@@ -49,6 +51,8 @@ const Case kCases[] = {
     {ModelType::kSim, {10, 3, 7, 5, 2}, 21, "sim_time", 0.0f, Gsu::kSoft, true},
     {ModelType::kSim, {10, 3, 7, 5, 2}, 22, "sim_hard_time", 0.0f, Gsu::kHard, true},
     {ModelType::kSim, {8}, 23, "sim_hard_time_batch1", 0.0f, Gsu::kHard, true},
+    {ModelType::kSim, {10, 3, 7, 5, 2}, 24, "sim_streamed", 0.0f, Gsu::kSoft, false, 2},
+    {ModelType::kSim, {10, 3, 7, 5, 2}, 25, "sim_streamed_time_dropout", 0.3f, Gsu::kSoft, true, 2},
 };
 
 class ModelGradientTest : public ::testing::TestWithParam<Case> {
@@ -58,6 +62,7 @@ class ModelGradientTest : public ::testing::TestWithParam<Case> {
     config_ = SmallConfig(c.type);
     config_.dropout = c.dropout;
     config_.time_embedding = c.time_embedding;
+    config_.soft_search_chunk = c.soft_search_chunk;
     if (c.gsu == Gsu::kHard) {
       config_.gsu = Gsu::kHard;
       config_.top_k = config_.long_len;  // K = the 6 long slots of the batch

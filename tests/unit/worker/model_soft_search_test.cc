@@ -1,0 +1,173 @@
+// SIM's soft search over long histories (ModelConfig::soft_search_chunk, README "Lifelong
+// sequences"): the streamed GSU and ESU — chunks of samples, slots gathered again in the backward
+// pass — against the dense formulation on the same model and batch, up to a few thousand slots,
+// with and without the time embedding; the automatic chunk beyond 4,096 slots; the config checks.
+// Its gradients are checked by finite differences in model_gradient_test.cc (sim_streamed*).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/rng.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "tests/unit/worker/model_test_util.h"
+#include "worker/batch_keys.h"
+#include "worker/model.h"
+
+namespace sift::worker {
+namespace {
+
+using model_testing::ExpectOutcomesClose;
+using model_testing::FillRows;
+using model_testing::ForwardBackward;
+using model_testing::InitNoisy;
+using model_testing::MakeBatch;
+using model_testing::Outcome;
+using model_testing::SmallConfig;
+
+ModelConfig LongSoftConfig(int long_len, bool time_embedding) {
+  ModelConfig c = SmallConfig(ModelType::kSim);
+  c.embedding_dim = 8;
+  c.long_len = long_len;
+  c.short_len = 6;
+  c.top_k = 50;
+  c.time_embedding = time_embedding;
+  return c;
+}
+
+// Rows with a full window, partial ones, fewer long slots than top_k, and none (<= T_S).
+std::vector<int> LongLens(const ModelConfig& c, int rows, uint64_t seed) {
+  const int T = c.long_len + c.short_len;
+  std::vector<int> lens = {T, 3, c.short_len + 20};
+  Rng rng(seed);
+  while (static_cast<int>(lens.size()) < rows) lens.push_back(1 + static_cast<int>(rng.Below(T)));
+  return lens;
+}
+
+struct SearchRun {
+  Outcome outcome;
+  std::vector<ParamTensor> layout;
+};
+
+// One Forward + Backward of `c` on `backend` from the same parameters (seed), batch and rows.
+SearchRun RunModel(const ModelConfig& c, kernels::Backend* backend, const data::Batch& batch,
+                   const BatchKeys& keys_in) {
+  SearchRun r;
+  auto m = Model::Create(c, backend, 16);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return r;
+  InitNoisy(m->get(), 31, 0.05f);
+  BatchKeys keys = keys_in;
+  r.outcome = ForwardBackward(m->get(), batch, &keys);
+  r.layout = (*m)->param_layout();
+  return r;
+}
+
+// The streamed soft search is the dense one with other summation orders in two places only: the
+// target rows' gradient (dq) gathers its ESU, DIEN and GSU terms in another order, and a table's
+// row gradient sums its long-slot terms before its target and short ones. The forward pass, the
+// losses and every dense gradient are the same ops on the same rows: bit for bit on the
+// reference backend. The embedding gradients: each row's sum of m float terms in another order
+// differs by at most 2(m-1)u·sum|terms| (u = 2^-24); with m up to ~B·T_L = 2·10^4 repeated ids
+// here that bound is loose, and 1e-4 of the table's scale (the backends' tolerance in
+// model_test.cc) holds it with a margin for cancellations.
+constexpr model_testing::OutcomeTolerances kExactForward = {1e-300, 1e-300, 1e-4};
+
+TEST(ModelSoftSearchTest, StreamedMatchesDenseUpToThousandsOfSlots) {
+  auto be = kernels::CreateReferenceBackend();
+  for (const int long_len : {6, 200, 2000}) {
+    for (const bool time : {false, true}) {
+      const ModelConfig dense = LongSoftConfig(long_len, time);
+      data::Batch batch = MakeBatch(dense, LongLens(dense, 10, long_len), 41, 60, 9, 5);
+      BatchKeys keys;
+      auto probe = Model::Create(dense, be.get(), 16);
+      ASSERT_TRUE(probe.ok()) << probe.status();
+      ASSERT_TRUE(BuildBatchKeys(batch, (*probe)->key_usage(ForwardMode::kTrain), 8, &keys).ok());
+      FillRows(&keys, 42, 0.5f);
+      const SearchRun want = RunModel(dense, be.get(), batch, keys);
+      for (const int chunk : {1, 3, 10, 16}) {  // 16 > B: one chunk
+        ModelConfig streamed = dense;
+        streamed.soft_search_chunk = chunk;
+        const SearchRun got = RunModel(streamed, be.get(), batch, keys);
+        const std::string what =
+            absl::StrCat("N=", long_len, time ? " +time" : "", " chunk=", chunk, " vs dense");
+        ASSERT_EQ(got.outcome.logits, want.outcome.logits) << what;
+        EXPECT_EQ(got.outcome.losses.total, want.outcome.losses.total) << what;
+        EXPECT_EQ(got.outcome.dense, want.outcome.dense) << what;
+        ExpectOutcomesClose(got.outcome, want.outcome, want.layout, kExactForward, what);
+      }
+    }
+  }
+}
+
+// The CPU backend's streamed search against the reference backend's dense one (the backends'
+// tolerances of model_test.cc: other GEMMs, exp and summation orders; the top-k selections agree
+// because the ids come from vocabularies large enough that no two different slots tie).
+TEST(ModelSoftSearchTest, CpuStreamedMatchesReferenceDense) {
+  auto ref_be = kernels::CreateReferenceBackend();
+  auto cpu_be = kernels::CreateCpuBackend(2);
+  for (const bool time : {false, true}) {
+    const ModelConfig dense = LongSoftConfig(3000, time);
+    data::Batch batch = MakeBatch(dense, LongLens(dense, 12, 7), 51, 4000, 300, 7);
+    BatchKeys keys;
+    auto probe = Model::Create(dense, ref_be.get(), 16);
+    ASSERT_TRUE(probe.ok()) << probe.status();
+    ASSERT_TRUE(BuildBatchKeys(batch, (*probe)->key_usage(ForwardMode::kTrain), 8, &keys).ok());
+    FillRows(&keys, 52, 0.3f);
+    const SearchRun want = RunModel(dense, ref_be.get(), batch, keys);
+    ModelConfig streamed = dense;
+    streamed.soft_search_chunk = 5;
+    const SearchRun got = RunModel(streamed, cpu_be.get(), batch, keys);
+    // The aux net (DIEN's, 3.7) does not see the long slots; its CPU-vs-reference agreement is
+    // model_test.cc's (its last layer's gradient cancels over positive and negative pairs).
+    std::vector<ParamTensor> layout;
+    for (const ParamTensor& t : want.layout) {
+      if (t.name.rfind("aux_mlp/", 0) != 0) layout.push_back(t);
+    }
+    ExpectOutcomesClose(got.outcome, want.outcome, layout, {1e-5, 1e-5, 1e-4},
+                        absl::StrCat("N=3000", time ? " +time" : "", " cpu streamed vs reference"));
+  }
+}
+
+// Beyond kDenseSoftSearchMax slots the search streams by itself, in chunks of at most
+// kSoftSearchChunkFloats slot floats: the same model as one forced chunk of the whole batch.
+TEST(ModelSoftSearchTest, LongWindowsStreamAutomatically) {
+  auto be = kernels::CreateCpuBackend(2);
+  const ModelConfig c = LongSoftConfig(ModelConfig::kDenseSoftSearchMax + 1000, true);
+  data::Batch batch = MakeBatch(c, LongLens(c, 6, 9), 61, 5000, 400, 7);
+  auto m = Model::Create(c, be.get(), 16);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->batch_long_len(), c.long_len);
+  BatchKeys keys;
+  ASSERT_TRUE(BuildBatchKeys(batch, (*m)->key_usage(ForwardMode::kTrain), 8, &keys).ok());
+  FillRows(&keys, 62, 0.3f);
+  ModelConfig one = c;
+  one.soft_search_chunk = 16;
+  const SearchRun want = RunModel(one, be.get(), batch, keys);
+  const SearchRun got = RunModel(c, be.get(), batch, keys);
+  ASSERT_EQ(got.outcome.logits, want.outcome.logits);
+  EXPECT_EQ(got.outcome.dense, want.outcome.dense);
+  ExpectOutcomesClose(got.outcome, want.outcome, want.layout, kExactForward, "auto vs one chunk");
+}
+
+TEST(ModelSoftSearchTest, ConfigChecks) {
+  ModelConfig c = LongSoftConfig(1 << 16, false);
+  EXPECT_TRUE(ValidateModelConfig(c).ok());
+  c.long_len = (1 << 16) + 1;
+  Status st = ValidateModelConfig(c);
+  EXPECT_NE(st.message().find("long_len must be in [1, 65536]"), std::string::npos) << st;
+  // DIN materialises its history: bounded at 4,096.
+  c = LongSoftConfig(5000, false);
+  c.type = ModelType::kDin;
+  st = ValidateModelConfig(c);
+  EXPECT_NE(st.message().find("long_len must be <= 4096"), std::string::npos) << st;
+  c = LongSoftConfig(100, false);
+  c.soft_search_chunk = -1;
+  st = ValidateModelConfig(c);
+  EXPECT_NE(st.message().find("soft_search_chunk must be in [0, 2^24]"), std::string::npos) << st;
+}
+
+}  // namespace
+}  // namespace sift::worker
