@@ -172,7 +172,9 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
   }
   // Model dimensions (defaults: the reference's).
   cmd->add_option("--embedding-dim", m.embedding_dim, "Embedding width D")->capture_default_str();
-  cmd->add_option("--long-seq-length", m.long_len, "Long history slots (SIM GSU, DIN)")
+  cmd->add_option("--long-seq-length", m.long_len,
+                  "Long history slots: SIM soft search up to 65536 (streamed beyond 4096), SIM "
+                  "hard search the window searched, DIN up to 4096")
       ->capture_default_str();
   cmd->add_option("--short-seq-length", m.short_len, "Short history slots (DIEN part)")
       ->capture_default_str();
