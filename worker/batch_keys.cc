@@ -83,6 +83,7 @@ Status BuildTable(const std::vector<SlotRun>& runs, int table, TableKeys* out) {
       }
     }
   }
+  out->slot_ids = static_cast<int64_t>(sc.pairs.size());
   RadixSortById(max_id, &sc.pairs, &sc.tmp);
 
   // Slot -> run lookup: runs are few (<= 4), so a scan over their start slots is cheap.
@@ -178,11 +179,10 @@ Status BuildBatchKeys(const data::Batch& batch, const KeyUsage& usage, int dim, 
 
 KeyCounts CountKeys(const BatchKeys& keys) {
   KeyCounts c;
-  for (const std::vector<int32_t>* inv :
-       {&keys.user_inv, &keys.target_inv, &keys.long_inv, &keys.short_inv, &keys.short_neg_inv}) {
-    for (const int32_t i : *inv) c.slot_ids += i >= 0 ? 1 : 0;
+  for (const TableKeys& t : keys.tables) {
+    c.slot_ids += t.slot_ids;
+    c.unique += static_cast<int64_t>(t.keys.size());
   }
-  for (const TableKeys& t : keys.tables) c.unique += static_cast<int64_t>(t.keys.size());
   return c;
 }
 

@@ -29,6 +29,7 @@ struct TableKeys {
   std::vector<uint64_t> keys;  // sorted, unique, no 0
   std::vector<float> rows;     // [keys.size(), dim], filled by the caller (pull)
   std::vector<float> grads;    // [keys.size(), dim], filled by Model::Backward
+  int64_t slot_ids = 0;        // the batch's id slots (not padding) these keys serve
 };
 
 struct BatchKeys {
@@ -50,7 +51,8 @@ struct BatchKeys {
 Status BuildBatchKeys(const data::Batch& batch, const KeyUsage& usage, int dim, BatchKeys* keys);
 
 // What the dedup saved: the id slots the keys serve (inverse entries other than padding) and the
-// unique keys pulled for them, over every table. 1 - unique / slot_ids is the dedup hit rate.
+// unique keys pulled for them, summed over the tables (counted by BuildBatchKeys). 1 - unique /
+// slot_ids is the dedup hit rate.
 struct KeyCounts {
   int64_t slot_ids = 0;
   int64_t unique = 0;

@@ -197,6 +197,7 @@ class Model::Impl {
   }
   // Allocates every buffer in the backend's memory (the constructor only sizes them).
   Status Init();
+  int64_t soft_search_chunk() const { return chunk_; }
   // The dropout seed of head `head` (1: GSU, 2: classifier) for a Forward in `mode`.
   std::optional<uint64_t> DropoutSeed(ForwardMode mode, uint64_t head) const {
     if (mode != ForwardMode::kTrain || config_.dropout <= 0) return std::nullopt;
@@ -295,9 +296,9 @@ class Model::Impl {
   // The ESU's slot mask: the top-k mask (soft search) or the long mask (hard search).
   const float* EsuMask() const { return soft_gsu_ ? rho_.data() : in_.long_mask; }
 
-  // The long slots. x_long_ holds those of samples [b0, b0 + c): the whole batch (b0 = 0,
-  // c = B) on the dense path, one chunk of at most chunk_ samples when the soft search streams.
-  // GatherLong fills it (and, with the time embedding, xe_'s item columns and time rows).
+  // The long slots. x_long_ (and xe_) hold those of samples [b0, b0 + c): the whole batch
+  // (b0 = 0, c = B) on the dense path, one chunk of at most chunk_ samples when the soft search
+  // streams. GatherLong fills x_long_ for a chunk; TimeEsuSlots then builds its xe_.
   void GatherLong(int64_t b0, int64_t c);
   // The ESU (3.4, 3.5) of samples [b0, b0 + c) over the resident slots -> z's a and v columns,
   // and its backward into dq_ (dqe_ with the time embedding) and dx_long_ (+=).
@@ -389,6 +390,8 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
   const bool dien = UsesDien(type_);
   const int64_t N = dien ? B * (TS_ - 1) : 0;  // aux pairs
   int64_t ws = 0;
+  // Samples whose long slots are gathered at once: the batch, or a chunk of the streamed search.
+  const int64_t resident = chunk_ > 0 ? chunk_ : B;
 
   // ---- Parameters, in layout order (worker/README.md). ----
   if (soft_gsu_) {
@@ -450,8 +453,8 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
     time_query_ = registry_.Add("time_embedding/query", {D_}, InitKind::kConstant, 0.0f);
     Alloc(&qe_, B * Ie_);
     Alloc(&dqe_, B * Ie_);
-    Alloc(&xe_, (chunk_ > 0 ? chunk_ : B) * TL_ * Ie_);
-    Alloc(&dxe_, (chunk_ > 0 ? chunk_ : B) * TL_ * Ie_);
+    Alloc(&xe_, resident * TL_ * Ie_);
+    Alloc(&dxe_, resident * TL_ * Ie_);
     Alloc(&zeros_, B);  // int32 zeros: every row's query gradient into the one query row
   }
   key_counts_.assign(static_cast<size_t>(UF_ + F_), 0);
@@ -466,8 +469,8 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
   Alloc(&e_short_, B * TS_ * I_);
   Alloc(&de_short_, B * TS_ * I_);
   if (UsesLong(type_)) {
-    Alloc(&x_long_, (chunk_ > 0 ? chunk_ : B) * TL_ * I_);
-    Alloc(&dx_long_, (chunk_ > 0 ? chunk_ : B) * TL_ * I_);
+    Alloc(&x_long_, resident * TL_ * I_);
+    Alloc(&dx_long_, resident * TL_ * I_);
   }
   if (sim) Alloc(&alpha2_, B * TL_);
   if (soft_gsu_) {
@@ -838,7 +841,6 @@ void Model::Impl::GatherLong(int64_t b0, int64_t c) {
     be_->GatherRows(c * TL_, D_, in_.rows[UF_ + f], in_.long_inv + f * B * TL_ + b0 * TL_,
                     in_.long_mask + b0 * TL_, x_long_.data() + f * D_, I_);
   }
-  if (time_) TimeEsuSlots(b0, c);
 }
 
 void Model::Impl::EsuForward(int64_t b0, int64_t c) {
@@ -887,6 +889,7 @@ void Model::Impl::StreamedEsuForward() {
   for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
     const int64_t c = std::min(chunk_, B - b0);
     if (B > chunk_) GatherLong(b0, c);  // one chunk: still resident from the GSU pass
+    if (time_) TimeEsuSlots(b0, c);
     EsuForward(b0, c);
   }
 }
@@ -898,7 +901,10 @@ void Model::Impl::StreamedLongBackward(const std::vector<float*>& g,
   if (time_) be_->Fill(B * Ie_, 0.0f, dqe_.data());
   for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
     const int64_t c = std::min(chunk_, B - b0);
-    if (B > chunk_) GatherLong(b0, c);  // one chunk: still resident from the forward pass
+    if (B > chunk_) {  // one chunk: x_long_ and xe_ still resident from the forward pass
+      GatherLong(b0, c);
+      if (time_) TimeEsuSlots(b0, c);
+    }
     be_->Fill(c * TL_ * I_, 0.0f, dx_long_.data());
     EsuBackward(b0, c);
     be_->DotAttentionBackward(c, TL_, I_, q_.data() + b0 * I_, I_, x_long_.data(),
@@ -1275,6 +1281,7 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, kernel
 
 const ModelConfig& Model::config() const { return impl_->config_; }
 int Model::batch_long_len() const { return BatchLongLen(impl_->config_); }
+int64_t Model::soft_search_chunk() const { return impl_->soft_search_chunk(); }
 KeyUsage Model::key_usage(ForwardMode mode) const { return impl_->key_usage(mode); }
 void Model::SetDropoutSeed(uint64_t seed) { impl_->dropout_seed_ = seed; }
 Status Model::InitParameters(uint64_t seed) {

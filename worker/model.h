@@ -121,6 +121,9 @@ class Model {
   // The long slots of the batches this model reads: long_len, or top_k for hard search (0 for
   // DIEN).
   int batch_long_len() const;
+  // Samples per chunk of SIM's streamed soft search as resolved for this model's max_batch
+  // (ModelConfig::soft_search_chunk); 0 = the dense path.
+  int64_t soft_search_chunk() const;
   // The id slots this model reads in `mode` (for BuildBatchKeys).
   KeyUsage key_usage(ForwardMode mode) const;
 

@@ -46,6 +46,15 @@ std::vector<int> LongLens(const ModelConfig& c, int rows, uint64_t seed) {
   return lens;
 }
 
+// The keys of `batch` as SIM reads it in training (every slot kind: KeyUsage{}), with pulled
+// rows of width dim, U(-scale, scale) from `seed`.
+BatchKeys TrainKeys(const data::Batch& batch, uint64_t seed, float scale, int dim = 8) {
+  BatchKeys keys;
+  EXPECT_TRUE(BuildBatchKeys(batch, KeyUsage{}, dim, &keys).ok());
+  FillRows(&keys, seed, scale);
+  return keys;
+}
+
 struct SearchRun {
   Outcome outcome;
   std::vector<ParamTensor> layout;
@@ -55,7 +64,7 @@ struct SearchRun {
 SearchRun RunModel(const ModelConfig& c, kernels::Backend* backend, const data::Batch& batch,
                    const BatchKeys& keys_in) {
   SearchRun r;
-  auto m = Model::Create(c, backend, 16);
+  auto m = Model::Create(c, backend, 40);
   EXPECT_TRUE(m.ok()) << m.status();
   if (!m.ok()) return r;
   InitNoisy(m->get(), 31, 0.05f);
@@ -81,11 +90,7 @@ TEST(ModelSoftSearchTest, StreamedMatchesDenseUpToThousandsOfSlots) {
     for (const bool time : {false, true}) {
       const ModelConfig dense = LongSoftConfig(long_len, time);
       data::Batch batch = MakeBatch(dense, LongLens(dense, 10, long_len), 41, 60, 9, 5);
-      BatchKeys keys;
-      auto probe = Model::Create(dense, be.get(), 16);
-      ASSERT_TRUE(probe.ok()) << probe.status();
-      ASSERT_TRUE(BuildBatchKeys(batch, (*probe)->key_usage(ForwardMode::kTrain), 8, &keys).ok());
-      FillRows(&keys, 42, 0.5f);
+      const BatchKeys keys = TrainKeys(batch, 42, 0.5f);
       const SearchRun want = RunModel(dense, be.get(), batch, keys);
       for (const int chunk : {1, 3, 10, 16}) {  // 16 > B: one chunk
         ModelConfig streamed = dense;
@@ -111,11 +116,7 @@ TEST(ModelSoftSearchTest, CpuStreamedMatchesReferenceDense) {
   for (const bool time : {false, true}) {
     const ModelConfig dense = LongSoftConfig(3000, time);
     data::Batch batch = MakeBatch(dense, LongLens(dense, 12, 7), 51, 4000, 300, 7);
-    BatchKeys keys;
-    auto probe = Model::Create(dense, ref_be.get(), 16);
-    ASSERT_TRUE(probe.ok()) << probe.status();
-    ASSERT_TRUE(BuildBatchKeys(batch, (*probe)->key_usage(ForwardMode::kTrain), 8, &keys).ok());
-    FillRows(&keys, 52, 0.3f);
+    const BatchKeys keys = TrainKeys(batch, 52, 0.3f);
     const SearchRun want = RunModel(dense, ref_be.get(), batch, keys);
     ModelConfig streamed = dense;
     streamed.soft_search_chunk = 5;
@@ -132,19 +133,25 @@ TEST(ModelSoftSearchTest, CpuStreamedMatchesReferenceDense) {
 }
 
 // Beyond kDenseSoftSearchMax slots the search streams by itself, in chunks of at most
-// kSoftSearchChunkFloats slot floats: the same model as one forced chunk of the whole batch.
+// kSoftSearchChunkFloats slot floats (here D = 64: 5,096 slots x 192 floats per sample -> chunks
+// of 17 samples, 3 of them for 40 rows): the same model as one forced chunk of the whole batch.
 TEST(ModelSoftSearchTest, LongWindowsStreamAutomatically) {
   auto be = kernels::CreateCpuBackend(2);
-  const ModelConfig c = LongSoftConfig(ModelConfig::kDenseSoftSearchMax + 1000, true);
-  data::Batch batch = MakeBatch(c, LongLens(c, 6, 9), 61, 5000, 400, 7);
-  auto m = Model::Create(c, be.get(), 16);
+  ModelConfig c = LongSoftConfig(ModelConfig::kDenseSoftSearchMax, true);
+  c.embedding_dim = 64;
+  auto at_max = Model::Create(c, be.get(), 40);
+  ASSERT_TRUE(at_max.ok()) << at_max.status();
+  EXPECT_EQ((*at_max)->soft_search_chunk(), 0);  // dense up to the bound
+  c.long_len += 1000;
+  auto m = Model::Create(c, be.get(), 40);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->batch_long_len(), c.long_len);
-  BatchKeys keys;
-  ASSERT_TRUE(BuildBatchKeys(batch, (*m)->key_usage(ForwardMode::kTrain), 8, &keys).ok());
-  FillRows(&keys, 62, 0.3f);
+  EXPECT_EQ((*m)->soft_search_chunk(), ModelConfig::kSoftSearchChunkFloats / (5096 * 64 * 3));
+  ASSERT_EQ((*m)->soft_search_chunk(), 17);
+  data::Batch batch = MakeBatch(c, LongLens(c, 40, 9), 61, 5000, 400, 7);
+  const BatchKeys keys = TrainKeys(batch, 62, 0.3f, c.embedding_dim);
   ModelConfig one = c;
-  one.soft_search_chunk = 16;
+  one.soft_search_chunk = 40;
   const SearchRun want = RunModel(one, be.get(), batch, keys);
   const SearchRun got = RunModel(c, be.get(), batch, keys);
   ASSERT_EQ(got.outcome.logits, want.outcome.logits);
