@@ -34,11 +34,7 @@
 #include "worker/loss_scaler.h"
 #include "worker/sparse_l2.h"
 #include "worker/step_pipeline.h"
-// SIFT_MINIMAL (top-level CMakeLists.txt) builds no embedding client: the remote-table paths below
-// are compiled only without it, and a run with embedding_servers is an error.
-#ifndef SIFT_MINIMAL
-#include "worker/embedding_client.h"
-#endif
+#include "worker/trainer_tables.h"
 
 namespace sift::worker {
 namespace {
@@ -328,10 +324,6 @@ class Trainer {
   // buffers over Gloo; host values over NCCL).
   Status Collective(absl::Span<float> data, bool on_backend,
                     const std::function<Status(absl::Span<float>)>& op);
-#ifndef SIFT_MINIMAL
-  // Pushes this rank's sparse gradients (see the definition for the order at k = 0).
-  Status PushInRankOrder(const std::vector<EmbeddingClient::PushItem>& items);
-#endif
   // Dedups `batch`'s ids for `mode` into `keys` and fetches their rows: training pulls (creating
   // unseen rows), evaluation and inference look them up without creating any. Adds the wall time
   // to *dedup_s and *pull_s. With upload_slot >= 0 the inputs also go into that model input slot
@@ -351,11 +343,6 @@ class Trainer {
   Status Checkpoint(int64_t epochs_done);
   // Writes the checkpoint to `dir` (the servers' snapshot first).
   Status SaveCheckpointNow(const std::string& dir, int64_t epochs_done);
-#ifndef SIFT_MINIMAL
-  // The client that pushes: its own when pulls run on the prefetch thread (EmbeddingClient
-  // takes one caller at a time).
-  EmbeddingClient* push_client() { return remote_push_ ? remote_push_.get() : remote_.get(); }
-#endif
 
   const TrainerOptions& o_;
   TrainerEnv* const env_;
@@ -372,12 +359,7 @@ class Trainer {
   ModelConfig config_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<embedding::EmbeddingStore> store_;  // in-process tables, or
-#ifndef SIFT_MINIMAL
-  std::unique_ptr<EmbeddingClient> remote_;            // the embedding servers' (pulls)
-  std::unique_ptr<EmbeddingClient> remote_push_;       // pushes, when prefetching
-  std::vector<embedding::TableConfig> remote_tables_;  // the servers' tables
-#endif
+  std::unique_ptr<TrainerTables> tables_;  // in-process, or on the embedding servers
   DenseAdam adam_;
   IdCounts id_counts_;  // --sparse-l2 only
   kernels::MathMode math_ = kernels::MathMode::kFp32;
@@ -424,13 +406,7 @@ Status Trainer::Setup(RunMode mode) {
   if (o_.checkpoint_every_steps < 0) {
     return absl::InvalidArgumentError("checkpoint.every_steps must be >= 0");
   }
-#ifdef SIFT_MINIMAL
-  if (!o_.embedding_servers.empty()) {
-    return absl::InvalidArgumentError(
-        "this sift is a SIFT_MINIMAL build: it has no embedding-server client (in-process tables "
-        "only)");
-  }
-#endif
+  if (!o_.embedding_servers.empty()) SIFT_RETURN_IF_ERROR(RemoteTablesSupported());
   if (world_ > 1 && o_.embedding_servers.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a world of ", world_, " workers needs the embedding tables on embedding servers"));
@@ -567,27 +543,19 @@ Status Trainer::Setup(RunMode mode) {
   }
   if (o_.embedding_servers.empty()) {
     SIFT_ASSIGN_OR_RETURN(
-        store_, embedding::EmbeddingStore::Create(
-                    std::move(tables), embedding::StoreOptions{o_.seed, 64, TableThreads()}));
+        tables_, CreateInProcessTables(std::move(tables),
+                                       embedding::StoreOptions{o_.seed, 64, TableThreads()}));
   } else {
-#ifndef SIFT_MINIMAL  // (a SIFT_MINIMAL build rejected embedding_servers above)
-    const bool prefetch = o_.staleness > 0;
-    EmbeddingClientOptions co;
-    co.servers = o_.embedding_servers;
-    co.security = o_.embedding_security;
-    SIFT_ASSIGN_OR_RETURN(co.encoding, ParseWireFloat(o_.wire_encoding));
-    SIFT_ASSIGN_OR_RETURN(remote_, EmbeddingClient::Connect(co));
-    if (prefetch) {
-      SIFT_ASSIGN_OR_RETURN(remote_push_, EmbeddingClient::Connect(co));
-    }
-    // A fresh run starts from empty tables (stale rows of an earlier job would change the
-    // results); a resumed run gets its tables from the checkpoint's snapshot (below) and checks
-    // they are this run's. Rank 0 alone sets the servers up; the others start after a barrier.
-    if (o_.load_checkpoint.empty() && rank_ == 0) {
-      SIFT_RETURN_IF_ERROR(remote_->Configure(o_.seed, tables, /*replace=*/true));
-    }
-    remote_tables_ = std::move(tables);
-#endif
+    RemoteTablesOptions ro;
+    ro.servers = o_.embedding_servers;
+    ro.security = o_.embedding_security;
+    ro.wire_encoding = o_.wire_encoding;
+    ro.seed = o_.seed;
+    ro.fresh = o_.load_checkpoint.empty();
+    ro.prefetch = o_.staleness > 0;
+    ro.staleness = o_.staleness;
+    ro.collectives = coll_;
+    SIFT_ASSIGN_OR_RETURN(tables_, ConnectRemoteTables(ro, std::move(tables)));
   }
 
   adam_.hyper.lr = o_.lr;
@@ -609,33 +577,8 @@ Status Trainer::Setup(RunMode mode) {
     // the tables.
     CheckpointState st;
     SIFT_RETURN_IF_ERROR(LoadCheckpoint(o_.load_checkpoint, ModelSummary(config_),
-                                        static_cast<int64_t>(np), &st, store_.get()));
-#ifndef SIFT_MINIMAL
-    if (remote_ != nullptr && rank_ == 0) {
-      const std::string what =
-          absl::StrCat(o_.load_checkpoint, ": restoring snapshot '", st.remote.name, "'");
-      StatusOr<std::vector<pb::RestoreResponse>> restored_or = remote_->Restore(st.remote.name);
-      SIFT_RETURN_IF_ERROR(Annotate(restored_or.status(), what));
-      const std::vector<pb::RestoreResponse>& restored = *restored_or;
-      // The restored shards must be the ones the manifest recorded: same step, same rows.
-      int64_t rows = 0, want_rows = 0;
-      for (const pb::RestoreResponse& r : restored) {
-        rows += r.rows();
-        if (r.step() != st.global_step || r.source_shards() != st.remote.num_shards) {
-          return absl::DataLossError(absl::StrCat(
-              what, ": the servers restored step ", r.step(), " of ", r.source_shards(),
-              " shards, the manifest says step ", st.global_step, " of ", st.remote.num_shards));
-        }
-      }
-      for (const CheckpointState::RemoteSnapshot::File& f : st.remote.files) want_rows += f.rows;
-      if (rows != want_rows) {
-        return absl::DataLossError(absl::StrCat(what, ": the servers restored ", rows,
-                                                " rows, the manifest says ", want_rows));
-      }
-      SIFT_RETURN_IF_ERROR(Annotate(remote_->Configure(o_.seed, remote_tables_, /*replace=*/false),
-                                    absl::StrCat(o_.load_checkpoint, ": the restored tables")));
-    }
-#endif
+                                        static_cast<int64_t>(np), &st, tables_->in_process()));
+    SIFT_RETURN_IF_ERROR(tables_->Restore(o_.load_checkpoint, st));
     if (st.seed != o_.seed) {
       return absl::InvalidArgumentError(absl::StrCat(
           o_.load_checkpoint, ": field 'seed': the checkpoint was trained with seed ", st.seed,
@@ -669,16 +612,7 @@ Status Trainer::Setup(RunMode mode) {
       SIFT_RETURN_IF_ERROR(Annotate(Collective(d, /*on_backend=*/true, broadcast), "broadcast"));
     }
   }
-#ifndef SIFT_MINIMAL
-  // The clients rank 0 did not set up learn the tables (Configure without replace is idempotent
-  // on the servers: it checks they are these tables).
-  if (remote_ != nullptr && rank_ != 0) {
-    SIFT_RETURN_IF_ERROR(remote_->Configure(o_.seed, remote_tables_, /*replace=*/false));
-  }
-  if (remote_push_ != nullptr) {
-    SIFT_RETURN_IF_ERROR(remote_push_->Configure(o_.seed, remote_tables_, /*replace=*/false));
-  }
-#endif
+  SIFT_RETURN_IF_ERROR(tables_->Join());
   return env_->OnSetup(result_.oracle_test_auc);
 }
 
@@ -692,34 +626,9 @@ Status Trainer::FetchRows(const data::Batch& batch, ForwardMode mode, BatchKeys*
   ScopedTimer t(pull_s);
   const bool upload = upload_slot >= 0 && model_->uploads_inputs();
   if (upload) SIFT_RETURN_IF_ERROR(model_->UploadBatch(upload_slot, batch, *keys, mode));
-  const size_t dim = static_cast<size_t>(config_.embedding_dim);
-#ifndef SIFT_MINIMAL
-  std::vector<EmbeddingClient::PullItem> items;
-#endif
-  for (size_t tb = 0; tb < keys->tables.size(); ++tb) {
-    TableKeys& tk = keys->tables[tb];
-    const absl::Span<float> out = absl::MakeSpan(tk.rows.data(), tk.keys.size() * dim);
-    const uint32_t table = static_cast<uint32_t>(tb);
-#ifndef SIFT_MINIMAL
-    if (remote_ != nullptr) {
-      items.push_back({table, tk.keys, out});
-      continue;
-    }
-#endif
-    SIFT_RETURN_IF_ERROR(mode == ForwardMode::kTrain ? store_->Pull(table, tk.keys, out)
-                                                     : store_->Lookup(table, tk.keys, out));
-    // This table's rows travel while the next table is pulled.
-    if (upload) SIFT_RETURN_IF_ERROR(model_->UploadRows(upload_slot, static_cast<int>(tb), *keys));
-  }
-#ifndef SIFT_MINIMAL
-  // One request per shard for all tables; training creates rows, evaluation only reads.
-  if (remote_ != nullptr) {
-    SIFT_RETURN_IF_ERROR(remote_->Pull(items, mode == ForwardMode::kTrain));
-    for (size_t tb = 0; upload && tb < keys->tables.size(); ++tb) {
-      SIFT_RETURN_IF_ERROR(model_->UploadRows(upload_slot, static_cast<int>(tb), *keys));
-    }
-  }
-#endif
+  SIFT_RETURN_IF_ERROR(tables_->Fetch(mode == ForwardMode::kTrain, keys, [&](int table) {
+    return upload ? model_->UploadRows(upload_slot, table, *keys) : absl::OkStatus();
+  }));
   if (upload) SIFT_RETURN_IF_ERROR(model_->FinishUpload(upload_slot));
   return absl::OkStatus();
 }
@@ -749,21 +658,6 @@ Status Trainer::PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mo
   slot->key_counts = CountKeys(slot->keys);
   return absl::OkStatus();
 }
-
-#ifndef SIFT_MINIMAL
-Status Trainer::PushInRankOrder(const std::vector<EmbeddingClient::PushItem>& items) {
-  if (world_ == 1 || o_.staleness > 0) return push_client()->Push(items, global_step_);
-  // k = 0 with several ranks: the servers apply each rank's push as its own optimizer step, and
-  // those steps do not commute (Adam, Adagrad); ranks push one after another, in rank order, and
-  // nobody pulls the next step before every push is in — so the run is deterministic for a fixed
-  // world size and every pull sees every push of the steps before (fully synchronous).
-  for (int r = 0; r < world_; ++r) {
-    if (r == coll_->rank()) SIFT_RETURN_IF_ERROR(push_client()->Push(items, global_step_));
-    SIFT_RETURN_IF_ERROR(Annotate(coll_->Barrier(), "push barrier"));
-  }
-  return absl::OkStatus();
-}
-#endif
 
 Status Trainer::Collective(absl::Span<float> data, bool on_backend,
                            const std::function<Status(absl::Span<float>)>& op) {
@@ -890,9 +784,6 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
   SIFT_RETURN_IF_ERROR(finish_backward());
   {
     ScopedTimer t(&ph->push);
-#ifndef SIFT_MINIMAL
-    std::vector<EmbeddingClient::PushItem> items;
-#endif
     for (size_t tb = 0; tb < ps->keys.tables.size(); ++tb) {
       TableKeys& tk = ps->keys.tables[tb];
       const absl::Span<float> sparse = absl::MakeSpan(tk.grads.data(), tk.keys.size() * dim);
@@ -903,17 +794,8 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
         SIFT_RETURN_IF_ERROR(AddMiniBatchAwareL2(o_.sparse_l2 / static_cast<float>(world_),
                                                  id_counts_, config_.embedding_dim, tb, &tk));
       }
-#ifndef SIFT_MINIMAL
-      if (remote_ != nullptr) {
-        items.push_back({static_cast<uint32_t>(tb), tk.keys, sparse});
-        continue;
-      }
-#endif
-      SIFT_RETURN_IF_ERROR(store_->Push(static_cast<uint32_t>(tb), tk.keys, sparse, global_step_));
     }
-#ifndef SIFT_MINIMAL
-    if (remote_ != nullptr) SIFT_RETURN_IF_ERROR(PushInRankOrder(items));
-#endif
+    SIFT_RETURN_IF_ERROR(tables_->Push(ps->keys, global_step_));
   }
   ++global_step_;
   return losses;
@@ -1054,28 +936,16 @@ Status Trainer::SaveCheckpointNow(const std::string& dir, int64_t epochs_done) {
                     sel.best_test_auc,
                     sel.best_test_loss};
   }
-#ifndef SIFT_MINIMAL
-  if (remote_ != nullptr) {
-    // The servers write the tables (a consistent cut: every rank's pushes have returned and no
-    // pull is in flight); the manifest then names the snapshot.
-    st.remote.name = env_->SnapshotName(global_step_);
-    // With checkpoint_keep, the servers keep the snapshots of the checkpoints still on disk.
-    std::vector<int64_t> retain;
-    if (o_.checkpoint_keep > 0) {
-      for (const auto& [step, path] : ListStepCheckpoints(o_.save_checkpoint)) {
-        retain.push_back(step);
-      }
-    }
-    SIFT_ASSIGN_OR_RETURN(std::vector<pb::SnapshotResponse> shards,
-                          remote_->Snapshot(st.remote.name, global_step_,
-                                            o_.checkpoint_keep > 0 ? &retain : nullptr));
-    st.remote.num_shards = static_cast<uint32_t>(shards.size());
-    for (const pb::SnapshotResponse& r : shards) {
-      st.remote.files.push_back({r.path(), r.bytes(), r.crc32c(), r.rows()});
-    }
+  // Tables on servers: they write a snapshot first (a consistent cut: every rank's pushes have
+  // returned and no pull is in flight), which the manifest then names; with checkpoint_keep they
+  // keep the snapshots of the checkpoints still on disk.
+  std::vector<int64_t> retain;
+  if (o_.checkpoint_keep > 0) {
+    for (const auto& [step, path] : ListStepCheckpoints(o_.save_checkpoint)) retain.push_back(step);
   }
-#endif
-  return SaveCheckpoint(dir, st, store_.get());
+  SIFT_RETURN_IF_ERROR(tables_->Snapshot(env_->SnapshotName(global_step_), global_step_,
+                                         o_.checkpoint_keep > 0 ? &retain : nullptr, &st.remote));
+  return SaveCheckpoint(dir, st, tables_->in_process());
 }
 
 Status Trainer::CountTrainingIds() {
