@@ -31,7 +31,7 @@
 #include "common/status.h"
 #include "kernels/backend.h"
 #include "worker/collectives.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 namespace sift::worker {
 

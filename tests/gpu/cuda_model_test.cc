@@ -17,7 +17,7 @@
 #include "kernels/backend.h"
 #include "tests/unit/worker/model_test_util.h"
 #include "tests/util/tiny_dataset_suite.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 #include "worker/trainer.h"
 
 namespace sift::worker {

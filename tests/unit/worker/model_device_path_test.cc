@@ -23,7 +23,7 @@
 #include "tests/unit/worker/model_test_util.h"
 #include "tests/util/device_sim_backend.h"
 #include "worker/batch_keys.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 namespace sift::worker {
 namespace {

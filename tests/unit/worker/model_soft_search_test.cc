@@ -14,7 +14,7 @@
 #include "kernels/backend.h"
 #include "tests/unit/worker/model_test_util.h"
 #include "worker/batch_keys.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 namespace sift::worker {
 namespace {

@@ -2,7 +2,7 @@
 // reference dims, CPU backend vs reference backend, determinism, config/input validation and the
 // inference mode of all three models. Gradients are checked by finite differences in
 // model_gradient_test.cc.
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "worker/batch_keys.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 namespace sift::worker::model_testing {
 

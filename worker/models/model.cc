@@ -1,6 +1,8 @@
-// SIM, DIEN and DIN (model-spec 2-4, 8) over the op API. One Impl serves all three: the blocks a
-// model type does not use are simply not built. See worker/README.md for the parameter layout.
-#include "worker/model.h"
+// SIM, DIEN and DIN (model-spec 2-4, 8) composed from the blocks of worker/models/: the core here
+// stages the batch's inputs, gathers the embeddings, runs the blocks a model type is made of and
+// its classifier head, and scatters the embedding gradients back. See worker/README.md for the
+// parameter layout (the order the blocks register in).
+#include "worker/models/model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,16 +12,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
-#include "worker/model_parts.h"
+#include "worker/models/block.h"
+#include "worker/models/dien_block.h"
+#include "worker/models/din_block.h"
+#include "worker/models/esu_block.h"
+#include "worker/models/layers.h"
+#include "worker/models/soft_gsu_block.h"
 
 namespace sift::worker {
 
-using internal::InitKind;
-using internal::Mlp;
-using internal::ParamRegistry;
 using kernels::Activation;
-using kernels::DenseDims;
-using kernels::RnnDims;
+using models::Buf;
+using models::Mlp;
+using models::Pass;
 
 const char* ModelTypeName(ModelType type) {
   switch (type) {
@@ -195,7 +200,7 @@ class Model::Impl {
     u.short_negatives = UsesDien(type_) && mode != ForwardMode::kInference;
     return u;
   }
-  // Allocates every buffer in the backend's memory (the constructor only sizes them).
+  // Allocates every buffer in the backend's memory (the constructor only plans them).
   Status Init();
   int64_t soft_search_chunk() const { return chunk_; }
   // The dropout seed of head `head` (1: GSU, 2: classifier) for a Forward in `mode`.
@@ -217,32 +222,16 @@ class Model::Impl {
   Status FinishUpload(int slot);
   static constexpr int kDirect = Model::kInputSlots;  // the slot Forward stages itself
 
-  // One block of backend memory (floats; the staged int32 inverses go through Stage's T).
-  struct Buf {
-    kernels::BackendBuffer mem;
-    float* data() const { return mem.floats(); }
-    bool empty() const { return mem.empty(); }
-  };
-
   ModelConfig config_;
   kernels::Backend* be_;
   const bool device_;  // the backend's memory is device memory: inputs and outputs are staged
-  ParamRegistry registry_;
+  models::ParamRegistry registry_;
   Buf params_, grads_;
   const float* logits_ = nullptr;   // ESU / final logits of the last Forward (backend memory)
   std::vector<float> host_logits_;  // their host copy (device backends)
   int64_t last_batch_ = 0;
 
  private:
-  // A buffer of n floats (or ints), allocated by Init(): the constructor records the sizes.
-  struct Pending {
-    Buf* buf;
-    int64_t bytes;
-  };
-  void Alloc(Buf* buf, int64_t floats) {
-    pending_.push_back({buf, std::max<int64_t>(floats, 0) * int64_t{sizeof(float)}});
-  }
-
   // The batch's inputs in backend memory: the host arrays themselves on host backends, copies in
   // the staging buffers on device backends.
   struct Inputs {
@@ -284,66 +273,51 @@ class Model::Impl {
   void BindInputs(int slot, const data::Batch& batch, const BatchKeys& keys, bool negatives);
   void GatherEmbeddings(bool negatives);
   Status ScatterEmbeddingGrads(BatchKeys* keys);
-  // DIEN block (3.6): GRU, query projection, attention unit, AUGRU; the final state -> dst
-  // (row stride lddst).
-  void DienForward(const float* short_mask, float* dst, int64_t lddst);
-  // Aux branch (3.7): returns the masked sum of the pair losses (unnormalised).
-  double AuxForward(const float* short_mask);
-  // Given dd [B,H] (gradient of the final AUGRU state) and the aux loss scale: dq (+=),
-  // de_short, de_neg (+=), parameter gradients.
-  void DienBackward(const float* short_mask, float aux_scale);
+  // The pass over the current batch (grads: backward passes).
+  Pass MakePass(bool backward) {
+    return Pass{be_, params_.data(), backward ? grads_.data() : nullptr, workspace_.data(), B_};
+  }
 
-  // The ESU's slot mask: the top-k mask (soft search) or the long mask (hard search).
-  const float* EsuMask() const { return soft_gsu_ ? rho_.data() : in_.long_mask; }
+  // The composition of each model type: its blocks' forward into the classifier input z, and
+  // the backward from dz into dq_, dp_, dx_long_, de_short_, de_neg_ and the parameters.
+  void SimForward(const Pass& p, ForwardMode mode);
+  void SimBackward(const Pass& p, float cls_scale, float aux_scale);
+  void DienForward(const Pass& p);
+  void DienBackward(const Pass& p, float aux_scale);
+  void DinForward(const Pass& p);
+  void DinBackward(const Pass& p);
 
-  // The long slots. x_long_ (and xe_) hold those of samples [b0, b0 + c): the whole batch
-  // (b0 = 0, c = B) on the dense path, one chunk of at most chunk_ samples when the soft search
-  // streams. GatherLong fills x_long_ for a chunk; TimeEsuSlots then builds its xe_.
+  // The long slots. x_long_ holds those of samples [b0, b0 + c): the whole batch (b0 = 0, c = B)
+  // on the dense path, one chunk of at most chunk_ samples when the soft search streams.
   void GatherLong(int64_t b0, int64_t c);
-  // The ESU (3.4, 3.5) of samples [b0, b0 + c) over the resident slots -> z's a and v columns,
-  // and its backward into dq_ (dqe_ with the time embedding) and dx_long_ (+=).
-  void EsuForward(int64_t b0, int64_t c);
-  void EsuBackward(int64_t b0, int64_t c);
-  // Streamed soft search: the GSU attention of every chunk (-> alpha_, z1's g columns), and in
-  // the backward pass the ESU and GSU attention gradients chunk by chunk, each chunk's slot
-  // gradients summed into its tables' row gradients g[f] (U[f] rows) before the next.
-  void StreamedGsuForward();
-  void StreamedEsuForward();
-  void StreamedLongBackward(const std::vector<float*>& g, const std::vector<int64_t>& U);
+  // Streamed soft search, backward: the ESU and GSU attention gradients chunk by chunk, each
+  // chunk's slot gradients summed into its tables' row gradients g[f] (U[f] rows) before the next.
+  void StreamedLongBackward(const Pass& p, const std::vector<float*>& g,
+                            const std::vector<int64_t>& U);
   bool streamed() const { return chunk_ > 0; }
+  // The ESU's slot mask: the top-k mask (soft search) or the long mask (hard search).
+  const float* EsuMask() const { return gsu_ ? gsu_->rho() : in_.long_mask; }
 
   const ModelType type_;
-  const bool soft_gsu_;  // SIM with the reference's soft-search GSU (head, loss, top-k)
-  const bool time_;      // SIM with the time-interval embedding in the ESU
-  // ESU input width: the item vector, plus the time embedding (Dt = D) when time_.
-  const int Ie_;
-  // Time embedding: fills qe_ = [q; u] and xe_ = [x_long; tau(bucket)]; its backward splits
-  // dqe_/dxe_ into dq_/dx_long_ and the table's and query's gradients.
-  void TimeEsuQuery();                       // qe_ = [q; u] for every row
-  void TimeEsuSlots(int64_t b0, int64_t c);  // xe_ = [x_long_; tau] for the resident samples
-  void TimeEsuQueryBackward();               // dq_ += dqe_'s item part; u's gradient
-  void TimeEsuSlotsBackward(int64_t b0, int64_t c);  // dx_long_ +=, the table's gradient
-  int64_t time_table_ = 0, time_query_ = 0;          // parameter offsets
-  Buf qe_, xe_, dqe_, dxe_, zeros_;
+  const bool time_;  // SIM with the time-interval embedding in the ESU
   const int64_t max_batch_;
-  const int D_, UF_, F_, I_, P_, TL_, TS_, K_, H_;
+  const int D_, UF_, F_, I_, P_, TL_, TS_, H_;
   const int64_t chunk_;  // samples per chunk of the streamed soft search; 0 = dense
   int64_t B_ = 0;        // rows of the current batch
   ForwardMode mode_ = ForwardMode::kInference;
   bool can_backward_ = false;
   std::vector<size_t> key_counts_;  // per table, of the last Forward's keys (a Backward check)
 
-  // Parameter offsets.
-  int64_t gru_w_in_ = 0, gru_w_rec_ = 0, gru_b_in_ = 0, gru_b_rec_ = 0;
-  int64_t query_w_ = 0, query_b_ = 0, query_slope_ = 0;
-  int64_t augru_gw_ = 0, augru_gb_ = 0, augru_cw_ = 0, augru_cb_ = 0;
-  Mlp gsu_mlp_, classifier_mlp_, attention_mlp_, aux_mlp_;
+  // The blocks (those of the model type; the others absent) and the classifier head.
+  std::optional<models::SoftGsuBlock> gsu_;  // SIM with the soft GSU
+  std::optional<models::EsuBlock> esu_;      // SIM
+  std::optional<models::DienBlock> dien_;    // SIM, DIEN
+  std::optional<models::DinBlock> din_;      // DIN
+  Mlp classifier_mlp_;
+  int Ie_ = 0;  // SIM: the ESU's a and v width
+  int zw_ = 0;  // classifier input: SIM [a; v; q; d; p], DIEN [q; d; p], DIN [q; g; p]
 
-  // Widths of the classifier inputs.
-  int z1w_ = 0;  // SIM GSU [q; g; p]
-  int zw_ = 0;   // classifier input: SIM [a; v; q; d; p], DIEN [q; d; p], DIN [q; g; p]
-
-  std::vector<Pending> pending_;  // sized by the constructor, allocated by Init
+  models::BufferPlan plan_;  // filled by the constructor, allocated by Init
   Inputs in_;
   int slot_ = kDirect;  // the input slot of the last Forward
   // Device backends: the input slots and the per-table embedding gradients, sized for the
@@ -354,14 +328,10 @@ class Model::Impl {
   std::unique_ptr<kernels::CopyChannel> grads_channel_;
   bool grads_pending_ = false;  // downloads issued, FinishBackward not yet called
 
-  // Activations [max_batch, ...].
-  Buf q_, p_, x_long_, e_short_, e_neg_, hist_, hist_mask_, alpha_, rho_, alpha2_, z1_, z_;
-  Buf h_, gru_cache_, qp_pre_, qp_, beta_, hs_, augru_cache_, aux_in_, aux_mask_;
-  const float* logit1_ = nullptr;
-  const float* aux_logits_ = nullptr;  // [2N]: positives then negatives
-  // Gradients.
-  Buf dq_, dp_, dx_long_, de_short_, de_neg_, dhist_, dz1_, dz_, dh_, dd_, dbeta_, dscores_;
-  Buf dqp_, daux_in_, dlogit1_, dlogit2_, daux_logits_;
+  // The gathered embeddings [max_batch, ...] (x_long_: of the resident samples), the classifier
+  // input, and their gradients.
+  Buf q_, p_, x_long_, e_short_, e_neg_, z_;
+  Buf dq_, dp_, dx_long_, de_short_, de_neg_, dz_, dlogit2_;
   Buf workspace_;
 };
 
@@ -370,10 +340,7 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
       be_(backend),
       device_(backend->memory_space() == kernels::MemorySpace::kDevice),
       type_(config.type),
-      soft_gsu_(config.type == ModelType::kSim && config.gsu == Gsu::kSoft),
       time_(config.type == ModelType::kSim && config.time_embedding),
-      Ie_(config.embedding_dim * config.item_features +
-          (config.type == ModelType::kSim && config.time_embedding ? config.embedding_dim : 0)),
       max_batch_(max_batch),
       D_(config.embedding_dim),
       UF_(config.user_features),
@@ -382,115 +349,60 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
       P_(config.embedding_dim * config.user_features),
       TL_(BatchLongLen(config)),
       TS_(config.short_len),
-      K_(config.top_k),
       H_(config.gru_hidden > 0 ? config.gru_hidden : 6 * config.embedding_dim),
       chunk_(SoftSearchChunk(config, max_batch)) {
   const int64_t B = max_batch;
-  const bool sim = type_ == ModelType::kSim, din = type_ == ModelType::kDin;
+  const bool sim = type_ == ModelType::kSim;
   const bool dien = UsesDien(type_);
-  const int64_t N = dien ? B * (TS_ - 1) : 0;  // aux pairs
-  int64_t ws = 0;
   // Samples whose long slots are gathered at once: the batch, or a chunk of the streamed search.
   const int64_t resident = chunk_ > 0 ? chunk_ : B;
 
-  // ---- Parameters, in layout order (worker/README.md). ----
-  if (soft_gsu_) {
-    z1w_ = 2 * I_ + P_;
-    gsu_mlp_.Build("gsu_mlp", z1w_, config.stage_one_mlp, Activation::kPrelu, B, &registry_);
-    gsu_mlp_.SetDropout(config.dropout);
-    ws = std::max(ws, gsu_mlp_.WorkspaceFloats());
+  // ---- Blocks and parameters, in layout order (worker/README.md). ----
+  int64_t ws = 0;
+  if (sim && config.gsu == Gsu::kSoft) {
+    gsu_.emplace(B, TL_, I_, P_, config.top_k);
+    gsu_->Build(config, &registry_, &plan_);
+    ws = std::max(ws, gsu_->WorkspaceFloats());
   }
+  if (sim) esu_.emplace(B, resident, TL_, I_, D_, time_);
+  Ie_ = sim ? esu_->width() : 0;
   zw_ = sim ? 2 * Ie_ + I_ + H_ + P_ : dien ? I_ + H_ + P_ : 2 * I_ + P_;
   classifier_mlp_.Build("classifier_mlp", zw_, config.stage_two_mlp, Activation::kPrelu, B,
                         &registry_);
   classifier_mlp_.SetDropout(config.dropout);
   ws = std::max(ws, classifier_mlp_.WorkspaceFloats());
   if (dien) {
-    aux_mlp_.Build("aux_mlp", H_ + I_, config.aux_mlp, Activation::kSigmoid, 2 * N, &registry_);
-    ws = std::max(ws, aux_mlp_.WorkspaceFloats());
-    gru_w_in_ = registry_.Add("gru/input_kernel", {I_, 3 * H_}, InitKind::kGlorotUniform);
-    gru_w_rec_ = registry_.Add("gru/recurrent_kernel", {H_, 3 * H_}, InitKind::kOrthogonal);
-    gru_b_in_ = registry_.Add("gru/input_bias", {3 * H_}, InitKind::kConstant, 0.0f);
-    gru_b_rec_ = registry_.Add("gru/recurrent_bias", {3 * H_}, InitKind::kConstant, 0.0f);
-    query_w_ = registry_.Add("query_dense/kernel", {I_, H_}, InitKind::kGlorotUniform);
-    query_b_ = registry_.Add("query_dense/bias", {H_}, InitKind::kConstant, 0.0f);
-    query_slope_ = registry_.Add("query_dense/prelu_slope", {H_}, InitKind::kConstant, 0.1f);
-    attention_mlp_.Build("attention_mlp", 4 * H_, config.attention_mlp, Activation::kSigmoid,
-                         B * TS_, &registry_);
-    attention_mlp_.SetFeatureInput(TS_, H_);  // its input: the features of qp and every h_t
-    ws = std::max(ws, attention_mlp_.WorkspaceFloats());
-    augru_gw_ = registry_.Add("augru/gate_kernel", {2 * H_, 2 * H_}, InitKind::kGlorotUniform);
-    augru_gb_ = registry_.Add("augru/gate_bias", {2 * H_}, InitKind::kConstant, 1.0f);
-    augru_cw_ = registry_.Add("augru/candidate_kernel", {2 * H_, H_}, InitKind::kGlorotUniform);
-    augru_cb_ = registry_.Add("augru/candidate_bias", {H_}, InitKind::kConstant, 0.0f);
-
-    const RnnDims gru{B, TS_, I_, H_}, augru{B, TS_, H_, H_};
-    ws = std::max({ws, kernels::GruWorkspaceFloats(gru), kernels::AugruWorkspaceFloats(augru),
-                   kernels::DenseWorkspaceFloats(DenseDims{B, I_, H_, Activation::kPrelu})});
-    Alloc(&h_, B * TS_ * H_);
-    Alloc(&gru_cache_, kernels::GruCacheFloats(gru));
-    Alloc(&qp_pre_, B * H_);
-    Alloc(&qp_, B * H_);
-    Alloc(&beta_, B * TS_);
-    Alloc(&hs_, B * TS_ * H_);
-    Alloc(&augru_cache_, kernels::AugruCacheFloats(augru));
-    Alloc(&aux_in_, 2 * N * (H_ + I_));
-    Alloc(&aux_mask_, N);
-    Alloc(&e_neg_, B * TS_ * I_);
-    Alloc(&dh_, B * TS_ * H_);
-    Alloc(&dd_, B * H_);
-    Alloc(&dbeta_, B * TS_);
-    Alloc(&dscores_, B * TS_);
-    Alloc(&dqp_, B * H_);
-    Alloc(&daux_in_, 2 * N * (H_ + I_));
-    Alloc(&daux_logits_, 2 * N);
-    Alloc(&de_neg_, B * TS_ * I_);
+    dien_.emplace(B, I_, H_, TS_);
+    dien_->Build(config, &registry_, &plan_);
+    ws = std::max(ws, dien_->WorkspaceFloats());
+    plan_.Add(&e_neg_, B * TS_ * I_);
+    plan_.Add(&de_neg_, B * TS_ * I_);
   }
-  if (time_) {
-    // Registered last: every other tensor keeps its offset.
-    time_table_ =
-        registry_.Add("time_embedding/table", {data::kTimeBuckets, D_}, InitKind::kGlorotUniform);
-    time_query_ = registry_.Add("time_embedding/query", {D_}, InitKind::kConstant, 0.0f);
-    Alloc(&qe_, B * Ie_);
-    Alloc(&dqe_, B * Ie_);
-    Alloc(&xe_, resident * TL_ * Ie_);
-    Alloc(&dxe_, resident * TL_ * Ie_);
-    Alloc(&zeros_, B);  // int32 zeros: every row's query gradient into the one query row
+  // Registered last: every other tensor keeps its offset (the time embedding's).
+  if (sim) esu_->Build(&registry_, &plan_);
+  if (type_ == ModelType::kDin) {
+    din_.emplace(B, TL_, TS_, I_);
+    din_->Build(&plan_);
   }
   key_counts_.assign(static_cast<size_t>(UF_ + F_), 0);
-  Alloc(&params_, registry_.total());
-  Alloc(&grads_, registry_.total());
+  plan_.Add(&params_, registry_.total());
+  plan_.Add(&grads_, registry_.total());
 
   // ---- Shared activations. ----
-  Alloc(&q_, B * I_);
-  Alloc(&p_, B * P_);
-  Alloc(&dq_, B * I_);
-  Alloc(&dp_, B * P_);
-  Alloc(&e_short_, B * TS_ * I_);
-  Alloc(&de_short_, B * TS_ * I_);
+  plan_.Add(&q_, B * I_);
+  plan_.Add(&p_, B * P_);
+  plan_.Add(&dq_, B * I_);
+  plan_.Add(&dp_, B * P_);
+  plan_.Add(&e_short_, B * TS_ * I_);
+  plan_.Add(&de_short_, B * TS_ * I_);
   if (UsesLong(type_)) {
-    Alloc(&x_long_, resident * TL_ * I_);
-    Alloc(&dx_long_, resident * TL_ * I_);
+    plan_.Add(&x_long_, resident * TL_ * I_);
+    plan_.Add(&dx_long_, resident * TL_ * I_);
   }
-  if (sim) Alloc(&alpha2_, B * TL_);
-  if (soft_gsu_) {
-    Alloc(&alpha_, B * TL_);
-    Alloc(&rho_, B * TL_);
-    Alloc(&z1_, B * z1w_);
-    Alloc(&dz1_, B * z1w_);
-    Alloc(&dlogit1_, B);
-  }
-  if (din) {
-    const int64_t T = TL_ + TS_;
-    Alloc(&hist_, B * T * I_);
-    Alloc(&dhist_, B * T * I_);
-    Alloc(&hist_mask_, B * T);
-    Alloc(&alpha_, B * T);
-  }
-  Alloc(&z_, B * zw_);
-  Alloc(&dz_, B * zw_);
-  Alloc(&dlogit2_, B);
-  Alloc(&workspace_, ws);
+  plan_.Add(&z_, B * zw_);
+  plan_.Add(&dz_, B * zw_);
+  plan_.Add(&dlogit2_, B);
+  plan_.Add(&workspace_, ws);
 
   // Device backends: staging for the inputs and the embedding gradients (host backends read and
   // write the host arrays in place).
@@ -499,22 +411,22 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
     const int64_t item_slots = 1 + TL_ + 2 * int64_t{TS_};  // target, long, short, negatives
     for (int t = 0; t < UF_ + F_; ++t) {
       table_capacity_.push_back(t < UF_ ? B : B * item_slots);
-      Alloc(&row_grads_[t], table_capacity_.back() * D_);
+      plan_.Add(&row_grads_[t], table_capacity_.back() * D_);
     }
-    // int32 and float are both 4 bytes: Alloc's float count is the element count.
+    // int32 and float are both 4 bytes: the plan's float count is the element count.
     static_assert(sizeof(int32_t) == sizeof(float));
     for (InputSlot& in : slots_) {
       in.rows.resize(static_cast<size_t>(UF_ + F_));
-      for (int t = 0; t < UF_ + F_; ++t) Alloc(&in.rows[t], table_capacity_[t] * D_);
-      Alloc(&in.user_inv, UF_ * B);
-      Alloc(&in.target_inv, F_ * B);
-      Alloc(&in.long_inv, F_ * B * TL_);
-      Alloc(&in.short_inv, F_ * B * TS_);
-      if (dien) Alloc(&in.short_neg_inv, F_ * B * TS_);
-      Alloc(&in.long_mask, B * TL_);
-      if (time_) Alloc(&in.long_time, B * TL_);
-      Alloc(&in.short_mask, B * TS_);
-      Alloc(&in.label, B);
+      for (int t = 0; t < UF_ + F_; ++t) plan_.Add(&in.rows[t], table_capacity_[t] * D_);
+      plan_.Add(&in.user_inv, UF_ * B);
+      plan_.Add(&in.target_inv, F_ * B);
+      plan_.Add(&in.long_inv, F_ * B * TL_);
+      plan_.Add(&in.short_inv, F_ * B * TS_);
+      if (dien) plan_.Add(&in.short_neg_inv, F_ * B * TS_);
+      plan_.Add(&in.long_mask, B * TL_);
+      if (time_) plan_.Add(&in.long_time, B * TL_);
+      plan_.Add(&in.short_mask, B * TS_);
+      plan_.Add(&in.label, B);
       in.keys.assign(static_cast<size_t>(UF_ + F_), 0);
       in.rows_done.assign(static_cast<size_t>(UF_ + F_), false);
     }
@@ -522,14 +434,11 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
 }
 
 Status Model::Impl::Init() {
-  for (const Pending& p : pending_) {
-    SIFT_ASSIGN_OR_RETURN(p.buf->mem, be_->Allocate(p.bytes));
-  }
-  pending_.clear();
-  for (Mlp* mlp : {&gsu_mlp_, &classifier_mlp_, &attention_mlp_, &aux_mlp_}) {
-    SIFT_RETURN_IF_ERROR(mlp->Allocate(be_));
-  }
-  if (time_) be_->Fill(max_batch_, 0.0f, zeros_.data());  // int32 0 has float 0's bits
+  SIFT_RETURN_IF_ERROR(plan_.Allocate(be_));
+  if (gsu_) SIFT_RETURN_IF_ERROR(gsu_->Allocate(be_));
+  SIFT_RETURN_IF_ERROR(classifier_mlp_.Allocate(be_));
+  if (dien_) SIFT_RETURN_IF_ERROR(dien_->Allocate(be_));
+  if (esu_) SIFT_RETURN_IF_ERROR(esu_->Init(be_));
   host_logits_.resize(device_ ? static_cast<size_t>(max_batch_) : 0);
   if (device_) {
     // Page-locked staging up front: a slot's inverses, masks and labels, and an eighth of the
@@ -582,7 +491,7 @@ Status Model::Impl::CheckInputs(const data::Batch& batch, const BatchKeys& keys,
       }
     }
   }
-  const bool hard = type_ == ModelType::kSim && !soft_gsu_;
+  const bool hard = type_ == ModelType::kSim && !gsu_;
   if (type_ == ModelType::kSim && (batch.hard_search_window > 0) != hard) {
     return absl::InvalidArgumentError(
         hard ? "the model searches hard (gsu hard) but the batch's long slots are the newest "
@@ -750,7 +659,7 @@ void Model::Impl::BindInputs(int slot, const data::Batch& batch, const BatchKeys
     return;
   }
   const InputSlot& s = slots_[slot];
-  const auto ints = [](const Buf& b) { return static_cast<const int32_t*>(b.mem.data()); };
+  const auto ints = [](const Buf& b) { return b.ints(); };
   in_.rows.resize(s.rows.size());
   for (size_t t = 0; t < s.rows.size(); ++t) in_.rows[t] = s.rows[t].data();
   in_.user_inv = ints(s.user_inv);
@@ -785,56 +694,6 @@ void Model::Impl::GatherEmbeddings(bool negatives) {
   }
 }
 
-void Model::Impl::DienForward(const float* short_mask, float* dst, int64_t lddst) {
-  const int64_t B = B_;
-  const float* params = params_.data();
-  const RnnDims gru{B, TS_, I_, H_}, augru{B, TS_, H_, H_};
-  be_->GruForward(gru, e_short_.data(), params + gru_w_in_, params + gru_w_rec_, params + gru_b_in_,
-                  params + gru_b_rec_, h_.data(), gru_cache_.data(), workspace_.data());
-  be_->DenseForward(DenseDims{B, I_, H_, Activation::kPrelu}, q_.data(), I_, params + query_w_,
-                    params + query_b_, params + query_slope_, qp_pre_.data(), qp_.data());
-  const float* scores =
-      attention_mlp_.ForwardFeatures(be_, B, qp_.data(), h_.data(), params, workspace_.data());
-  be_->MaskedSoftmaxForward(B, TS_, scores, short_mask, beta_.data());
-  be_->AugruForward(augru, h_.data(), beta_.data(), params + augru_gw_, params + augru_gb_,
-                    params + augru_cw_, params + augru_cb_, hs_.data(), augru_cache_.data(),
-                    workspace_.data());
-  // d = the last AUGRU state.
-  be_->Copy(B, 1, H_, hs_.data() + (TS_ - 1) * H_, TS_ * H_, 0, dst, lddst, 0, false);
-}
-
-double Model::Impl::AuxForward(const float* short_mask) {
-  const int64_t B = B_, N = B * (TS_ - 1);
-  const int W = H_ + I_;
-  float* pos = aux_in_.data();
-  float* neg = aux_in_.data() + N * W;
-  // Pair (b, t), t < T_S - 1, is row b * (T_S - 1) + t: [h_t ; e_{t+1}] and [h_t ; e-_{t+1}].
-  for (float* dst : {pos, neg}) {
-    be_->Copy(B, TS_ - 1, H_, h_.data(), TS_ * H_, H_, dst, (TS_ - 1) * W, W, false);
-  }
-  be_->Copy(B, TS_ - 1, I_, e_short_.data() + I_, TS_ * I_, I_, pos + H_, (TS_ - 1) * W, W, false);
-  be_->Copy(B, TS_ - 1, I_, e_neg_.data() + I_, TS_ * I_, I_, neg + H_, (TS_ - 1) * W, W, false);
-  // Pair mask = the short mask of slot t + 1.
-  be_->Copy(B, 1, TS_ - 1, short_mask + 1, TS_, 0, aux_mask_.data(), TS_ - 1, 0, false);
-  aux_logits_ = aux_mlp_.Forward(be_, 2 * N, aux_in_.data(), W, params_.data());
-  return be_->AuxLoss(N, aux_logits_, aux_logits_ + N, aux_mask_.data(), 1.0f, nullptr, nullptr);
-}
-
-void Model::Impl::TimeEsuQuery() {
-  const int64_t B = B_;
-  const float* params = params_.data();
-  be_->Copy(1, B, I_, q_.data(), 0, I_, qe_.data(), 0, Ie_, false);
-  be_->Copy(B, 1, D_, params + time_query_, 0, 0, qe_.data() + I_, Ie_, 0, false);
-}
-
-void Model::Impl::TimeEsuSlots(int64_t b0, int64_t c) {
-  const int64_t n = c * TL_;
-  be_->Copy(1, n, I_, x_long_.data(), 0, I_, xe_.data(), 0, Ie_, false);
-  // Padding slots (bucket -1) get zeros, as their item vectors.
-  be_->GatherRows(n, D_, params_.data() + time_table_, in_.long_time + b0 * TL_, nullptr,
-                  xe_.data() + I_, Ie_);
-}
-
 void Model::Impl::GatherLong(int64_t b0, int64_t c) {
   const int64_t B = B_;
   for (int f = 0; f < F_; ++f) {
@@ -843,95 +702,127 @@ void Model::Impl::GatherLong(int64_t b0, int64_t c) {
   }
 }
 
-void Model::Impl::EsuForward(int64_t b0, int64_t c) {
-  const float* rho = EsuMask() + b0 * TL_;
-  float* z = z_.data() + b0 * zw_;
-  // With the time embedding the ESU attends over [x; tau] with the query [q; u] (Ie_ wide).
-  const float* query = time_ ? qe_.data() : q_.data();
-  const float* x = time_ ? xe_.data() : x_long_.data();
-  be_->DotAttentionForward(c, TL_, Ie_, query + b0 * Ie_, Ie_, x, rho, alpha2_.data() + b0 * TL_, z,
-                           zw_);
-  be_->DampedMeanForward(c, TL_, Ie_, x, rho, z + Ie_, zw_);
-}
+// ---- The model types, composed. ----
 
-void Model::Impl::EsuBackward(int64_t b0, int64_t c) {
-  const float* rho = EsuMask() + b0 * TL_;
-  const float* dz = dz_.data() + b0 * zw_;
-  if (time_) {
-    be_->Fill(c * TL_ * Ie_, 0.0f, dxe_.data());
-    be_->DotAttentionBackward(c, TL_, Ie_, qe_.data() + b0 * Ie_, Ie_, xe_.data(), rho,
-                              alpha2_.data() + b0 * TL_, dz, zw_, dqe_.data() + b0 * Ie_, Ie_,
-                              dxe_.data());
-    be_->DampedMeanBackward(c, TL_, Ie_, rho, dz + Ie_, zw_, dxe_.data());
-    TimeEsuSlotsBackward(b0, c);
+// SIM (model-spec 3): the GSU picks the ESU's slots — the soft search's top-k of its attention
+// (3.2, 3.3), or the hard search's retrieved slots (every valid one) — the ESU attends over them
+// (3.4, 3.5), the DIEN block reads the short history (3.6); z = [a; v; q; d; p].
+void Model::Impl::SimForward(const Pass& p, ForwardMode mode) {
+  const int64_t B = B_;
+  float* z = z_.data();
+  if (gsu_) {
+    if (streamed()) {
+      for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
+        const int64_t c = std::min(chunk_, B - b0);
+        GatherLong(b0, c);
+        gsu_->Attend(p, q_.data(), x_long_.data(), in_.long_mask, b0, c);
+      }
+    } else {
+      gsu_->Attend(p, q_.data(), x_long_.data(), in_.long_mask, 0, B);
+    }
+    gsu_->Finish(p, q_.data(), p_.data(), DropoutSeed(mode, 1));
+  }
+  esu_->PrepareQuery(p, q_.data());
+  if (streamed()) {
+    for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
+      const int64_t c = std::min(chunk_, B - b0);
+      if (B > chunk_) GatherLong(b0, c);  // one chunk: still resident from the GSU pass
+      esu_->PrepareSlots(p, x_long_.data(), in_.long_time, b0, c);
+      esu_->Forward(p, q_.data(), x_long_.data(), EsuMask(), b0, c, z, zw_);
+    }
   } else {
-    be_->DotAttentionBackward(c, TL_, I_, q_.data() + b0 * I_, I_, x_long_.data(), rho,
-                              alpha2_.data() + b0 * TL_, dz, zw_, dq_.data() + b0 * I_, I_,
-                              dx_long_.data());
-    be_->DampedMeanBackward(c, TL_, I_, rho, dz + I_, zw_, dx_long_.data());
+    esu_->PrepareSlots(p, x_long_.data(), in_.long_time, 0, B);
+    esu_->Forward(p, q_.data(), x_long_.data(), EsuMask(), 0, B, z, zw_);
   }
+  be_->Copy(1, B, I_, q_.data(), 0, I_, z + 2 * Ie_, 0, zw_, false);
+  dien_->Forward(p, q_.data(), e_short_.data(), in_.short_mask, z + 2 * Ie_ + I_, zw_);
+  be_->Copy(1, B, P_, p_.data(), 0, P_, z + 2 * Ie_ + I_ + H_, 0, zw_, false);
 }
 
-void Model::Impl::StreamedGsuForward() {
+void Model::Impl::SimBackward(const Pass& p, float cls_scale, float aux_scale) {
   const int64_t B = B_;
-  float* z1 = z1_.data();
-  for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
-    const int64_t c = std::min(chunk_, B - b0);
-    GatherLong(b0, c);
-    be_->DotAttentionForward(c, TL_, I_, q_.data() + b0 * I_, I_, x_long_.data(),
-                             in_.long_mask + b0 * TL_, alpha_.data() + b0 * TL_,
-                             z1 + b0 * z1w_ + I_, z1w_);
+  const float* dz = dz_.data();
+  // dz = [da; dv; dq; dd; dp].
+  be_->Copy(1, B, I_, dz + 2 * Ie_, 0, zw_, dq_.data(), 0, I_, false);
+  be_->Copy(1, B, P_, dz + 2 * Ie_ + I_ + H_, 0, zw_, dp_.data(), 0, P_, false);
+  be_->Copy(B, 1, H_, dz + 2 * Ie_ + I_, zw_, 0, dien_->output_grad(), H_, 0, false);
+  // Streamed soft search: the ESU's and the GSU attention's gradients are taken chunk by chunk
+  // in ScatterEmbeddingGrads (StreamedLongBackward), after the GSU head's below.
+  if (!streamed()) {
+    esu_->BeginBackward(p);
+    esu_->Backward(p, q_.data(), x_long_.data(), EsuMask(), in_.long_time, 0, B, dz, zw_,
+                   dq_.data(), dx_long_.data());
+    esu_->FinishBackward(p, dq_.data());
+  }
+  dien_->Backward(p, q_.data(), e_short_.data(), in_.short_mask, mode_ != ForwardMode::kInference,
+                  aux_scale, dq_.data(), de_short_.data(), de_neg_.data());
+  if (!gsu_) return;
+  gsu_->HeadBackward(p, in_.label, cls_scale, dq_.data(), dp_.data());
+  if (!streamed()) {
+    gsu_->AttendBackward(p, q_.data(), x_long_.data(), in_.long_mask, 0, B, dq_.data(),
+                         dx_long_.data());
   }
 }
 
-void Model::Impl::StreamedEsuForward() {
+// DIEN (model-spec 3.6, 3.7 without SIM's search): z = [q; d; p].
+void Model::Impl::DienForward(const Pass& p) {
   const int64_t B = B_;
-  for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
-    const int64_t c = std::min(chunk_, B - b0);
-    if (B > chunk_) GatherLong(b0, c);  // one chunk: still resident from the GSU pass
-    if (time_) TimeEsuSlots(b0, c);
-    EsuForward(b0, c);
-  }
+  float* z = z_.data();
+  be_->Copy(1, B, I_, q_.data(), 0, I_, z, 0, zw_, false);
+  dien_->Forward(p, q_.data(), e_short_.data(), in_.short_mask, z + I_, zw_);
+  be_->Copy(1, B, P_, p_.data(), 0, P_, z + I_ + H_, 0, zw_, false);
 }
 
-void Model::Impl::StreamedLongBackward(const std::vector<float*>& g,
+void Model::Impl::DienBackward(const Pass& p, float aux_scale) {
+  const int64_t B = B_;
+  const float* dz = dz_.data();
+  be_->Copy(1, B, I_, dz, 0, zw_, dq_.data(), 0, I_, false);
+  be_->Copy(1, B, P_, dz + I_ + H_, 0, zw_, dp_.data(), 0, P_, false);
+  be_->Copy(B, 1, H_, dz + I_, zw_, 0, dien_->output_grad(), H_, 0, false);
+  dien_->Backward(p, q_.data(), e_short_.data(), in_.short_mask, mode_ != ForwardMode::kInference,
+                  aux_scale, dq_.data(), de_short_.data(), de_neg_.data());
+}
+
+// DIN (model-spec 8): z = [q; g; p].
+void Model::Impl::DinForward(const Pass& p) {
+  const int64_t B = B_;
+  float* z = z_.data();
+  be_->Copy(1, B, I_, q_.data(), 0, I_, z, 0, zw_, false);
+  din_->Forward(p, q_.data(), x_long_.data(), e_short_.data(), in_.long_mask, in_.short_mask,
+                z + I_, zw_);
+  be_->Copy(1, B, P_, p_.data(), 0, P_, z + 2 * I_, 0, zw_, false);
+}
+
+void Model::Impl::DinBackward(const Pass& p) {
+  const int64_t B = B_;
+  const float* dz = dz_.data();
+  be_->Copy(1, B, I_, dz, 0, zw_, dq_.data(), 0, I_, false);
+  be_->Copy(1, B, P_, dz + 2 * I_, 0, zw_, dp_.data(), 0, P_, false);
+  din_->Backward(p, q_.data(), dz + I_, zw_, dq_.data(), dx_long_.data(), de_short_.data());
+}
+
+void Model::Impl::StreamedLongBackward(const Pass& p, const std::vector<float*>& g,
                                        const std::vector<int64_t>& U) {
   const int64_t B = B_;
-  const float* dz1 = dz1_.data();
-  if (time_) be_->Fill(B * Ie_, 0.0f, dqe_.data());
+  esu_->BeginBackward(p);
   for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
     const int64_t c = std::min(chunk_, B - b0);
-    if (B > chunk_) {  // one chunk: x_long_ and xe_ still resident from the forward pass
+    if (B > chunk_) {  // one chunk: the slots still resident from the forward pass
       GatherLong(b0, c);
-      if (time_) TimeEsuSlots(b0, c);
+      esu_->PrepareSlots(p, x_long_.data(), in_.long_time, b0, c);
     }
     be_->Fill(c * TL_ * I_, 0.0f, dx_long_.data());
-    EsuBackward(b0, c);
-    be_->DotAttentionBackward(c, TL_, I_, q_.data() + b0 * I_, I_, x_long_.data(),
-                              in_.long_mask + b0 * TL_, alpha_.data() + b0 * TL_,
-                              dz1 + b0 * z1w_ + I_, z1w_, dq_.data() + b0 * I_, I_,
-                              dx_long_.data());
+    esu_->Backward(p, q_.data(), x_long_.data(), EsuMask(), in_.long_time, b0, c, dz_.data(), zw_,
+                   dq_.data(), dx_long_.data());
+    gsu_->AttendBackward(p, q_.data(), x_long_.data(), in_.long_mask, b0, c, dq_.data(),
+                         dx_long_.data());
     for (int f = 0; f < F_; ++f) {
       be_->SegmentSumRows(c * TL_, D_, dx_long_.data() + f * D_, I_,
                           in_.long_inv + f * B * TL_ + b0 * TL_, in_.long_mask + b0 * TL_,
                           U[static_cast<size_t>(f)], g[static_cast<size_t>(f)]);
     }
   }
-  if (time_) TimeEsuQueryBackward();
-}
-
-void Model::Impl::TimeEsuQueryBackward() {
-  const int64_t B = B_;
-  be_->Copy(1, B, I_, dqe_.data(), 0, Ie_, dq_.data(), 0, I_, true);
-  const auto* zeros = reinterpret_cast<const int32_t*>(zeros_.data());
-  be_->SegmentSumRows(B, D_, dqe_.data() + I_, Ie_, zeros, nullptr, 1, grads_.data() + time_query_);
-}
-
-void Model::Impl::TimeEsuSlotsBackward(int64_t b0, int64_t c) {
-  const int64_t n = c * TL_;
-  be_->Copy(1, n, I_, dxe_.data(), 0, Ie_, dx_long_.data(), 0, I_, true);
-  be_->SegmentSumRows(n, D_, dxe_.data() + I_, Ie_, in_.long_time + b0 * TL_, nullptr,
-                      data::kTimeBuckets, grads_.data() + time_table_);
+  esu_->FinishBackward(p, dq_.data());
 }
 
 StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys& keys,
@@ -966,75 +857,36 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
   mode_ = mode;
   for (size_t t = 0; t < key_counts_.size(); ++t) key_counts_[t] = keys.tables[t].keys.size();
   const int64_t B = B_;
-  const float* params = params_.data();
   BindInputs(slot, batch, keys, aux);
   const float* labels = in_.label;
   GatherEmbeddings(aux);
 
-  Losses losses;
-  float* z = z_.data();
+  const Pass pass = MakePass(/*backward=*/false);
   switch (type_) {
-    case ModelType::kSim: {
-      if (soft_gsu_) {
-        // GSU (3.2): g = Attn(q, long, m_L); z1 = [q; g; p] -> logit1.
-        float* z1 = z1_.data();
-        be_->Copy(1, B, I_, q_.data(), 0, I_, z1, 0, z1w_, false);
-        if (streamed()) {
-          StreamedGsuForward();
-        } else {
-          be_->DotAttentionForward(B, TL_, I_, q_.data(), I_, x_long_.data(), in_.long_mask,
-                                   alpha_.data(), z1 + I_, z1w_);
-        }
-        be_->Copy(1, B, P_, p_.data(), 0, P_, z1 + 2 * I_, 0, z1w_, false);
-        logit1_ = gsu_mlp_.Forward(be_, B, z1, z1w_, params, DropoutSeed(mode, 1));
-        // Top-k (3.3) as a mask.
-        be_->TopKMask(B, TL_, K_, alpha_.data(), rho_.data());
-      }
-      // ESU attention (3.4) and damped mean (3.5) over the selected slots: the top-k mask, or
-      // every retrieved slot of a hard search.
-      if (time_) TimeEsuQuery();
-      if (streamed()) {
-        StreamedEsuForward();
-      } else {
-        if (time_) TimeEsuSlots(0, B_);
-        EsuForward(0, B);
-      }
-      // z = [a; v; q; d; p] (a and v Ie_ wide).
-      be_->Copy(1, B, I_, q_.data(), 0, I_, z + 2 * Ie_, 0, zw_, false);
-      DienForward(in_.short_mask, z + 2 * Ie_ + I_, zw_);
-      be_->Copy(1, B, P_, p_.data(), 0, P_, z + 2 * Ie_ + I_ + H_, 0, zw_, false);
+    case ModelType::kSim:
+      SimForward(pass, mode);
       break;
-    }
     case ModelType::kDien:
-      be_->Copy(1, B, I_, q_.data(), 0, I_, z, 0, zw_, false);
-      DienForward(in_.short_mask, z + I_, zw_);
-      be_->Copy(1, B, P_, p_.data(), 0, P_, z + I_ + H_, 0, zw_, false);
+      DienForward(pass);
       break;
-    case ModelType::kDin: {
-      // History = long then short in time order (8).
-      const int T = TL_ + TS_;
-      be_->Copy(B, TL_, I_, x_long_.data(), TL_ * I_, I_, hist_.data(), T * I_, I_, false);
-      be_->Copy(B, TS_, I_, e_short_.data(), TS_ * I_, I_, hist_.data() + TL_ * I_, T * I_, I_,
-                false);
-      be_->Copy(1, B, TL_, in_.long_mask, 0, TL_, hist_mask_.data(), 0, T, false);
-      be_->Copy(1, B, TS_, in_.short_mask, 0, TS_, hist_mask_.data() + TL_, 0, T, false);
-      be_->Copy(1, B, I_, q_.data(), 0, I_, z, 0, zw_, false);
-      be_->DotAttentionForward(B, T, I_, q_.data(), I_, hist_.data(), hist_mask_.data(),
-                               alpha_.data(), z + I_, zw_);
-      be_->Copy(1, B, P_, p_.data(), 0, P_, z + 2 * I_, 0, zw_, false);
+    case ModelType::kDin:
+      DinForward(pass);
       break;
-    }
   }
-  logits_ = classifier_mlp_.Forward(be_, B, z, zw_, params, DropoutSeed(mode, 2));
+  logits_ = classifier_mlp_.Forward(be_, B, z_.data(), zw_, pass.params, DropoutSeed(mode, 2));
 
+  Losses losses;
   const double bce2 = be_->BceWithLogits(B, logits_, labels, 0.0f, nullptr) / B;
-  if (soft_gsu_) {
-    const double bce1 = be_->BceWithLogits(B, logit1_, labels, 0.0f, nullptr) / B;
+  if (gsu_) {
+    const double bce1 = be_->BceWithLogits(B, gsu_->logit(), labels, 0.0f, nullptr) / B;
     losses.classification = 0.5 * (bce1 + bce2);
   } else {
     losses.classification = bce2;
   }
-  if (aux) losses.aux = AuxForward(in_.short_mask) / static_cast<double>(B * (TS_ - 1));
+  if (aux) {
+    losses.aux = dien_->AuxForward(pass, e_short_.data(), e_neg_.data(), in_.short_mask) /
+                 static_cast<double>(B * (TS_ - 1));
+  }
   losses.total = losses.classification + losses.aux;
   if (device_) {
     SIFT_RETURN_IF_ERROR(
@@ -1048,51 +900,6 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
   last_batch_ = B;
   can_backward_ = mode == ForwardMode::kTrain;
   return losses;
-}
-
-void Model::Impl::DienBackward(const float* short_mask, float aux_scale) {
-  const int64_t B = B_;
-  const float* params = params_.data();
-  float* grads = grads_.data();
-  float* ws = workspace_.data();
-  const RnnDims gru{B, TS_, I_, H_}, augru{B, TS_, H_, H_};
-  be_->Fill(B * TS_ * H_, 0.0f, dh_.data());
-  be_->Fill(B * TS_, 0.0f, dbeta_.data());
-  be_->AugruBackward(augru, h_.data(), beta_.data(), params + augru_gw_, params + augru_cw_,
-                     hs_.data(), augru_cache_.data(), dd_.data(), dh_.data(), dbeta_.data(),
-                     grads + augru_gw_, grads + augru_gb_, grads + augru_cw_, grads + augru_cb_,
-                     ws);
-  be_->Fill(B * TS_, 0.0f, dscores_.data());
-  be_->MaskedSoftmaxBackward(B, TS_, beta_.data(), short_mask, dbeta_.data(), dscores_.data());
-  be_->Fill(B * H_, 0.0f, dqp_.data());
-  attention_mlp_.BackwardFeatures(be_, B, qp_.data(), h_.data(), params, dscores_.data(), grads,
-                                  dqp_.data(), dh_.data(), ws);
-  be_->DenseBackward(DenseDims{B, I_, H_, Activation::kPrelu}, q_.data(), I_, params + query_w_,
-                     params + query_slope_, qp_pre_.data(), qp_.data(), dqp_.data(), dq_.data(), I_,
-                     grads + query_w_, grads + query_b_, grads + query_slope_, ws);
-  if (mode_ != ForwardMode::kInference) {
-    const int64_t N = B * (TS_ - 1);
-    const int W = H_ + I_;
-    be_->Fill(2 * N, 0.0f, daux_logits_.data());
-    be_->AuxLoss(N, aux_logits_, aux_logits_ + N, aux_mask_.data(), aux_scale, daux_logits_.data(),
-                 daux_logits_.data() + N);
-    be_->Fill(2 * N * W, 0.0f, daux_in_.data());
-    aux_mlp_.Backward(be_, 2 * N, aux_in_.data(), W, params, daux_logits_.data(), grads,
-                      daux_in_.data(), W, ws);
-    const float* dpos = daux_in_.data();
-    const float* dneg = daux_in_.data() + N * W;
-    for (const float* src : {dpos, dneg}) {
-      be_->Copy(B, TS_ - 1, H_, src, (TS_ - 1) * W, W, dh_.data(), TS_ * H_, H_, true);
-    }
-    be_->Copy(B, TS_ - 1, I_, dpos + H_, (TS_ - 1) * W, W, de_short_.data() + I_, TS_ * I_, I_,
-              true);
-    be_->Fill(B * TS_ * I_, 0.0f, de_neg_.data());
-    be_->Copy(B, TS_ - 1, I_, dneg + H_, (TS_ - 1) * W, W, de_neg_.data() + I_, TS_ * I_, I_,
-              false);
-  }
-  be_->GruBackward(gru, e_short_.data(), params + gru_w_in_, params + gru_w_rec_, h_.data(),
-                   gru_cache_.data(), dh_.data(), de_short_.data(), grads + gru_w_in_,
-                   grads + gru_w_rec_, grads + gru_b_in_, grads + gru_b_rec_, ws);
 }
 
 Status Model::Impl::StartBackward(BatchKeys* keys, float loss_scale) {
@@ -1120,76 +927,33 @@ Status Model::Impl::StartBackward(BatchKeys* keys, float loss_scale) {
   }
   can_backward_ = false;
   const int64_t B = B_;
-  const float* params = params_.data();
-  float* grads = grads_.data();
-  float* ws = workspace_.data();
-  const float* labels = in_.label;
-  be_->Fill(registry_.total(), 0.0f, grads);
-  const float cls_scale = static_cast<float>(
-      (soft_gsu_ ? 0.5 : 1.0) * static_cast<double>(loss_scale) / static_cast<double>(B));
+  const Pass pass = MakePass(/*backward=*/true);
+  be_->Fill(registry_.total(), 0.0f, pass.grads);
+  const float cls_scale = static_cast<float>((gsu_ ? 0.5 : 1.0) * static_cast<double>(loss_scale) /
+                                             static_cast<double>(B));
 
   // Final classifier -> dz.
   be_->Fill(B, 0.0f, dlogit2_.data());
-  be_->BceWithLogits(B, logits_, labels, cls_scale, dlogit2_.data());
+  be_->BceWithLogits(B, logits_, in_.label, cls_scale, dlogit2_.data());
   be_->Fill(B * zw_, 0.0f, dz_.data());
-  classifier_mlp_.Backward(be_, B, z_.data(), zw_, params, dlogit2_.data(), grads, dz_.data(), zw_,
-                           ws);
-  float* dz = dz_.data();
+  classifier_mlp_.Backward(be_, B, z_.data(), zw_, pass.params, dlogit2_.data(), pass.grads,
+                           dz_.data(), zw_, pass.workspace);
   if (!e_short_.empty()) be_->Fill(B * TS_ * I_, 0.0f, de_short_.data());
   if (!x_long_.empty() && !streamed()) be_->Fill(B * TL_ * I_, 0.0f, dx_long_.data());
   const float aux_scale =
       UsesDien(type_)
           ? static_cast<float>(static_cast<double>(loss_scale) / static_cast<double>(B * (TS_ - 1)))
           : 0.0f;
-
   switch (type_) {
-    case ModelType::kSim: {
-      // dz = [da; dv; dq; dd; dp].
-      be_->Copy(1, B, I_, dz + 2 * Ie_, 0, zw_, dq_.data(), 0, I_, false);
-      be_->Copy(1, B, P_, dz + 2 * Ie_ + I_ + H_, 0, zw_, dp_.data(), 0, P_, false);
-      be_->Copy(B, 1, H_, dz + 2 * Ie_ + I_, zw_, 0, dd_.data(), H_, 0, false);
-      // Streamed soft search: the ESU's and the GSU attention's gradients are taken chunk by
-      // chunk in ScatterEmbeddingGrads (StreamedLongBackward), after the GSU head's below.
-      if (!streamed()) {
-        if (time_) be_->Fill(B * Ie_, 0.0f, dqe_.data());
-        EsuBackward(0, B);
-        if (time_) TimeEsuQueryBackward();
-      }
-      DienBackward(in_.short_mask, aux_scale);
-      if (!soft_gsu_) break;
-      // GSU head: dz1 = [dq; dg; dp].
-      be_->Fill(B, 0.0f, dlogit1_.data());
-      be_->BceWithLogits(B, logit1_, labels, cls_scale, dlogit1_.data());
-      be_->Fill(B * z1w_, 0.0f, dz1_.data());
-      gsu_mlp_.Backward(be_, B, z1_.data(), z1w_, params, dlogit1_.data(), grads, dz1_.data(), z1w_,
-                        ws);
-      const float* dz1 = dz1_.data();
-      be_->Copy(1, B, I_, dz1, 0, z1w_, dq_.data(), 0, I_, true);
-      be_->Copy(1, B, P_, dz1 + 2 * I_, 0, z1w_, dp_.data(), 0, P_, true);
-      if (!streamed()) {
-        be_->DotAttentionBackward(B, TL_, I_, q_.data(), I_, x_long_.data(), in_.long_mask,
-                                  alpha_.data(), dz1 + I_, z1w_, dq_.data(), I_, dx_long_.data());
-      }
+    case ModelType::kSim:
+      SimBackward(pass, cls_scale, aux_scale);
       break;
-    }
     case ModelType::kDien:
-      be_->Copy(1, B, I_, dz, 0, zw_, dq_.data(), 0, I_, false);
-      be_->Copy(1, B, P_, dz + I_ + H_, 0, zw_, dp_.data(), 0, P_, false);
-      be_->Copy(B, 1, H_, dz + I_, zw_, 0, dd_.data(), H_, 0, false);
-      DienBackward(in_.short_mask, aux_scale);
+      DienBackward(pass, aux_scale);
       break;
-    case ModelType::kDin: {
-      const int T = TL_ + TS_;
-      be_->Copy(1, B, I_, dz, 0, zw_, dq_.data(), 0, I_, false);
-      be_->Copy(1, B, P_, dz + 2 * I_, 0, zw_, dp_.data(), 0, P_, false);
-      be_->Fill(B * T * I_, 0.0f, dhist_.data());
-      be_->DotAttentionBackward(B, T, I_, q_.data(), I_, hist_.data(), hist_mask_.data(),
-                                alpha_.data(), dz + I_, zw_, dq_.data(), I_, dhist_.data());
-      be_->Copy(B, TL_, I_, dhist_.data(), T * I_, I_, dx_long_.data(), TL_ * I_, I_, false);
-      be_->Copy(B, TS_, I_, dhist_.data() + TL_ * I_, T * I_, I_, de_short_.data(), TS_ * I_, I_,
-                false);
+    case ModelType::kDin:
+      DinBackward(pass);
       break;
-    }
   }
   SIFT_RETURN_IF_ERROR(ScatterEmbeddingGrads(keys));
   if (device_ && slot_ != kDirect) {
@@ -1224,7 +988,8 @@ Status Model::Impl::ScatterEmbeddingGrads(BatchKeys* keys) {
     be_->Fill(Us[t] * D_, 0.0f, gs[t]);
   }
   if (streamed()) {
-    StreamedLongBackward(std::vector<float*>(gs.begin() + UF_, gs.end()),
+    StreamedLongBackward(MakePass(/*backward=*/true),
+                         std::vector<float*>(gs.begin() + UF_, gs.end()),
                          std::vector<int64_t>(Us.begin() + UF_, Us.end()));
   }
   for (int t = 0; t < UF_ + F_; ++t) {

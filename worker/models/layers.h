@@ -1,6 +1,7 @@
-// Building blocks of worker/model.cc (internal to sift_worker): the parameter registry that lays
-// out the flat parameter buffer and initialises it, and an MLP of Dense layers over the op API.
-// Plain objects owned by one Model; not thread-safe.
+// The layers every model block is built from (worker/models/, internal to sift_worker): the
+// parameter registry that lays out the flat parameter buffer and initialises it, and an MLP of
+// Dense layers over the op API (the MLP heads: the classifier, the GSU head, the DIEN attention
+// unit and aux net). Plain objects owned by one Model; not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +10,9 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 
-namespace sift::worker::internal {
+namespace sift::worker::models {
 
 // How a tensor is initialised (model-spec 3.6, 3.9).
 enum class InitKind {
@@ -114,4 +115,4 @@ class Mlp {
   std::optional<uint64_t> dropped_seed_;  // the last Forward's dropout seed, if it dropped
 };
 
-}  // namespace sift::worker::internal
+}  // namespace sift::worker::models

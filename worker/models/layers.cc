@@ -1,4 +1,4 @@
-#include "worker/model_parts.h"
+#include "worker/models/layers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "common/hash.h"
 #include "common/rng.h"
 
-namespace sift::worker::internal {
+namespace sift::worker::models {
 namespace {
 
 uint64_t NameHash(const std::string& name) {
@@ -269,4 +269,4 @@ void Mlp::BackwardFeatures(kernels::Backend* be, int64_t batch, const float* qp,
                            first.slope >= 0 ? grads + first.slope : nullptr, workspace);
 }
 
-}  // namespace sift::worker::internal
+}  // namespace sift::worker::models
