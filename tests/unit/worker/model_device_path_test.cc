@@ -1,5 +1,5 @@
-// The model's device path (worker/model.cc with a backend whose memory_space() is kDevice: inputs
-// staged into backend buffers, embedding gradients and logits copied back, parameters and
+// The model's device path (worker/models/model.cc with a backend whose memory_space() is kDevice:
+// inputs staged into backend buffers, embedding gradients and logits copied back, parameters and
 // gradients only through the host copies) checked on the CPU: a DeviceSimBackend
 // (tests/util/device_sim_backend.h) runs the CPU backend's ops on tracked memory and fails on any
 // pointer that is not backend memory. The same parameters and batch on it and on the plain CPU

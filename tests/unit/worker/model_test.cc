@@ -72,6 +72,60 @@ TEST(ModelTest, ParameterCountsMatchTheReferenceInventory) {
   EXPECT_EQ(din->parameters().size(), 80u * 200 + 200 + 200 + 200 * 80 + 80 + 80 + 80 + 1);
 }
 
+// The layout is the blocks' registration order (worker/README.md), pinned tensor by tensor for
+// every model type: checkpoints and the parity runs depend on it.
+TEST(ModelTest, LayoutIsTheBlocksRegistrationOrder) {
+  // An MLP's tensors: dense_<i>/{kernel, bias[, prelu_slope]}, the 1-unit output layer last.
+  const auto mlp = [](const std::string& name, size_t hidden, bool prelu) {
+    std::vector<std::string> t;
+    for (size_t i = 0; i <= hidden; ++i) {
+      const std::string layer = name + "/dense_" + std::to_string(i) + "/";
+      t.push_back(layer + "kernel");
+      t.push_back(layer + "bias");
+      if (prelu && i < hidden) t.push_back(layer + "prelu_slope");
+    }
+    return t;
+  };
+  const auto cat = [](std::vector<std::vector<std::string>> parts) {
+    std::vector<std::string> all;
+    for (const auto& p : parts) all.insert(all.end(), p.begin(), p.end());
+    return all;
+  };
+  const std::vector<std::string> dien = cat(
+      {mlp("aux_mlp", 2, false),
+       {"gru/input_kernel", "gru/recurrent_kernel", "gru/input_bias", "gru/recurrent_bias",
+        "query_dense/kernel", "query_dense/bias", "query_dense/prelu_slope"},
+       mlp("attention_mlp", 2, false),
+       {"augru/gate_kernel", "augru/gate_bias", "augru/candidate_kernel", "augru/candidate_bias"}});
+  const std::vector<std::string> time = {"time_embedding/table", "time_embedding/query"};
+  struct Want {
+    const char* what;
+    ModelConfig config;
+    std::vector<std::string> names;
+  };
+  ModelConfig sim, sim_time, sim_hard_time, dien_only, din;
+  sim_time.time_embedding = true;
+  sim_hard_time = sim_time;
+  sim_hard_time.gsu = Gsu::kHard;
+  dien_only.type = ModelType::kDien;
+  din.type = ModelType::kDin;
+  const Want wants[] = {
+      {"sim", sim, cat({mlp("gsu_mlp", 1, true), mlp("classifier_mlp", 2, true), dien})},
+      {"sim time", sim_time,
+       cat({mlp("gsu_mlp", 1, true), mlp("classifier_mlp", 2, true), dien, time})},
+      {"sim hard time", sim_hard_time, cat({mlp("classifier_mlp", 2, true), dien, time})},
+      {"dien", dien_only, cat({mlp("classifier_mlp", 2, true), dien})},
+      {"din", din, mlp("classifier_mlp", 2, true)},
+  };
+  auto be = kernels::CreateReferenceBackend();
+  for (const Want& w : wants) {
+    auto m = MustCreate(w.config, be.get(), 1);
+    std::vector<std::string> names;
+    for (const ParamTensor& t : m->param_layout()) names.push_back(t.name);
+    EXPECT_EQ(names, w.names) << w.what;
+  }
+}
+
 TEST(ModelTest, LayoutIsPackedAndNamed) {
   auto be = kernels::CreateReferenceBackend();
   auto m = MustCreate(ModelConfig{}, be.get(), 1);
