@@ -31,7 +31,8 @@ struct JobSpec {
     // sequences": the newest top_k events of the target's category among the long_seq_length
     // before the short part, from the dataset's category index; no GSU head or loss).
     std::string gsu = "soft";
-    // SIM: the time-interval embedding in the ESU (worker/models/model.h ModelConfig::time_embedding).
+    // SIM: the time-interval embedding in the ESU (worker/models/model.h
+    // ModelConfig::time_embedding).
     bool time_embedding = false;
     int gru_hidden = 0;  // 0 = 6 * embedding_dim
     std::vector<int> stage_one_mlp_dims = {200};
