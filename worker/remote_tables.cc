@@ -132,9 +132,7 @@ class RemoteTables final : public TrainerTables {
   // takes one caller at a time).
   EmbeddingClient* push_client() { return push_ ? push_.get() : pull_.get(); }
   Status CheckTables(size_t n) const {
-    if (n == tables_.size()) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat("the batch has keys of ", n, " tables, the servers hold ", tables_.size()));
+    return CheckBatchTables(n, tables_.size(), "the servers' job");
   }
 
   const RemoteTablesOptions o_;
@@ -152,12 +150,7 @@ StatusOr<std::unique_ptr<TrainerTables>> ConnectRemoteTables(
   if (options.collectives == nullptr) {
     return absl::InvalidArgumentError("ConnectRemoteTables: no collectives");
   }
-  for (size_t t = 0; t < tables.size(); ++t) {
-    if (tables[t].table_id != t) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table ", tables[t].name, " has id ", tables[t].table_id, ", expected ", t));
-    }
-  }
+  SIFT_RETURN_IF_ERROR(CheckTableIds(tables));
   auto remote = std::make_unique<RemoteTables>(options, std::move(tables));
   SIFT_RETURN_IF_ERROR(remote->Connect());
   return std::unique_ptr<TrainerTables>(std::move(remote));

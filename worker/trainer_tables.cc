@@ -46,11 +46,7 @@ class InProcessTables final : public TrainerTables {
   Status Join() override { return absl::OkStatus(); }
 
  private:
-  Status CheckTables(size_t n) const {
-    if (n == dims_.size()) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat("the batch has keys of ", n, " tables, the store holds ", dims_.size()));
-  }
+  Status CheckTables(size_t n) const { return CheckBatchTables(n, dims_.size(), "the store"); }
 
   std::unique_ptr<embedding::EmbeddingStore> store_;
   std::vector<size_t> dims_;  // row floats per table id 0, 1, ...
@@ -58,16 +54,27 @@ class InProcessTables final : public TrainerTables {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<TrainerTables>> CreateInProcessTables(
-    std::vector<embedding::TableConfig> tables, const embedding::StoreOptions& options) {
-  std::vector<size_t> dims(tables.size());
+Status CheckTableIds(const std::vector<embedding::TableConfig>& tables) {
   for (size_t t = 0; t < tables.size(); ++t) {
     if (tables[t].table_id != t) {
       return absl::InvalidArgumentError(
           absl::StrCat("table ", tables[t].name, " has id ", tables[t].table_id, ", expected ", t));
     }
-    dims[t] = static_cast<size_t>(tables[t].dim);
   }
+  return absl::OkStatus();
+}
+
+Status CheckBatchTables(size_t batch_tables, size_t held, const char* holder) {
+  if (batch_tables == held) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the batch has keys of ", batch_tables, " tables, ", holder, " holds ", held));
+}
+
+StatusOr<std::unique_ptr<TrainerTables>> CreateInProcessTables(
+    std::vector<embedding::TableConfig> tables, const embedding::StoreOptions& options) {
+  SIFT_RETURN_IF_ERROR(CheckTableIds(tables));
+  std::vector<size_t> dims(tables.size());
+  for (size_t t = 0; t < tables.size(); ++t) dims[t] = static_cast<size_t>(tables[t].dim);
   SIFT_ASSIGN_OR_RETURN(std::unique_ptr<embedding::EmbeddingStore> store,
                         embedding::EmbeddingStore::Create(std::move(tables), options));
   return std::unique_ptr<TrainerTables>(new InProcessTables(std::move(store), std::move(dims)));

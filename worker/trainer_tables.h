@@ -62,6 +62,12 @@ class TrainerTables {
   virtual Status Join() = 0;
 };
 
+// Both implementations' checks (trainer_tables.cc): tables numbered 0, 1, ... in order
+// (INVALID_ARGUMENT naming the first that is not), and a batch's keys for as many tables as are
+// held (`holder`: who holds them, for the message).
+Status CheckTableIds(const std::vector<embedding::TableConfig>& tables);
+Status CheckBatchTables(size_t batch_tables, size_t held, const char* holder);
+
 // The tables in this process (EmbeddingStore::Create's errors).
 StatusOr<std::unique_ptr<TrainerTables>> CreateInProcessTables(
     std::vector<embedding::TableConfig> tables, const embedding::StoreOptions& options);

@@ -659,16 +659,15 @@ void Model::Impl::BindInputs(int slot, const data::Batch& batch, const BatchKeys
     return;
   }
   const InputSlot& s = slots_[slot];
-  const auto ints = [](const Buf& b) { return b.ints(); };
   in_.rows.resize(s.rows.size());
   for (size_t t = 0; t < s.rows.size(); ++t) in_.rows[t] = s.rows[t].data();
-  in_.user_inv = ints(s.user_inv);
-  in_.target_inv = ints(s.target_inv);
-  in_.long_inv = TL_ > 0 ? ints(s.long_inv) : nullptr;
-  in_.short_inv = ints(s.short_inv);
-  in_.short_neg_inv = negatives ? ints(s.short_neg_inv) : nullptr;
+  in_.user_inv = s.user_inv.ints();
+  in_.target_inv = s.target_inv.ints();
+  in_.long_inv = TL_ > 0 ? s.long_inv.ints() : nullptr;
+  in_.short_inv = s.short_inv.ints();
+  in_.short_neg_inv = negatives ? s.short_neg_inv.ints() : nullptr;
   in_.long_mask = TL_ > 0 ? s.long_mask.data() : nullptr;
-  in_.long_time = time_ ? ints(s.long_time) : nullptr;
+  in_.long_time = time_ ? s.long_time.ints() : nullptr;
   in_.short_mask = s.short_mask.data();
   in_.label = s.label.data();
 }
