@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
 #include "common/file_util.h"
+#include "common/lr_schedule.h"
 #include "common/perf_stats.h"
 #include "common/recipe.h"
 #include "common/sysinfo.h"
@@ -33,6 +34,7 @@ struct TrainFlags {
   std::string gsu = "soft";
   std::string order = "shuffled";
   std::string keep_best = "last";
+  std::string lr_schedule = "constant";
   std::string recipe = kDefaultRecipe;
   CLI::App* cmd = nullptr;  // the command the flags were added to (which were given)
   std::string progress = "auto";
@@ -82,6 +84,20 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
       ->capture_default_str();
   cmd->add_option("--lr", o.lr, "Learning rate of dense Adam and the sparse optimizer")
       ->capture_default_str();
+  cmd->add_option("--lr-schedule", f->lr_schedule,
+                  "Learning-rate schedule of both optimizers over the run's epochs x steps: "
+                  "constant, linear or cosine decay to --lr-final-fraction x lr, after "
+                  "--lr-warmup-steps of linear warm-up (README Training recipes)")
+      ->check(CLI::IsMember({"constant", "linear", "cosine"}))
+      ->capture_default_str();
+  cmd->add_option("--lr-warmup-steps", o.lr_schedule.warmup_steps,
+                  "Steps of linear learning-rate warm-up, (s + 1) / N x lr (0 = none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--lr-final-fraction", o.lr_schedule.final_fraction,
+                  "The fraction of lr a linear or cosine schedule decays to at the run's end")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--weight-decay", o.weight_decay,
                   "Decoupled weight decay of the dense parameters (AdamW): each step scales them "
                   "by 1 - lr x weight_decay before Adam; 0 = plain Adam")
@@ -213,6 +229,7 @@ Status ResolveFlags(TrainFlags* f) {
   SIFT_ASSIGN_OR_RETURN(f->opt.model.type, worker::ParseModelType(f->model));
   SIFT_ASSIGN_OR_RETURN(f->opt.model.gsu, worker::ParseGsu(f->gsu));
   SIFT_ASSIGN_OR_RETURN(f->opt.order, data::ParseSampleOrder(f->order));
+  SIFT_ASSIGN_OR_RETURN(f->opt.lr_schedule.kind, ParseLrScheduleKind(f->lr_schedule));
   if (f->cmd != nullptr && f->cmd->get_option_no_throw("--recipe") != nullptr) {
     // The recipe's values for the flags not given (common/recipe.h).
     SIFT_ASSIGN_OR_RETURN(const Recipe recipe, FindRecipe(f->recipe));

@@ -29,6 +29,7 @@ const std::vector<std::string> kModelTypes = {"sim", "dien", "din"};
 const std::vector<std::string> kGsuKinds = {"soft", "hard"};
 const std::vector<std::string> kOptimizers = {"adam"};
 const std::vector<std::string> kSparseOptimizers = {"adam", "adagrad", "sgd"};
+const std::vector<std::string> kLrSchedules = {"constant", "linear", "cosine"};
 const std::vector<std::string> kOrders = {"shuffled", "reference"};
 const std::vector<std::string> kKeepBest = {"last", "validation_auc"};
 // A static list: Parser::Enum keeps a reference to it.
@@ -359,6 +360,9 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                        {"batch_size", p.Int(&t.batch_size, 1, L::kMaxBatchSize)},
                        {"eval_batch_size", p.Int(&t.eval_batch_size, 0, L::kMaxBatchSize)},
                        {"lr", p.Float(&t.lr, L::kMinLr, L::kMaxLr)},
+                       {"lr_schedule", p.Enum(&t.lr_schedule, kLrSchedules)},
+                       {"lr_warmup_steps", p.Int(&t.lr_warmup_steps, 0, L::kMaxSamples)},
+                       {"lr_final_fraction", p.Float(&t.lr_final_fraction, 0, 1)},
                        {"weight_decay", p.Float(&t.weight_decay, 0, L::kMaxWeightDecay)},
                        {"sparse_l2", p.Float(&t.sparse_l2, 0, L::kMaxSparseL2)},
                        {"optimizer", p.Enum(&t.optimizer, kOptimizers)},
@@ -628,6 +632,14 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "batch_size" << YAML::Value << t.batch_size;
   out << YAML::Key << "eval_batch_size" << YAML::Value << t.eval_batch_size;
   out << YAML::Key << "lr" << YAML::Value << ShortestDouble(t.lr);
+  // The schedule only when used (the canonical text of a spec without one stays as it was).
+  if (const JobSpec::Training plain; t.lr_schedule != plain.lr_schedule ||
+                                     t.lr_warmup_steps != plain.lr_warmup_steps ||
+                                     t.lr_final_fraction != plain.lr_final_fraction) {
+    out << YAML::Key << "lr_schedule" << YAML::Value << t.lr_schedule;
+    out << YAML::Key << "lr_warmup_steps" << YAML::Value << t.lr_warmup_steps;
+    out << YAML::Key << "lr_final_fraction" << YAML::Value << ShortestDouble(t.lr_final_fraction);
+  }
   out << YAML::Key << "weight_decay" << YAML::Value << ShortestDouble(t.weight_decay);
   out << YAML::Key << "sparse_l2" << YAML::Value << ShortestDouble(t.sparse_l2);
   out << YAML::Key << "optimizer" << YAML::Value << t.optimizer;

@@ -49,6 +49,12 @@ struct JobSpec {
     int64_t batch_size = 131072;  // >= 1, global (all workers together)
     int64_t eval_batch_size = 0;  // 0 = batch_size
     double lr = 0.01;             // finite, > 0
+    // The learning-rate schedule of both optimizers (common/lr_schedule.h): constant | linear |
+    // cosine, after lr_warmup_steps of linear warm-up, decaying to lr_final_fraction x lr at the
+    // end of epochs x steps per epoch. constant with no warm-up = the reference's fixed rate.
+    std::string lr_schedule = "constant";
+    int64_t lr_warmup_steps = 0;   // >= 0
+    double lr_final_fraction = 0;  // in [0, 1]
     // Decoupled weight decay of the dense parameters (AdamW): each step first scales every dense
     // parameter by (1 - lr * weight_decay), then applies Adam. 0 = plain Adam (the reference).
     double weight_decay = 0;  // in [0, kMaxWeightDecay]

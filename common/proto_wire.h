@@ -13,6 +13,7 @@ namespace sift::wire {
 inline constexpr uint8_t kVarint = 0;
 inline constexpr uint8_t kFixed64 = 1;
 inline constexpr uint8_t kLengthDelimited = 2;
+inline constexpr uint8_t kFixed32 = 5;
 // The one-byte tag of field `number` (< 16) with `wire_type`.
 constexpr uint8_t Tag(uint32_t number, uint8_t wire_type) {
   return static_cast<uint8_t>((number << 3) | wire_type);

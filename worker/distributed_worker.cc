@@ -297,6 +297,9 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   }
   o.eval_batch_size = t.eval_batch_size > 0 ? std::max<int64_t>(1, t.eval_batch_size / world) : 0;
   o.lr = static_cast<float>(t.lr);
+  SIFT_ASSIGN_OR_RETURN(o.lr_schedule.kind, ParseLrScheduleKind(t.lr_schedule));
+  o.lr_schedule.warmup_steps = t.lr_warmup_steps;
+  o.lr_schedule.final_fraction = t.lr_final_fraction;
   o.weight_decay = static_cast<float>(t.weight_decay);
   o.sparse_l2 = static_cast<float>(t.sparse_l2);
   o.validation_fraction = t.validation_fraction;

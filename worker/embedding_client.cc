@@ -692,7 +692,11 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
   return absl::OkStatus();
 }
 
-Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step) {
+Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step, float lr_multiplier) {
+  if (!(lr_multiplier > 0.0f && lr_multiplier <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push: learning-rate multiplier ", lr_multiplier, " must be in (0, 1]"));
+  }
   Impl& im = *impl_;
   const uint32_t S = im.shards();
   const WireFloat encoding = im.options.encoding;
@@ -733,7 +737,7 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step) {
       std::vector<size_t> inner(chunk.size());
       size_t total = VarintFieldSize(static_cast<uint64_t>(step)) +
                      VarintFieldSize(encoding_value) + (im.client_id != 0 ? 9 : 0) +
-                     VarintFieldSize(sequence);
+                     VarintFieldSize(sequence) + (lr_multiplier != 1.0f ? 5 : 0);
       for (size_t t = 0; t < chunk.size(); ++t) {
         const size_t n = chunk[t].end - chunk[t].begin;
         inner[t] = VarintFieldSize(items[chunk[t].item].table_id) + LenFieldSize(n * 8) +
@@ -769,7 +773,11 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step) {
         std::memcpy(p, &im.client_id, 8);
         p += 8;
       }
-      PutVarintField(p, embedding::tags::kSequence, sequence);
+      p = PutVarintField(p, embedding::tags::kSequence, sequence);
+      if (lr_multiplier != 1.0f) {  // 1 is the field's absence (0 on the wire means 1 too)
+        *p++ = static_cast<char>(embedding::tags::kLrMultiplier);
+        std::memcpy(p, &lr_multiplier, 4);
+      }
       return grpc::ByteBuffer(&slice, 1);
     };
     return im.CallPipelined(

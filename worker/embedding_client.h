@@ -73,7 +73,9 @@ class EmbeddingClient {
     absl::Span<const uint64_t> keys;  // any order; gradients of repeated keys are summed
     absl::Span<const float> grads;    // keys.size() x dim
   };
-  Status Push(absl::Span<const PushItem> items, int64_t step);
+  // lr_multiplier: the step's learning-rate schedule factor, in (0, 1] (the request's
+  // lr_multiplier; 1 = the tables' configured rates, sent as no field).
+  Status Push(absl::Span<const PushItem> items, int64_t step, float lr_multiplier = 1.0f);
 
   // One reply per server, in shard order.
   StatusOr<std::vector<pb::StatsResponse>> Stats();

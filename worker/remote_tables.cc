@@ -54,7 +54,7 @@ class RemoteTables final : public TrainerTables {
   // (Adam, Adagrad): ranks push one after another, in rank order, and nobody pulls the next step
   // before every push is in — so the run is deterministic for a fixed world size and every pull
   // sees every push of the steps before (fully synchronous).
-  Status Push(const BatchKeys& keys, int64_t global_step) override {
+  Status Push(const BatchKeys& keys, int64_t global_step, float lr_multiplier) override {
     SIFT_RETURN_IF_ERROR(CheckTables(keys.tables.size()));
     std::vector<EmbeddingClient::PushItem> items;
     for (size_t tb = 0; tb < keys.tables.size(); ++tb) {
@@ -65,9 +65,11 @@ class RemoteTables final : public TrainerTables {
     }
     Collectives* coll = o_.collectives;
     const int world = coll->world_size();
-    if (world == 1 || o_.staleness > 0) return push_client()->Push(items, global_step);
+    if (world == 1 || o_.staleness > 0)
+      return push_client()->Push(items, global_step, lr_multiplier);
     for (int r = 0; r < world; ++r) {
-      if (r == coll->rank()) SIFT_RETURN_IF_ERROR(push_client()->Push(items, global_step));
+      if (r == coll->rank())
+        SIFT_RETURN_IF_ERROR(push_client()->Push(items, global_step, lr_multiplier));
       SIFT_RETURN_IF_ERROR(Annotate(coll->Barrier(), "push barrier"));
     }
     return absl::OkStatus();

@@ -197,6 +197,7 @@ class LocalEnv : public TrainerEnv {
       }
     }
     m.emplace_back("samples/s", r.samples_per_second);
+    if (!IsConstantLr(o_.lr_schedule) && r.has_losses) m.emplace_back("lr", r.lr);
     const DllStep s = {r.epoch, r.step};
     if (json_log_) SIFT_RETURN_IF_ERROR(json_log_->Log(s, m));
     if (o_.log_every > 0 && r.step % o_.log_every == 0) {
@@ -313,6 +314,13 @@ class Trainer {
   Status PrepareStep(data::BatchLoader* loader, bool copy, ForwardMode mode, PreparedStep* slot);
   // One training step on a prepared step; returns the losses (the mean over ranks).
   StatusOr<Losses> TrainStep(PreparedStep* ps, int64_t epoch, int64_t step, PhaseTimes* ph);
+  // The lr schedule's factor for the step global_step_ (exactly 1 without a schedule, so the
+  // configured rates stay bit for bit).
+  float LrMultiplier() const {
+    return IsConstantLr(o_.lr_schedule)
+               ? 1.0f
+               : static_cast<float>(LrFactor(o_.lr_schedule, global_step_, planned_steps_));
+  }
   // The host threads of a run: the backend's pool on a host backend; --threads (0: every CPU) for
   // the in-process tables and the loader beside a device backend (whose own count is 1).
   int TableThreads() const {
@@ -370,6 +378,7 @@ class Trainer {
   RunResult result_;
   int64_t epochs_done_ = 0;
   int64_t global_step_ = 0;
+  int64_t planned_steps_ = 1;   // epochs x steps_per_epoch: the lr schedule's T
   int failed_checkpoints_ = 0;  // in a row
 };
 
@@ -386,6 +395,8 @@ Status Trainer::Setup(RunMode mode) {
         absl::StrCat("--weight-decay must be >= 0 with lr x weight_decay < 1, got ",
                      o_.weight_decay, " at lr ", o_.lr));
   }
+  SIFT_RETURN_IF_ERROR(
+      ValidateLrSchedule(o_.lr_schedule, "--lr-warmup-steps", "--lr-final-fraction"));
   if (!(o_.sparse_l2 >= 0) || !std::isfinite(o_.sparse_l2)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--sparse-l2 must be a finite number >= 0, got ", o_.sparse_l2));
@@ -777,8 +788,10 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
     backend_->Scale(static_cast<int64_t>(grads.size()), unscale, grads.data());
     // The embedding gradients are unscaled with the push's 1/world below (one pass).
   }
+  const float lr_multiplier = LrMultiplier();  // the dense step's and the push's
   {
     ScopedTimer t(&ph->dense_opt);
+    adam_.hyper.lr = o_.lr * lr_multiplier;
     adam_.Step(backend_.get(), model_->parameters(), grads);
   }
   SIFT_RETURN_IF_ERROR(finish_backward());
@@ -795,7 +808,7 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
                                                  id_counts_, config_.embedding_dim, tb, &tk));
       }
     }
-    SIFT_RETURN_IF_ERROR(tables_->Push(ps->keys, global_step_));
+    SIFT_RETURN_IF_ERROR(tables_->Push(ps->keys, global_step_, lr_multiplier));
   }
   ++global_step_;
   return losses;
@@ -1016,6 +1029,7 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
   po.warmup_steps = o_.warmup_steps;
   po.total_steps = bench && o_.benchmark_steps > 0 ? o_.warmup_steps + o_.benchmark_steps : 0;
   po.planned_steps = (o_.epochs - first_epoch) * steps_per_epoch - first_step;
+  planned_steps_ = std::max<int64_t>(o_.epochs * steps_per_epoch, 1);
   if (po.total_steps > 0) po.planned_steps = std::min(po.planned_steps, po.total_steps);
   PerfStats perf(po);
   const ForwardMode fmode = inference ? ForwardMode::kInference : ForwardMode::kTrain;
@@ -1044,6 +1058,7 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
       r.step = step;
       r.global_step = global_step_;
       r.steps_per_epoch = steps_per_epoch;
+      if (!inference) r.lr = o_.lr * LrMultiplier();
       r.phases.load = ps->load_s;
       r.phases.dedup = ps->dedup_s;
       r.phases.pull = ps->pull_s;

@@ -25,6 +25,7 @@
 
 #include "common/data/loader.h"
 #include "common/dllogger.h"
+#include "common/lr_schedule.h"
 #include "common/model_selection.h"
 #include "common/perf_stats.h"
 #include "common/security.h"
@@ -64,6 +65,11 @@ struct TrainerOptions {
   int64_t batch_size = 4096;
   int64_t eval_batch_size = 0;  // 0: batch_size
   float lr = 0.01f;             // dense Adam and the sparse optimizer
+  // The learning-rate schedule of both (common/lr_schedule.h): step s of the run's planned
+  // epochs x steps_per_epoch runs at lr x LrFactor(s); the dense Adam step and the embedding push
+  // of a step use the same factor. Constant without warm-up (the default) is bit for bit the run
+  // without a schedule.
+  LrSchedule lr_schedule;
   // Decoupled weight decay of every dense parameter (AdamW, Loshchilov & Hutter): each step
   // θ ← θ·(1 − lr·weight_decay), then the Adam update. 0 = plain Adam, bit for bit the same as
   // before (no extra pass). REQUIRES: 0 <= lr * weight_decay < 1.
@@ -197,6 +203,7 @@ struct StepReport {
   int64_t step = 0;         // step within the epoch
   int64_t global_step = 0;  // optimizer steps before this one
   int64_t steps_per_epoch = 0;
+  double lr = 0;            // the step's learning rate (base x schedule factor; 0: inference)
   bool has_losses = false;  // false for the inference benchmark
   Losses losses;
   double samples_per_second = 0;  // global: samples of all ranks / this rank's step latency

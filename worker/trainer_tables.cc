@@ -27,12 +27,13 @@ class InProcessTables final : public TrainerTables {
     return absl::OkStatus();
   }
 
-  Status Push(const BatchKeys& keys, int64_t global_step) override {
+  Status Push(const BatchKeys& keys, int64_t global_step, float lr_multiplier) override {
     SIFT_RETURN_IF_ERROR(CheckTables(keys.tables.size()));
     for (size_t tb = 0; tb < keys.tables.size(); ++tb) {
       const TableKeys& tk = keys.tables[tb];
       const absl::Span<const float> grads(tk.grads.data(), tk.keys.size() * dims_[tb]);
-      SIFT_RETURN_IF_ERROR(store_->Push(static_cast<uint32_t>(tb), tk.keys, grads, global_step));
+      SIFT_RETURN_IF_ERROR(
+          store_->Push(static_cast<uint32_t>(tb), tk.keys, grads, global_step, lr_multiplier));
     }
     return absl::OkStatus();
   }

@@ -37,9 +37,10 @@ class TrainerTables {
   virtual Status Fetch(bool train, BatchKeys* keys, const std::function<Status(int)>& arrived) = 0;
 
   // Applies every table's gradients (keys.tables[t].grads) as the sparse optimizer's step
-  // `global_step`. Every rank of the job calls it each step (the remote tables order the ranks'
-  // pushes at staleness 0: see remote_tables.cc).
-  virtual Status Push(const BatchKeys& keys, int64_t global_step) = 0;
+  // `global_step`, at the tables' learning rates x lr_multiplier (the step's schedule factor, in
+  // (0, 1]; 1 = the configured rates bit for bit). Every rank of the job calls it each step (the
+  // remote tables order the ranks' pushes at staleness 0: see remote_tables.cc).
+  virtual Status Push(const BatchKeys& keys, int64_t global_step, float lr_multiplier) = 0;
 
   // The in-process store a checkpoint writes and loads the rows of; nullptr when the tables live
   // on embedding servers (the checkpoint then names their snapshot: Snapshot, Restore).

@@ -88,8 +88,9 @@ void InitOptimizerState(const OptimizerConfig& config, int dim, float* state) {
   }
 }
 
-void ApplyOptimizer(const OptimizerConfig& c, int dim, const float* grad, float* w, float* state) {
-  const float lr = c.learning_rate;
+void ApplyOptimizer(const OptimizerConfig& c, int dim, const float* grad, float* w, float* state,
+                    float lr_multiplier) {
+  const float lr = c.learning_rate * lr_multiplier;
   switch (c.kind) {
     case OptimizerKind::kSgd:
       for (int i = 0; i < dim; ++i) w[i] -= lr * grad[i];

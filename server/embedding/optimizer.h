@@ -51,9 +51,12 @@ int StateFloats(const OptimizerConfig& config, int dim);
 // Writes the initial state of a new row. REQUIRES: state has StateFloats(config, dim) floats.
 void InitOptimizerState(const OptimizerConfig& config, int dim, float* state);
 
-// Applies one update with gradient grad[dim] to weights[dim] and state (layout above).
-// REQUIRES: config validated; the caller holds exclusive access to the row.
+// Applies one update with gradient grad[dim] to weights[dim] and state (layout above), at the
+// learning rate config.learning_rate x lr_multiplier (the step's schedule factor,
+// common/lr_schedule.h; 1 = the configured rate, bit for bit).
+// REQUIRES: config validated; lr_multiplier finite and in (0, 1]; the caller holds exclusive
+// access to the row.
 void ApplyOptimizer(const OptimizerConfig& config, int dim, const float* grad, float* weights,
-                    float* state);
+                    float* state, float lr_multiplier = 1.0f);
 
 }  // namespace sift::embedding

@@ -371,6 +371,12 @@ Status EmbeddingShard::Push(const pb::PushRequest& request, pb::PushResponse* re
     return absl::InvalidArgumentError(
         absl::StrCat("push: field 'step' is ", request.step(), ", must be >= 0"));
   }
+  const float lr_multiplier = request.lr_multiplier() == 0.0f ? 1.0f : request.lr_multiplier();
+  if (!(lr_multiplier > 0.0f && lr_multiplier <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("push: field 'lr_multiplier' is ",
+                                                   request.lr_multiplier(),
+                                                   ", must be in (0, 1] (0 or absent: 1)"));
+  }
   std::shared_lock<std::shared_mutex> lock(mu_);
   if (store_ == nullptr) {
     return absl::FailedPreconditionError("push: this embedding server is not configured yet");
@@ -413,7 +419,7 @@ Status EmbeddingShard::Push(const pb::PushRequest& request, pb::PushResponse* re
     response->set_applied_keys(0);
     return absl::OkStatus();
   }
-  const Status status = store_->PushMany(pushes, request.step());
+  const Status status = store_->PushMany(pushes, request.step(), lr_multiplier);
   if (!status.ok()) {
     if (dedup) ForgetPush(request.client_id(), request.sequence());
     return status;

@@ -72,6 +72,7 @@ inline constexpr uint8_t kStep = wire::Tag(2, wire::kVarint);             // Pus
 inline constexpr uint8_t kEncoding = wire::Tag(3, wire::kVarint);         // Pull/PushRequest
 inline constexpr uint8_t kClientId = wire::Tag(4, wire::kFixed64);        // PushRequest
 inline constexpr uint8_t kSequence = wire::Tag(5, wire::kVarint);         // PushRequest
+inline constexpr uint8_t kLrMultiplier = wire::Tag(6, wire::kFixed32);    // PushRequest
 }  // namespace tags
 
 // Converts between the wire's table configs and the store's; INVALID_ARGUMENT naming the table and

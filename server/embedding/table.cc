@@ -337,13 +337,18 @@ Status EmbeddingStore::Lookup(uint32_t table_id, absl::Span<const uint64_t> ids,
 }
 
 Status EmbeddingStore::Push(uint32_t table_id, absl::Span<const uint64_t> ids,
-                            absl::Span<const float> grads, int64_t step) {
+                            absl::Span<const float> grads, int64_t step, float lr_multiplier) {
   const TablePush push{table_id, ids, grads};
-  return PushMany(absl::MakeConstSpan(&push, 1), step);
+  return PushMany(absl::MakeConstSpan(&push, 1), step, lr_multiplier);
 }
 
-Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step) {
+Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step,
+                                float lr_multiplier) {
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat("push with negative step ", step));
+  if (!(lr_multiplier > 0.0f && lr_multiplier <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push with learning-rate multiplier ", lr_multiplier, " (must be in (0, 1])"));
+  }
   struct Plan {
     Table* table = nullptr;
     std::vector<uint32_t> order, offsets;
@@ -437,7 +442,8 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
         const uint32_t i = plan.order[k];
         float* row = rows[k - begin];
         std::copy(row, row + row_floats, scratch.data());
-        ApplyOptimizer(c.optimizer, c.dim, grads + i * dim, scratch.data(), scratch.data() + c.dim);
+        ApplyOptimizer(c.optimizer, c.dim, grads + i * dim, scratch.data(), scratch.data() + c.dim,
+                       lr_multiplier);
         if (AllFinite(scratch)) {
           std::copy(scratch.begin(), scratch.end(), row);
         } else if (bad++ == 0) {

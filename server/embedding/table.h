@@ -120,12 +120,15 @@ class EmbeddingStore {
   // Applies the table's optimizer to each row ids[i] with gradient grads[i*dim .. (i+1)*dim),
   // creating missing rows first. `step` is the worker's global step (>= 0): recorded for stats and
   // checkpoints, not used by the optimizers (adam's bias correction uses the row's own count).
-  // REQUIRES: grads.size() == ids.size() * dim; ids unique; grads finite and within
+  // lr_multiplier scales the table's learning rate for this push (the step's schedule factor,
+  // common/lr_schedule.h; 1 = the configured rate bit for bit; outside (0, 1] is
+  // INVALID_ARGUMENT). REQUIRES: grads.size() == ids.size() * dim; ids unique; grads finite and
+  // within
   // +-max_abs_gradient (else INVALID_ARGUMENT, nothing applied). A row whose update would hold a
   // non-finite weight or optimizer state is not written (the others are): INVALID_ARGUMENT
   // naming the first such id and the count.
   Status Push(uint32_t table_id, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
-              int64_t step);
+              int64_t step, float lr_multiplier = 1.0f);
 
   // Push of several tables as one unit: every table is validated (as Push, plus: a table named
   // twice is INVALID_ARGUMENT) before any row of any table is touched, so an error applies nothing.
@@ -134,7 +137,7 @@ class EmbeddingStore {
     absl::Span<const uint64_t> ids;
     absl::Span<const float> grads;
   };
-  Status PushMany(absl::Span<const TablePush> pushes, int64_t step);
+  Status PushMany(absl::Span<const TablePush> pushes, int64_t step, float lr_multiplier = 1.0f);
 
   // Every row of one table with its optimizer state (checkpoints and snapshots): ids sorted
   // ascending, data[i*row_floats .. (i+1)*row_floats) = [weights (dim) | optimizer state] of

@@ -283,6 +283,39 @@ TEST_F(TrainTest, SparseL2ReachesThePushesAndZeroIsNone) {
   EXPECT_NE(l2.back(), plain.back());
 }
 
+TEST_F(TrainTest, LrScheduleLogsEachStepsRateAndReachesBothOptimizers) {
+  const std::vector<double> plain = DinStepLosses("lrs-none", {});
+  auto args = TrainArgs("din", 1, Dir("lrs-cosine"));
+  args.insert(args.end(),
+              {"--lr-schedule", "cosine", "--lr-warmup-steps", "2", "--lr-final-fraction", "0.5"});
+  auto r = RunSift(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<double> lrs, losses;
+  for (const DllRecord& rec : Records(Dir("lrs-cosine"))) {
+    if (rec.type == DllRecord::Type::kLog && rec.step.size() == 2) {
+      lrs.push_back(Get(rec, "lr"));
+      losses.push_back(Get(rec, "total_loss"));
+    }
+  }
+  // 8 steps, warm-up 2: 0.005, 0.01, then 0.01 (0.5 + 0.25 (1 + cos(pi (s - 2) / 6))).
+  ASSERT_EQ(lrs.size(), 8u);
+  for (int s = 0; s < 8; ++s) {
+    const double f = s < 2 ? (s + 1) / 2.0 : 0.5 + 0.25 * (1 + std::cos(M_PI * (s - 2) / 6));
+    EXPECT_NEAR(lrs[s], 0.01 * f, 1e-9) << "step " << s;
+  }
+  ASSERT_EQ(plain.size(), 8u);
+  EXPECT_EQ(losses[0], plain[0]);
+  EXPECT_NE(losses.back(), plain.back());
+  for (const DllRecord& rec : Records(Dir("lrs-none"))) {
+    EXPECT_FALSE(Has(rec, "lr")) << "a run without a schedule logs as before";
+  }
+  auto bad = TrainArgs("din", 1, Dir("lrs-bad"));
+  bad.insert(bad.end(), {"--lr-final-fraction", "2"});
+  auto rb = RunSift(bad);
+  EXPECT_NE(rb.exit_code, 0);
+  EXPECT_THAT(rb.err, HasSubstr("--lr-final-fraction"));
+}
+
 // The final record (step []) of a DLLL log.
 const DllRecord* FinalRecord(const std::vector<DllRecord>& recs) {
   for (const DllRecord& r : recs) {

@@ -57,9 +57,12 @@ TEST(RemoteTablesTest, ServersGiveTheInProcessRowsAndSnapshotsRestoreThem) {
                           })
                   .ok());
   EXPECT_EQ(arrived, (std::vector<int>{0, 1}));
+  // The third push carries a schedule factor: on the wire (PushRequest.lr_multiplier) as in
+  // process.
+  const float multipliers[3] = {1.0f, 1.0f, 0.375f};
   for (int step = 0; step < 3; ++step) {
-    ASSERT_TRUE((*remote)->Push(k, step).ok());
-    ASSERT_TRUE((*local)->Push(k, step).ok());
+    ASSERT_TRUE((*remote)->Push(k, step, multipliers[step]).ok());
+    ASSERT_TRUE((*local)->Push(k, step, multipliers[step]).ok());
   }
   const std::vector<std::vector<float>> after = Rows(local->get(), false, k);
   EXPECT_EQ(Rows(remote->get(), false, k), after);
@@ -71,7 +74,7 @@ TEST(RemoteTablesTest, ServersGiveTheInProcessRowsAndSnapshotsRestoreThem) {
   ASSERT_EQ(st.remote.num_shards, 2u);
   ASSERT_EQ(st.remote.files.size(), 2u);
   EXPECT_EQ(st.remote.files[0].rows + st.remote.files[1].rows, 12);  // every key pushed
-  ASSERT_TRUE((*remote)->Push(k, 3).ok());  // the servers move on past the snapshot
+  ASSERT_TRUE((*remote)->Push(k, 3, 1.0f).ok());  // the servers move on past the snapshot
   const std::vector<std::vector<float>> moved = Rows(remote->get(), false, k);
   EXPECT_NE(moved, after);
 
@@ -93,8 +96,8 @@ TEST(RemoteTablesTest, ServersGiveTheInProcessRowsAndSnapshotsRestoreThem) {
   ASSERT_TRUE((*resumed)->Restore("ckpt", st).ok());
   ASSERT_TRUE((*resumed)->Join().ok());
   EXPECT_EQ(Rows(resumed->get(), false, k), after);
-  ASSERT_TRUE((*resumed)->Push(k, 3).ok());
-  ASSERT_TRUE((*local)->Push(k, 3).ok());
+  ASSERT_TRUE((*resumed)->Push(k, 3, 1.0f).ok());
+  ASSERT_TRUE((*local)->Push(k, 3, 1.0f).ok());
   EXPECT_EQ(Rows(resumed->get(), false, k), Rows(local->get(), false, k));
 }
 

@@ -121,6 +121,9 @@ training:
   batch_size: 4096
   eval_batch_size: 8192
   lr: 1e-3
+  lr_schedule: cosine
+  lr_warmup_steps: 100
+  lr_final_fraction: 0.05
   weight_decay: 0.05
   sparse_l2: 0.001
   optimizer: adam
@@ -151,6 +154,9 @@ results_dir: /res
   EXPECT_THAT(spec->model.stage_two_mlp_dims, ElementsAre(64, 32));
   EXPECT_THAT(spec->model.attention_mlp_dims, ElementsAre(16));
   EXPECT_DOUBLE_EQ(spec->training.lr, 1e-3);
+  EXPECT_EQ(spec->training.lr_schedule, "cosine");
+  EXPECT_EQ(spec->training.lr_warmup_steps, 100);
+  EXPECT_DOUBLE_EQ(spec->training.lr_final_fraction, 0.05);
   EXPECT_DOUBLE_EQ(spec->training.weight_decay, 0.05);
   EXPECT_DOUBLE_EQ(spec->training.sparse_l2, 0.001);
   EXPECT_EQ(spec->training.sparse_optimizer, "adagrad");
@@ -331,7 +337,8 @@ TEST(JobSpecTest, ARecipeFillsTheFieldsTheSpecLeavesOut) {
 TEST(JobSpecTest, UnknownKeysAreErrors) {
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs: 2\n  bach_size: 10\n"),
             "job.yaml:4: training.bach_size: unknown key (did you mean 'batch_size'?); known "
-            "keys: epochs, batch_size, eval_batch_size, lr, weight_decay, sparse_l2, optimizer, "
+            "keys: epochs, batch_size, eval_batch_size, lr, lr_schedule, lr_warmup_steps, "
+            "lr_final_fraction, weight_decay, sparse_l2, optimizer, "
             "sparse_optimizer, "
             "staleness, seed, order, train_eval_samples, max_steps_per_epoch, recipe, "
             "validation_fraction, keep_best, patience");
@@ -583,6 +590,10 @@ TEST(JobSpecTest, CrossFieldChecks) {
             "job.yaml:4: training.weight_decay: lr x weight_decay must be < 1 (each step scales "
             "the dense parameters by 1 - lr x weight_decay), got 1");
   EXPECT_TRUE(ParseJobSpec("dataset: d\ntraining: {lr: 0.01, weight_decay: 0.1}\n", "j").ok());
+  EXPECT_THAT(ErrorOf("dataset: d\ntraining: {lr_schedule: step}\n"),
+              StartsWith("job.yaml:2: training.lr_schedule: "));
+  EXPECT_EQ(ErrorOf("dataset: d\ntraining: {lr_final_fraction: 2}\n"),
+            "job.yaml:2: training.lr_final_fraction: must be a number in [0, 1], got '2'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining: {weight_decay: -0.1}\n"),
             "job.yaml:2: training.weight_decay: must be a number in [0, 1000], got '-0.1'");
   // Hard search: SIM only, top_k <= the window; emitted only when not the default (report keys).

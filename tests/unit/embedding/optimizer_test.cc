@@ -168,6 +168,33 @@ TEST(Optimizer, AdamThreeStepsKerasForm) {
   EXPECT_EQ(w[2], 0.3f);  // zero gradient: m = v = 0, no move
 }
 
+// A push's learning-rate multiplier (the step's schedule factor) is the same update at
+// learning_rate x multiplier, for every optimizer; 1 is the configured rate bit for bit.
+TEST(Optimizer, MultiplierIsTheUpdateAtTheScaledRate) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdam}) {
+    SCOPED_TRACE(std::string(OptimizerName(kind)));
+    OptimizerConfig scheduled;
+    scheduled.kind = kind;
+    scheduled.learning_rate = 0.2f;
+    const float multipliers[3] = {1.0f, 0.5f, 0.125f};
+    const std::vector<std::vector<float>> grads = {
+        {0.5f, -1.0f, 0.0f}, {0.25f, 2.0f, 0.0f}, {-0.5f, 0.5f, 0.0f}};
+    std::vector<float> w = {0.1f, -0.2f, 0.3f}, state(StateFloats(scheduled, 3));
+    InitOptimizerState(scheduled, 3, state.data());
+    std::vector<float> w_ref = w, state_ref = state;
+    for (size_t s = 0; s < grads.size(); ++s) {
+      ApplyOptimizer(scheduled, 3, grads[s].data(), w.data(), state.data(), multipliers[s]);
+      OptimizerConfig fixed = scheduled;  // the same step with the scaled rate configured
+      fixed.learning_rate = scheduled.learning_rate * multipliers[s];
+      ApplyOptimizer(fixed, 3, grads[s].data(), w_ref.data(), state_ref.data());
+      EXPECT_EQ(w, w_ref) << "step " << s;
+      EXPECT_EQ(state, state_ref) << "step " << s;
+    }
+    // By hand for sgd: 0.1 - 0.2 (1 x 0.5 + 0.5 x 0.25 - 0.125 x 0.5) = 0.1 - 0.1125 = -0.0125.
+    if (kind == OptimizerKind::kSgd) EXPECT_NEAR(w[0], -0.0125, 1e-7);
+  }
+}
+
 TEST(Optimizer, AdamIsLazyPerRowStepCount) {
   // Row A is pushed three times, row B only on the third push: B's update must be a FIRST Adam
   // step (t = 1), not one corrected with the global step 3.

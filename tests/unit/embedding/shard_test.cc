@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/rng.h"
 #include "common/sharding.h"
@@ -383,6 +384,14 @@ TEST(ShardTest, FailedPushesChangeNothingInAnyTable) {
        absl::StatusCode::kResourceExhausted,
        {"21 keys", "20"}},
   };
+  for (float m : {-0.5f, 1.5f, nan}) {
+    pb::PushRequest scheduled = PushReq({good});
+    scheduled.set_lr_multiplier(m);
+    cases.push_back({absl::StrCat("lr_multiplier ", m),
+                     scheduled,
+                     absl::StatusCode::kInvalidArgument,
+                     {"'lr_multiplier'", "(0, 1]"}});
+  }
   // fp16 overflows to inf on the wire: a non-finite gradient too.
   cases.push_back({"fp16 infinity",
                    PushReq({good, {kCat, {4}, {1, 1, 1e6f}}}, 1, pb::ROW_ENCODING_FP16),
@@ -415,6 +424,12 @@ TEST(ShardTest, FailedPushesChangeNothingInAnyTable) {
   EXPECT_EQ(r.applied_keys(), 4u);
   std::vector<float> want = before;
   for (float& v : want) v -= 0.125f * 0.5f;
+  EXPECT_EQ(Peek(*shard, kUser, old_keys), want);
+  // A scheduled push (lr_multiplier 0.25) is the sgd step at a quarter of the rate.
+  pb::PushRequest scheduled = PushReq({good});
+  scheduled.set_lr_multiplier(0.25f);
+  ASSERT_TRUE(shard->Push(scheduled, &r).ok());
+  for (float& v : want) v -= 0.125f * 0.25f * 0.5f;
   EXPECT_EQ(Peek(*shard, kUser, old_keys), want);
 }
 

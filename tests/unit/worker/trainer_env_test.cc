@@ -1,6 +1,7 @@
 // The one step engine under a TrainerEnv (in-process tables, world 1): the env sees every step,
 // the epoch perf, the evaluation predictions and the checkpoint protocol in order; a mid-epoch
-// checkpoint (every_steps) resumed inside its epoch continues exactly like the uninterrupted run;
+// checkpoint (every_steps) resumed inside its epoch continues exactly like the uninterrupted run,
+// with and without a learning-rate schedule (each step's rate by the formula);
 // staleness 1 trains the same steps; BatchLoader::StartEpoch(epoch, first_step) gives the same
 // batches as the full epoch from that step on; sparse gradients scale by 1/W.
 #include <cmath>
@@ -199,6 +200,71 @@ TEST_F(TrainerEnvTest, AFailedCheckpointIsRetriedAndTrainingGoesOn) {
   EXPECT_THAT(std::string(f.status().message()),
               HasSubstr("3 checkpoints in a row failed (each tried 3 times); the last: "));
   EXPECT_EQ(failing.failures.size(), 2u);
+}
+
+std::vector<double> LossesOf(const RecordingEnv& env) {
+  std::vector<double> out;
+  for (const StepReport& r : env.steps) out.push_back(r.losses.total);
+  return out;
+}
+
+// Runs `o` uninterrupted, then checkpointed after step 7 (epoch 1, 2 steps into it) and stopped,
+// then resumed inside its epoch from `ckpt`: the resumed steps must equal the uninterrupted
+// run's bit for bit. Returns the uninterrupted run's steps.
+std::vector<StepReport> ExpectMidEpochResumeMatches(TrainerOptions o, const std::string& ckpt) {
+  RecordingEnv full;
+  EXPECT_TRUE(RunTrainerWithEnv(o, RunMode::kTrain, &full).ok());
+  const std::vector<double> want = LossesOf(full);
+  EXPECT_EQ(want.size(), 10u);
+  if (want.size() != 10u) return full.steps;
+  o.save_checkpoint = ckpt;
+  o.checkpoint_every_steps = 7;
+  o.checkpoint_every_epoch = false;
+  RecordingEnv first;
+  first.abort_after = 8;
+  auto r1 = RunTrainerWithEnv(o, RunMode::kTrain, &first);
+  EXPECT_EQ(r1.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(LossesOf(first), std::vector<double>(want.begin(), want.begin() + 8));
+  o.save_checkpoint.clear();
+  o.load_checkpoint = ckpt;
+  o.resume_within_epoch = true;
+  RecordingEnv second;
+  auto r2 = RunTrainerWithEnv(o, RunMode::kTrain, &second);
+  EXPECT_TRUE(r2.ok()) << r2.status();
+  EXPECT_EQ(LossesOf(second), std::vector<double>(want.begin() + 7, want.end()))
+      << "the resumed steps equal the uninterrupted run's, bit for bit";
+  for (size_t i = 0; i < second.steps.size(); ++i) {
+    EXPECT_EQ(second.steps[i].lr, full.steps[7 + i].lr) << "step " << 7 + i;
+  }
+  return full.steps;
+}
+
+TEST_F(TrainerEnvTest, ScheduledLearningRateFollowsTheFormulaAndResumesOnSchedule) {
+  TrainerOptions o = Options();
+  o.lr = 0.02f;
+  o.lr_schedule = {LrScheduleKind::kCosine, /*warmup_steps=*/3, /*final_fraction=*/0.1};
+  const std::vector<StepReport> steps =
+      ExpectMidEpochResumeMatches(o, dir_->Sub("ckpt_mid_cosine"));
+  ASSERT_EQ(steps.size(), 10u);
+  // T = 2 epochs x 5 steps: warm-up 1/3, 2/3, 1, then 0.1 + 0.45 (1 + cos(pi (s - 3) / 7)).
+  for (int s = 0; s < 10; ++s) {
+    const double factor = s < 3 ? (s + 1) / 3.0 : 0.1 + 0.45 * (1 + std::cos(M_PI * (s - 3) / 7));
+    EXPECT_NEAR(steps[s].lr, 0.02 * factor, 1e-8) << "step " << s;
+  }
+  // Both optimizers see it: the run departs from the constant-rate run after its first step.
+  TrainerOptions plain = Options();
+  plain.lr = 0.02f;
+  RecordingEnv constant;
+  ASSERT_TRUE(RunTrainerWithEnv(plain, RunMode::kTrain, &constant).ok());
+  ASSERT_EQ(constant.steps.size(), 10u);
+  EXPECT_EQ(constant.steps[0].losses.total, steps[0].losses.total);
+  EXPECT_NE(constant.steps[1].losses.total, steps[1].losses.total);
+  for (const StepReport& r : constant.steps) EXPECT_FLOAT_EQ(r.lr, 0.02f);
+  // A warm-up-free constant schedule is no schedule, bit for bit.
+  plain.lr_schedule.final_fraction = 0.5;
+  RecordingEnv same;
+  ASSERT_TRUE(RunTrainerWithEnv(plain, RunMode::kTrain, &same).ok());
+  EXPECT_EQ(Losses(same), Losses(constant));
 }
 
 TEST_F(TrainerEnvTest, MidEpochCheckpointResumesInsideItsEpoch) {

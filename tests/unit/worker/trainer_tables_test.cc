@@ -64,12 +64,16 @@ TEST(InProcessTablesTest, PushIsTheStoresOptimizerStepAndAnArrivalErrorStopsTheF
       embedding::EmbeddingStore::Create(TwoTables(), embedding::StoreOptions{kSeed, 8, 1});
   ASSERT_TRUE(direct.ok());
   BatchKeys k = KeysOf({{3, 9}, {1, 4, 7}});
-  ASSERT_TRUE(tables->Push(k, /*global_step=*/5).ok());
-  for (uint32_t t = 0; t < 2; ++t) {
-    ASSERT_TRUE((*direct)->Push(t, k.tables[t].keys, k.tables[t].grads, 5).ok());
-    EXPECT_EQ(StoreRows(*tables->in_process(), t, k.tables[t].keys),
-              StoreRows(**direct, t, k.tables[t].keys));
+  // A scheduled step (multiplier 0.25) after a plain one: the store's own step at that rate.
+  for (const auto& [step, multiplier] : {std::pair<int64_t, float>{5, 1.0f}, {6, 0.25f}}) {
+    ASSERT_TRUE(tables->Push(k, step, multiplier).ok());
+    for (uint32_t t = 0; t < 2; ++t) {
+      ASSERT_TRUE((*direct)->Push(t, k.tables[t].keys, k.tables[t].grads, step, multiplier).ok());
+      EXPECT_EQ(StoreRows(*tables->in_process(), t, k.tables[t].keys),
+                StoreRows(**direct, t, k.tables[t].keys));
+    }
   }
+  EXPECT_EQ(tables->Push(k, 7, 1.5f).code(), absl::StatusCode::kInvalidArgument);
   int calls = 0;
   const Status s = tables->Fetch(true, &k, [&](int) {
     ++calls;
@@ -97,7 +101,7 @@ TEST(InProcessTablesTest, ABatchOfAnotherTableCountIsAnError) {
   const Status fetch = tables->Fetch(true, &k, [](int) { return absl::OkStatus(); });
   EXPECT_EQ(fetch.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(fetch.message(), HasSubstr("keys of 3 tables, the store holds 2"));
-  EXPECT_EQ(tables->Push(k, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tables->Push(k, 0, 1.0f).code(), absl::StatusCode::kInvalidArgument);
   std::vector<embedding::TableConfig> gap = TwoTables();
   gap[1].table_id = 4;
   const auto made = CreateInProcessTables(gap, embedding::StoreOptions{});

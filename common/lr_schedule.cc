@@ -1,0 +1,57 @@
+#include "common/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace sift {
+
+absl::string_view LrScheduleName(LrScheduleKind kind) {
+  switch (kind) {
+    case LrScheduleKind::kConstant:
+      return "constant";
+    case LrScheduleKind::kLinear:
+      return "linear";
+    case LrScheduleKind::kCosine:
+      return "cosine";
+  }
+  return "constant";
+}
+
+StatusOr<LrScheduleKind> ParseLrScheduleKind(absl::string_view name) {
+  for (LrScheduleKind k :
+       {LrScheduleKind::kConstant, LrScheduleKind::kLinear, LrScheduleKind::kCosine}) {
+    if (name == LrScheduleName(k)) return k;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown learning-rate schedule '", name,
+                                                 "' (known: constant, linear, cosine)"));
+}
+
+Status ValidateLrSchedule(const LrSchedule& s, absl::string_view warmup_field,
+                          absl::string_view final_field) {
+  if (s.warmup_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(warmup_field, " must be >= 0, got ", s.warmup_steps));
+  }
+  if (!std::isfinite(s.final_fraction) || s.final_fraction < 0 || s.final_fraction > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(final_field, " must be in [0, 1], got ", s.final_fraction));
+  }
+  return absl::OkStatus();
+}
+
+double LrFactor(const LrSchedule& s, int64_t step, int64_t total_steps) {
+  if (step < s.warmup_steps) {
+    return static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+  }
+  if (s.kind == LrScheduleKind::kConstant) return 1.0;
+  const int64_t span = std::max<int64_t>(total_steps - s.warmup_steps, 1);
+  const double p = std::min(1.0, static_cast<double>(step - s.warmup_steps) / span);
+  const double f = s.final_fraction;
+  if (s.kind == LrScheduleKind::kLinear) return 1.0 - (1.0 - f) * p;
+  constexpr double kPi = 3.14159265358979323846;
+  return f + (1.0 - f) * 0.5 * (1.0 + std::cos(kPi * p));
+}
+
+}  // namespace sift
