@@ -42,12 +42,14 @@ Status ValidateLrSchedule(const LrSchedule& s, absl::string_view warmup_field,
 }
 
 double LrFactor(const LrSchedule& s, int64_t step, int64_t total_steps) {
+  // A step beyond the plan runs at the last planned step's rate (positive even when f = 0).
+  step = std::min(step, total_steps - 1);
   if (step < s.warmup_steps) {
     return static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
   }
   if (s.kind == LrScheduleKind::kConstant) return 1.0;
   const int64_t span = std::max<int64_t>(total_steps - s.warmup_steps, 1);
-  const double p = std::min(1.0, static_cast<double>(step - s.warmup_steps) / span);
+  const double p = static_cast<double>(step - s.warmup_steps) / static_cast<double>(span);
   const double f = s.final_fraction;
   if (s.kind == LrScheduleKind::kLinear) return 1.0 - (1.0 - f) * p;
   constexpr double kPi = 3.14159265358979323846;

@@ -10,9 +10,9 @@
 //     constant: 1
 //     linear:   1 - (1 - f) p
 //     cosine:   f + (1 - f) (1 + cos(pi p)) / 2
-// so the factor is in (0, 1] at every step before T (0 only if f = 0 and s >= T, which a run
-// never reaches). A step at or beyond T (a run resumed with more epochs than it planned) keeps
-// the value at p = 1 (f; 1 for constant).
+// so the factor is in (0, 1] at every step: p < 1 before T, and a step at or beyond T (a run
+// resumed from a checkpoint taken under another plan: more steps, another batch size) runs at
+// the rate of the last planned step T - 1 (positive even for f = 0).
 // constant with W = 0 is the reference's fixed learning rate: the trainer then passes the
 // factor 1 everywhere, bit for bit the run without a schedule.
 #pragma once

@@ -1,5 +1,6 @@
 // LrFactor (common/lr_schedule.h) against a hand-computed table: warm-up, linear and cosine
-// decay, the final fraction, steps beyond the plan; parsing and validation.
+// decay, the final fraction, steps beyond the plan (the last planned step's rate, never 0);
+// parsing and validation.
 #include "common/lr_schedule.h"
 
 #include <cmath>
@@ -37,8 +38,9 @@ TEST(LrScheduleTest, LinearAndCosineDecayToTheFinalFraction) {
       {6, 0.6, 0.6},                                       // p = 1/2: cos = 0
       {8, 0.4, 0.2 + 0.4 * (1 - std::sqrt(0.5))},          // p = 3/4
       {9, 0.3, 0.2 + 0.4 * (1 + std::cos(M_PI * 7 / 8))},  // the last planned step: above f
-      {10, 0.2, 0.2},                                      // beyond the plan: f
-      {50, 0.2, 0.2},
+      // Beyond the plan: the last planned step's rate.
+      {10, 0.3, 0.2 + 0.4 * (1 + std::cos(M_PI * 7 / 8))},
+      {50, 0.3, 0.2 + 0.4 * (1 + std::cos(M_PI * 7 / 8))},
   };
   for (const Row& r : rows) {
     EXPECT_NEAR(LrFactor(lin, r.step, 10), r.linear, 1e-15) << "linear step " << r.step;
@@ -48,11 +50,13 @@ TEST(LrScheduleTest, LinearAndCosineDecayToTheFinalFraction) {
   LrSchedule to_zero{LrScheduleKind::kCosine, 0, 0};
   EXPECT_GT(LrFactor(to_zero, 999, 1000), 0.0);
   EXPECT_NEAR(LrFactor(to_zero, 999, 1000), 0.5 * (1 + std::cos(M_PI * 0.999)), 1e-15);
+  EXPECT_EQ(LrFactor(to_zero, 5000, 1000), LrFactor(to_zero, 999, 1000));  // never 0
 }
 
 TEST(LrScheduleTest, WarmUpLongerThanTheRunOnlyWarmsUp) {
   LrSchedule s{LrScheduleKind::kCosine, 20, 0};
   EXPECT_EQ(LrFactor(s, 9, 10), 0.5);
+  EXPECT_EQ(LrFactor(s, 15, 10), 0.5);
 }
 
 TEST(LrScheduleTest, NamesParseAndBadFieldsAreNamed) {

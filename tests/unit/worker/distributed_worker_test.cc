@@ -23,7 +23,7 @@ JobSpec Spec() {
 dataset: /data/tiny
 model: {type: dien, embedding_dim: 8, short_seq_length: 5, long_seq_length: 20}
 training: {epochs: 2, batch_size: 1000, eval_batch_size: 300, lr: 0.002, weight_decay: 0.25, sparse_l2: 0.5,
-           staleness: 1,
+           staleness: 1, lr_schedule: linear, lr_warmup_steps: 5, lr_final_fraction: 0.25,
            seed: 7, order: reference, sparse_optimizer: adagrad, train_eval_samples: 4096,
            max_steps_per_epoch: 9}
 cluster: {servers: 2, workers: 4, threads_per_worker: 3, deterministic: false}
@@ -61,6 +61,9 @@ TEST(TrainerOptionsForAssignmentTest, MapsTheSpecOntoOneRank) {
   EXPECT_EQ(o->epochs, 2);
   EXPECT_FLOAT_EQ(o->lr, 0.002f);
   EXPECT_FLOAT_EQ(o->weight_decay, 0.25f);
+  EXPECT_EQ(o->lr_schedule.kind, LrScheduleKind::kLinear);
+  EXPECT_EQ(o->lr_schedule.warmup_steps, 5);
+  EXPECT_EQ(o->lr_schedule.final_fraction, 0.25);
   EXPECT_FLOAT_EQ(o->sparse_l2, 0.5f);
   EXPECT_EQ(o->staleness, 1);
   EXPECT_EQ(o->seed, 7u);

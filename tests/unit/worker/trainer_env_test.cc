@@ -233,7 +233,8 @@ std::vector<StepReport> ExpectMidEpochResumeMatches(TrainerOptions o, const std:
   EXPECT_TRUE(r2.ok()) << r2.status();
   EXPECT_EQ(LossesOf(second), std::vector<double>(want.begin() + 7, want.end()))
       << "the resumed steps equal the uninterrupted run's, bit for bit";
-  for (size_t i = 0; i < second.steps.size(); ++i) {
+  EXPECT_EQ(second.steps.size(), 3u);
+  for (size_t i = 0; i < second.steps.size() && 7 + i < full.steps.size(); ++i) {
     EXPECT_EQ(second.steps[i].lr, full.steps[7 + i].lr) << "step " << 7 + i;
   }
   return full.steps;
@@ -265,6 +266,29 @@ TEST_F(TrainerEnvTest, ScheduledLearningRateFollowsTheFormulaAndResumesOnSchedul
   RecordingEnv same;
   ASSERT_TRUE(RunTrainerWithEnv(plain, RunMode::kTrain, &same).ok());
   EXPECT_EQ(Losses(same), Losses(constant));
+}
+
+// The push carries the factor too: after one step at warm-up factor 1/4 (lr 0.01, warm-up 4),
+// the dense parameters AND the embedding rows are those of one step at lr 0.0025 (0.01f / 4 is
+// exactly 0.0025f), so the second step's loss is the same bit for bit — and not that of lr 0.01.
+TEST_F(TrainerEnvTest, TheFirstWarmUpStepIsAStepAtTheScaledRateInBothOptimizers) {
+  TrainerOptions o = Options();
+  o.epochs = 1;
+  o.max_steps_per_epoch = 2;
+  RecordingEnv plain, warm, quarter;
+  ASSERT_TRUE(RunTrainerWithEnv(o, RunMode::kTrain, &plain).ok());
+  TrainerOptions w = o;
+  w.lr_schedule.warmup_steps = 4;
+  ASSERT_TRUE(RunTrainerWithEnv(w, RunMode::kTrain, &warm).ok());
+  TrainerOptions q = o;
+  q.lr = 0.0025f;
+  ASSERT_EQ(q.lr, 0.01f * 0.25f);
+  ASSERT_TRUE(RunTrainerWithEnv(q, RunMode::kTrain, &quarter).ok());
+  ASSERT_EQ(warm.steps.size(), 2u);
+  ASSERT_EQ(quarter.steps.size(), 2u);
+  ASSERT_EQ(plain.steps.size(), 2u);
+  EXPECT_EQ(warm.steps[1].losses.total, quarter.steps[1].losses.total);
+  EXPECT_NE(warm.steps[1].losses.total, plain.steps[1].losses.total);
 }
 
 TEST_F(TrainerEnvTest, MidEpochCheckpointResumesInsideItsEpoch) {
