@@ -158,10 +158,12 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
     cmd->add_option("--train-eval-samples", o.train_eval_samples,
                     "Train AUC on a fixed sample of this many training samples (0 = all)")
         ->capture_default_str();
-    cmd->add_option("--recipe", f->recipe,
-                    "Training recipe: reference (the TF2 reference's) or sift (mini-batch-aware "
-                    "L2, dropout, a validation split keeping the best epoch, early stopping); "
-                    "flags given explicitly override it (README Training recipes)")
+    cmd->add_option(
+           "--recipe", f->recipe,
+           "Training recipe: reference (the TF2 reference's) or sift (mini-batch-aware "
+           "L2, dropout, a validation split keeping the best epoch, early stopping, cosine "
+           "lr decay from 0.02); "
+           "flags given explicitly override it (README Training recipes)")
         ->check(CLI::IsMember({"reference", "sift"}))
         ->capture_default_str();
     cmd->add_option("--validation-fraction", o.validation_fraction,
@@ -229,12 +231,13 @@ Status ResolveFlags(TrainFlags* f) {
   SIFT_ASSIGN_OR_RETURN(f->opt.model.type, worker::ParseModelType(f->model));
   SIFT_ASSIGN_OR_RETURN(f->opt.model.gsu, worker::ParseGsu(f->gsu));
   SIFT_ASSIGN_OR_RETURN(f->opt.order, data::ParseSampleOrder(f->order));
-  SIFT_ASSIGN_OR_RETURN(f->opt.lr_schedule.kind, ParseLrScheduleKind(f->lr_schedule));
   if (f->cmd != nullptr && f->cmd->get_option_no_throw("--recipe") != nullptr) {
     // The recipe's values for the flags not given (common/recipe.h).
     SIFT_ASSIGN_OR_RETURN(const Recipe recipe, FindRecipe(f->recipe));
     const auto unset = [f](const char* flag) { return f->cmd->count(flag) == 0; };
     if (unset("--sparse-l2")) f->opt.sparse_l2 = static_cast<float>(recipe.sparse_l2);
+    if (unset("--lr")) f->opt.lr = static_cast<float>(recipe.lr);
+    if (unset("--lr-schedule")) f->lr_schedule = recipe.lr_schedule;
     if (unset("--dropout")) f->opt.model.dropout = static_cast<float>(recipe.dropout);
     if (unset("--validation-fraction")) f->opt.validation_fraction = recipe.validation_fraction;
     if (f->opt.validation_fraction > 0) {
@@ -242,6 +245,7 @@ Status ResolveFlags(TrainFlags* f) {
       if (unset("--patience")) f->opt.patience = recipe.patience;
     }
   }
+  SIFT_ASSIGN_OR_RETURN(f->opt.lr_schedule.kind, ParseLrScheduleKind(f->lr_schedule));
   f->opt.keep_best = f->keep_best == "validation_auc";
 #ifndef SIFT_MINIMAL
   if (!f->embedding_servers.empty()) {

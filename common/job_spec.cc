@@ -442,6 +442,8 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
   SIFT_ASSIGN_OR_RETURN(const Recipe recipe, FindRecipe(t.recipe));
   const auto unset = [&p](const char* field) { return p.LineOf(field) < 0; };
   if (unset("training.sparse_l2")) t.sparse_l2 = recipe.sparse_l2;
+  if (unset("training.lr")) t.lr = recipe.lr;
+  if (unset("training.lr_schedule")) t.lr_schedule = recipe.lr_schedule;
   if (unset("model.dropout")) m.dropout = recipe.dropout;
   if (unset("training.validation_fraction")) t.validation_fraction = recipe.validation_fraction;
   if (t.validation_fraction > 0) {  // a spec that turns the validation split off chooses nothing
@@ -586,6 +588,8 @@ void ApplyRecipe(const Recipe& recipe, JobSpec* spec) {
   JobSpec::Training& t = spec->training;
   t.recipe = recipe.name;
   t.sparse_l2 = recipe.sparse_l2;
+  t.lr = recipe.lr;
+  t.lr_schedule = recipe.lr_schedule;
   spec->model.dropout = recipe.dropout;
   t.validation_fraction = recipe.validation_fraction;
   t.keep_best = recipe.keep_best;
@@ -633,7 +637,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "eval_batch_size" << YAML::Value << t.eval_batch_size;
   out << YAML::Key << "lr" << YAML::Value << ShortestDouble(t.lr);
   // The schedule only when used (the canonical text of a spec without one stays as it was).
-  if (const JobSpec::Training plain; t.lr_schedule != plain.lr_schedule ||
+  if (const JobSpec::Training plain; all_recipe_fields || t.lr_schedule != plain.lr_schedule ||
                                      t.lr_warmup_steps != plain.lr_warmup_steps ||
                                      t.lr_final_fraction != plain.lr_final_fraction) {
     out << YAML::Key << "lr_schedule" << YAML::Value << t.lr_schedule;

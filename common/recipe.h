@@ -6,7 +6,9 @@
 //   sift      — what the search on `small` seed 1 found (README "Training recipes"): the DIN
 //               paper's mini-batch-aware L2 on the embedding rows, dropout in the MLP heads, a
 //               validation split of half the users (each gives only its last training pair,
-//               about 1% of the training samples) choosing the best epoch, and early stopping.
+//               about 1% of the training samples) choosing the best epoch, early stopping, and
+//               a cosine learning-rate decay from twice the reference's rate (lr 0.02) to 0
+//               over the run's steps (common/lr_schedule.h).
 #pragma once
 
 #include <string>
@@ -20,11 +22,13 @@ namespace sift {
 
 struct Recipe {
   std::string name;
-  double sparse_l2 = 0;            // training.sparse_l2
-  double dropout = 0;              // model.dropout
-  double validation_fraction = 0;  // training.validation_fraction
-  std::string keep_best = "last";  // training.keep_best
-  int patience = 0;                // training.patience
+  double sparse_l2 = 0;                  // training.sparse_l2
+  double dropout = 0;                    // model.dropout
+  double validation_fraction = 0;        // training.validation_fraction
+  std::string keep_best = "last";        // training.keep_best
+  int patience = 0;                      // training.patience
+  double lr = 0.01;                      // training.lr
+  std::string lr_schedule = "constant";  // training.lr_schedule
 };
 
 // The recipe a spec or a sift train run gets when it names none.
@@ -32,8 +36,8 @@ inline constexpr char kDefaultRecipe[] = "reference";
 
 inline const std::vector<Recipe>& Recipes() {
   static const std::vector<Recipe> recipes = {
-      {"reference", 0, 0, 0, "last", 0},
-      {"sift", 0.3, 0.1, 0.5, "validation_auc", 2},
+      {"reference", 0, 0, 0, "last", 0, 0.01, "constant"},
+      {"sift", 0.3, 0.1, 0.5, "validation_auc", 2, 0.02, "cosine"},
   };
   return recipes;
 }

@@ -437,9 +437,10 @@ TEST_F(TrainTest, RecipeSiftSetsTheFlagsNotGivenAndExplicitFlagsWin) {
   EXPECT_TRUE(Has(*FinalRecord(recs), "kept_epoch"));
   // Every field of the recipe given explicitly as the reference's: the reference's run, bit for
   // bit.
-  const std::vector<double> overridden = DinStepLosses(
-      "recipe-overridden",
-      {"--recipe", "sift", "--sparse-l2", "0", "--dropout", "0", "--validation-fraction", "0"});
+  const std::vector<double> overridden =
+      DinStepLosses("recipe-overridden",
+                    {"--recipe", "sift", "--sparse-l2", "0", "--dropout", "0",
+                     "--validation-fraction", "0", "--lr", "0.01", "--lr-schedule", "constant"});
   EXPECT_EQ(overridden, reference);
 }
 

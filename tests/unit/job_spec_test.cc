@@ -307,16 +307,21 @@ TEST(JobSpecTest, ARecipeFillsTheFieldsTheSpecLeavesOut) {
   EXPECT_EQ(sift->training.validation_fraction, r.validation_fraction);
   EXPECT_EQ(sift->training.keep_best, r.keep_best);
   EXPECT_EQ(sift->training.patience, r.patience);
+  EXPECT_EQ(sift->training.lr, r.lr);
+  EXPECT_EQ(sift->training.lr_schedule, r.lr_schedule);
+  EXPECT_EQ(r.lr_schedule, "cosine");
   // Explicit fields win; no validation split means nothing to choose by.
   auto mixed = ParseJobSpec(
       "dataset: d\nmodel: {dropout: 0}\ntraining:\n  recipe: sift\n  sparse_l2: 0.5\n"
-      "  validation_fraction: 0\n",
+      "  validation_fraction: 0\n  lr_schedule: constant\n",
       "job.yaml");
   ASSERT_TRUE(mixed.ok()) << mixed.status();
   EXPECT_EQ(mixed->training.sparse_l2, 0.5);
   EXPECT_EQ(mixed->model.dropout, 0);
   EXPECT_EQ(mixed->training.keep_best, "last");
   EXPECT_EQ(mixed->training.patience, 0);
+  EXPECT_EQ(mixed->training.lr_schedule, "constant");  // explicit, and kept by the text below
+  EXPECT_EQ(mixed->training.lr, r.lr);
   // The canonical text parses back to the same spec, whatever the recipe.
   for (const auto* spec : {&*sift, &*mixed}) {
     auto again = ParseJobSpec(JobSpecToYaml(*spec), "again.yaml");
