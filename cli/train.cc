@@ -88,12 +88,12 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
                   "Learning-rate schedule of both optimizers over the run's epochs x steps: "
                   "constant, linear or cosine decay to --lr-final-fraction x lr, after "
                   "--lr-warmup-steps of linear warm-up (README Training recipes)")
-      ->check(CLI::IsMember({"constant", "linear", "cosine"}))
+      ->check(CLI::IsMember(LrScheduleNames()))
       ->capture_default_str();
   cmd->add_option("--lr-warmup-steps", o.lr_schedule.warmup_steps,
                   "Steps of linear learning-rate warm-up, (s + 1) / N x lr (0 = none)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_option("--lr-final-fraction", o.lr_schedule.final_fraction,
                   "The fraction of lr a linear or cosine schedule decays to at the run's end")
       ->capture_default_str()

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
+#include "common/lr_schedule.h"
 #include "common/text.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
@@ -29,7 +30,6 @@ const std::vector<std::string> kModelTypes = {"sim", "dien", "din"};
 const std::vector<std::string> kGsuKinds = {"soft", "hard"};
 const std::vector<std::string> kOptimizers = {"adam"};
 const std::vector<std::string> kSparseOptimizers = {"adam", "adagrad", "sgd"};
-const std::vector<std::string> kLrSchedules = {"constant", "linear", "cosine"};
 const std::vector<std::string> kOrders = {"shuffled", "reference"};
 const std::vector<std::string> kKeepBest = {"last", "validation_auc"};
 // A static list: Parser::Enum keeps a reference to it.
@@ -360,7 +360,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                        {"batch_size", p.Int(&t.batch_size, 1, L::kMaxBatchSize)},
                        {"eval_batch_size", p.Int(&t.eval_batch_size, 0, L::kMaxBatchSize)},
                        {"lr", p.Float(&t.lr, L::kMinLr, L::kMaxLr)},
-                       {"lr_schedule", p.Enum(&t.lr_schedule, kLrSchedules)},
+                       {"lr_schedule", p.Enum(&t.lr_schedule, LrScheduleNames())},
                        {"lr_warmup_steps", p.Int(&t.lr_warmup_steps, 0, L::kMaxSamples)},
                        {"lr_final_fraction", p.Float(&t.lr_final_fraction, 0, 1)},
                        {"weight_decay", p.Float(&t.weight_decay, 0, L::kMaxWeightDecay)},

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace sift {
 
@@ -19,13 +20,27 @@ absl::string_view LrScheduleName(LrScheduleKind kind) {
   return "constant";
 }
 
+namespace {
+constexpr LrScheduleKind kKinds[] = {LrScheduleKind::kConstant, LrScheduleKind::kLinear,
+                                     LrScheduleKind::kCosine};
+}  // namespace
+
+const std::vector<std::string>& LrScheduleNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (LrScheduleKind k : kKinds) v.emplace_back(LrScheduleName(k));
+    return v;
+  }();
+  return names;
+}
+
 StatusOr<LrScheduleKind> ParseLrScheduleKind(absl::string_view name) {
-  for (LrScheduleKind k :
-       {LrScheduleKind::kConstant, LrScheduleKind::kLinear, LrScheduleKind::kCosine}) {
+  for (LrScheduleKind k : kKinds) {
     if (name == LrScheduleName(k)) return k;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown learning-rate schedule '", name,
-                                                 "' (known: constant, linear, cosine)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown learning-rate schedule '", name,
+                   "' (known: ", absl::StrJoin(LrScheduleNames(), ", "), ")"));
 }
 
 Status ValidateLrSchedule(const LrSchedule& s, absl::string_view warmup_field,

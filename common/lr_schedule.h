@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "common/status.h"
@@ -35,6 +36,8 @@ struct LrSchedule {
 
 // "constant", "linear", "cosine".
 absl::string_view LrScheduleName(LrScheduleKind kind);
+// Every kind's name, in enum order: what --lr-schedule and training.lr_schedule accept.
+const std::vector<std::string>& LrScheduleNames();
 // Inverse of LrScheduleName; INVALID_ARGUMENT naming the accepted values otherwise.
 StatusOr<LrScheduleKind> ParseLrScheduleKind(absl::string_view name);
 

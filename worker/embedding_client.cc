@@ -693,10 +693,6 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
 }
 
 Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step, float lr_multiplier) {
-  if (!(lr_multiplier > 0.0f && lr_multiplier <= 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("push: learning-rate multiplier ", lr_multiplier, " must be in (0, 1]"));
-  }
   Impl& im = *impl_;
   const uint32_t S = im.shards();
   const WireFloat encoding = im.options.encoding;

@@ -4,6 +4,8 @@
 #include "common/lr_schedule.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -66,6 +68,7 @@ TEST(LrScheduleTest, NamesParseAndBadFieldsAreNamed) {
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, k);
   }
+  EXPECT_EQ(LrScheduleNames(), (std::vector<std::string>{"constant", "linear", "cosine"}));
   const auto bad = ParseLrScheduleKind("step");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("constant, linear, cosine"), absl::string_view::npos);
