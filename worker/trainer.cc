@@ -827,6 +827,9 @@ StatusOr<EvalResult> Trainer::Evaluate(data::Split split, int64_t max_samples, i
   lo.world = world_;
   lo.drop_remainder = false;
   lo.threads = o_.threads;
+  // The streamed soft search skips the padding of rows grouped by history length; the
+  // predictions go back to the epoch order (Batch::epoch_row), as test_predictions.csv lists them.
+  lo.group_by_history = model_->soft_search_chunk() > 0;
   SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(samples_, lo));
   loader->StartEpoch(0);
   EvalPredictions p;
@@ -848,9 +851,13 @@ StatusOr<EvalResult> Trainer::Evaluate(data::Split split, int64_t max_samples, i
     p.batch_rows.push_back(b->size);
     p.batch_loss_sums.push_back(batch_loss);
     absl::Span<const float> logits = model_->logits();
+    const size_t at = p.scores.size();
+    p.scores.resize(at + static_cast<size_t>(b->size));
+    p.labels.resize(p.scores.size());
     for (int64_t i = 0; i < b->size; ++i) {
-      p.scores.push_back(logits[i]);
-      p.labels.push_back(b->label[i]);
+      const size_t r = at + static_cast<size_t>(b->epoch_row[static_cast<size_t>(i)]);
+      p.scores[r] = logits[i];
+      p.labels[r] = b->label[i];
     }
     bar.Update(static_cast<int64_t>(p.scores.size()), static_cast<int64_t>(p.scores.size()));
   }
@@ -1004,6 +1011,7 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
   lo.world = world_;
   lo.drop_remainder = true;  // as the reference's run scripts (model-spec 0); equal steps per rank
   lo.threads = o_.threads;
+  lo.group_by_history = model_->soft_search_chunk() > 0;  // the streamed soft search's chunks
   SIFT_RETURN_IF_ERROR(data::ValidateBatchLoaderOptions(*samples_, lo));
   SIFT_ASSIGN_OR_RETURN(auto loader, data::BatchLoader::Create(samples_, lo));
   int64_t steps_per_epoch = loader->steps_per_epoch();

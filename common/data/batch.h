@@ -57,6 +57,9 @@ struct Batch {
   bool has_long_time = false;      // HistoryOptions::time_buckets
 
   std::vector<int64_t> index;       // [cap] sample index within the split
+  // [cap] the row's place among the batch's samples in the epoch order: r, unless the loader
+  // grouped the rows by history length (BatchLoaderOptions::group_by_history).
+  std::vector<int32_t> epoch_row;
   std::vector<float> label;         // [cap] 1 or 0
   std::vector<int32_t> hist_len;    // [cap] valid history slots (short + long), <= T
   std::vector<int32_t> user;        // [UF][cap]
@@ -83,6 +86,7 @@ struct Batch {
     has_long_time = h.time_buckets;
     const size_t c = static_cast<size_t>(cap), F = static_cast<size_t>(item_features);
     index.resize(c);
+    epoch_row.resize(c);
     label.resize(c);
     hist_len.resize(c);
     user.resize(static_cast<size_t>(user_features) * c);

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <utility>
+#include <vector>
 
 #include "common/hash.h"
 #include "common/rng.h"
@@ -46,6 +48,7 @@ void ZeroTailRows(int64_t from, Batch* b) {
   const int64_t cap = b->capacity, n = cap - from;
   if (n <= 0) return;
   std::fill(b->index.begin() + from, b->index.end(), -1);
+  for (int64_t r = from; r < cap; ++r) b->epoch_row[static_cast<size_t>(r)] = static_cast<int32_t>(r);
   std::fill(b->label.begin() + from, b->label.begin() + cap, 0.0f);
   std::fill(b->hist_len.begin() + from, b->hist_len.begin() + cap, 0);
   for (int k = 0; k < b->num_user_features; ++k) std::fill_n(b->User(k) + from, n, 0);
@@ -354,6 +357,22 @@ void BatchLoader::ProducerLoop() {
   }
 }
 
+void BatchLoader::GroupByHistory(int64_t begin, int64_t rows,
+                                 std::vector<int64_t>* positions) const {
+  std::vector<std::pair<int64_t, int64_t>> keyed(static_cast<size_t>(rows));  // (-length, position)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t events = source_->HistoryEvents(options_.split, IndexAt(begin + r));
+    if (events < 0) return;  // lengths not known: the epoch order
+    const int64_t length = std::min<int64_t>(events, options_.history.max_history);
+    keyed[static_cast<size_t>(r)] = {-length, begin + r};
+  }
+  std::sort(keyed.begin(), keyed.end());
+  positions->resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    (*positions)[static_cast<size_t>(r)] = keyed[static_cast<size_t>(r)].second;
+  }
+}
+
 bool BatchLoader::Build(int64_t t, uint64_t generation, Batch* batch) {
   const int64_t B = options_.batch_size;
   const int64_t begin = t * B;
@@ -363,11 +382,17 @@ bool BatchLoader::Build(int64_t t, uint64_t generation, Batch* batch) {
   // Enough chunks to balance the threads, few enough that scheduling stays negligible.
   const int64_t threads = pool_.num_threads();
   const int64_t grain = std::clamp<int64_t>(rows / (threads * 8), 16, 512);
+  std::vector<int64_t> positions;
+  if (options_.group_by_history) GroupByHistory(begin, rows, &positions);
   pool_.ParallelFor(rows, grain, [&](int64_t lo, int64_t hi) {
     for (int64_t r0 = lo; r0 < hi; r0 += kRowsPerCheck) {
       if (Cancelled(generation)) return;
       const int64_t r1 = std::min(hi, r0 + kRowsPerCheck);
-      for (int64_t r = r0; r < r1; ++r) source_->Materialize(split, IndexAt(begin + r), r, batch);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t k = positions.empty() ? begin + r : positions[static_cast<size_t>(r)];
+        source_->Materialize(split, IndexAt(k), r, batch);
+        batch->epoch_row[static_cast<size_t>(r)] = static_cast<int32_t>(k - begin);
+      }
     }
   });
   ZeroTailRows(rows, batch);

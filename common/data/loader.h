@@ -46,6 +46,12 @@ struct BatchLoaderOptions {
   // sharded; the remainder record is read last, by rank 0 only, and only without drop_remainder
   // (model-spec 6.3, 6.5). Use a batch size that is a multiple of P for the reference's batches.
   int64_t reference_prebatch = 0;
+  // Rows of each batch in decreasing order of their history length (SampleSource::HistoryEvents,
+  // capped at max_history; ties keep the epoch order): SIM's streamed soft search then visits
+  // chunks of samples of similar length and skips their common padding. The samples of batch t
+  // are the same either way, only their rows move. No effect where the source does not know the
+  // lengths (stored samples).
+  bool group_by_history = false;
 };
 
 // Checks every field against `source` (and the split's size). Errors name the option.
@@ -124,6 +130,8 @@ class BatchLoader {
   // Builds batch `t` of the current epoch into `batch`; returns false if cancelled meanwhile.
   bool Build(int64_t t, uint64_t generation, Batch* batch);
   bool Cancelled(uint64_t generation) const;
+  // group_by_history: the epoch positions of batch t's rows, [begin, begin + rows) reordered.
+  void GroupByHistory(int64_t begin, int64_t rows, std::vector<int64_t>* positions) const;
 
   const SampleSource* const source_;
   const BatchLoaderOptions options_;

@@ -61,6 +61,12 @@ void TimelineSamples::Locate(Split split, int64_t index, int64_t* user, int64_t*
   *target_pos = (timeline_->user_length(u) - 1 - pairs) + (pair - pair_offsets_[u]);
 }
 
+int64_t TimelineSamples::HistoryEvents(Split split, int64_t index) const {
+  int64_t user = 0, target_pos = 0;
+  Locate(split, index, &user, &target_pos);
+  return target_pos;  // the user's events before the target
+}
+
 Status TimelineSamples::PrepareHardSearch() const {
   std::call_once(index_once_, [this] {
     ThreadPool pool(0);

@@ -48,6 +48,9 @@ class SampleSource {
   virtual bool has_timestamps() const { return false; }
   // The most events any sample has before its target (-1: not known, e.g. stored samples).
   virtual int64_t max_history_events() const { return -1; }
+  // The events sample `index` of `split` has before its target, without materialising it (-1:
+  // not known). Only an ordering key (BatchLoaderOptions::group_by_history): cheap, thread-safe.
+  virtual int64_t HistoryEvents(Split /*split*/, int64_t /*index*/) const { return -1; }
   virtual Status PrepareHardSearch() const {
     return absl::FailedPreconditionError(
         "hard search (model.gsu: hard) needs a timeline dataset (users.bin + events.bin): stored "
@@ -69,6 +72,7 @@ class TimelineSamples final : public SampleSource {
   Status PrepareHardSearch() const override;
   bool has_timestamps() const override { return timeline_->has_timestamps(); }
   int64_t max_history_events() const override { return max_length_ - 1; }
+  int64_t HistoryEvents(Split split, int64_t index) const override;
   // The index once PrepareHardSearch returned OK (null before).
   const CategoryIndex* category_index() const { return index_.get(); }
   int64_t train_targets_per_user() const { return train_targets_; }

@@ -88,6 +88,11 @@ void HeldOutSamples::Materialize(Split split, int64_t index, int64_t row, Batch*
   base_->Materialize(base_split, BaseIndex(split, index), row, batch);
 }
 
+int64_t HeldOutSamples::HistoryEvents(Split split, int64_t index) const {
+  const Split base_split = split == Split::kTest ? Split::kTest : Split::kTrain;
+  return base_->HistoryEvents(base_split, BaseIndex(split, index));
+}
+
 int64_t HeldOutSamples::UserOf(Split split, int64_t index) const {
   const Split base_split = split == Split::kTest ? Split::kTest : Split::kTrain;
   return base_->UserOf(base_split, BaseIndex(split, index));

@@ -47,6 +47,7 @@ class HeldOutSamples final : public SampleSource {
   Status PrepareHardSearch() const override { return base_->PrepareHardSearch(); }
   bool has_timestamps() const override { return base_->has_timestamps(); }
   int64_t max_history_events() const override { return base_->max_history_events(); }
+  int64_t HistoryEvents(Split split, int64_t index) const override;
 
   // The base's training index of `index` in `split` (kTrain or kValidation; kTest: `index`).
   int64_t BaseIndex(Split split, int64_t index) const;

@@ -417,6 +417,68 @@ TEST_F(LoaderTest, RowsMatchDirectMaterialize) {
   }
 }
 
+// group_by_history: each batch holds the same samples as without it, its rows in decreasing
+// order of their history length (ties in the epoch order), epoch_row pointing back, and each row
+// still the direct Materialize of its index; the same for every thread count.
+TEST_F(LoaderTest, GroupByHistoryReordersRowsWithinEachBatch) {
+  for (Split split : {Split::kTrain, Split::kTest}) {
+    for (SampleOrder order : {SampleOrder::kShuffled, SampleOrder::kReference}) {
+      SCOPED_TRACE(::testing::Message() << SplitName(split) << " " << SampleOrderName(order));
+      BatchLoaderOptions o;
+      o.split = split;
+      o.order = order;
+      o.batch_size = 64;
+      o.drop_remainder = false;
+      o.history = HistoryOptions{300, 10, false};
+      o.threads = 2;
+      BatchLoaderOptions g = o;
+      g.group_by_history = true;
+      ExpectRowsMatchSource(source(), g);
+      auto plain = MakeLoader(source(), o);
+      auto grouped = MakeLoader(source(), g);
+      g.threads = 1;
+      auto grouped1 = MakeLoader(source(), g);
+      ASSERT_NE(plain, nullptr);
+      ASSERT_NE(grouped, nullptr);
+      ASSERT_NE(grouped1, nullptr);
+      for (BatchLoader* l : {plain.get(), grouped.get(), grouped1.get()}) l->StartEpoch(3);
+      int64_t batches = 0, moved = 0;
+      while (const Batch* want = plain->Next()) {
+        const Batch* got = grouped->Next();
+        const Batch* got1 = grouped1->Next();
+        ASSERT_NE(got, nullptr);
+        ASSERT_NE(got1, nullptr);
+        ASSERT_EQ(got->size, want->size);
+        EXPECT_EQ(Copy(*got), Copy(*got1));
+        EXPECT_EQ(got->epoch_row, got1->epoch_row);
+        std::vector<bool> seen(static_cast<size_t>(want->size), false);
+        for (int64_t r = 0; r < want->size; ++r) {
+          EXPECT_EQ(want->epoch_row[r], r);
+          const int32_t e = got->epoch_row[r];
+          ASSERT_GE(e, 0);
+          ASSERT_LT(e, want->size);
+          EXPECT_FALSE(seen[static_cast<size_t>(e)]);
+          seen[static_cast<size_t>(e)] = true;
+          EXPECT_EQ(got->index[r], want->index[e]);
+          EXPECT_EQ(got->hist_len[r], want->hist_len[e]);
+          moved += e != r;
+          if (r > 0) {
+            ASSERT_GE(got->hist_len[r - 1], got->hist_len[r]) << "row " << r;
+            if (got->hist_len[r - 1] == got->hist_len[r]) {
+              EXPECT_LT(got->epoch_row[r - 1], e) << "row " << r;
+            }
+          }
+        }
+        for (int64_t r = want->size; r < want->capacity; ++r) EXPECT_EQ(got->epoch_row[r], r);
+        ++batches;
+      }
+      EXPECT_EQ(grouped->Next(), nullptr);
+      EXPECT_GT(batches, 1);
+      EXPECT_GT(moved, 0);  // 2..350 events per user: the order does change
+    }
+  }
+}
+
 TEST_F(LoaderTest, LongHistoriesAndLongNegatives) {
   BatchLoaderOptions o;
   o.batch_size = 128;
@@ -719,6 +781,22 @@ TEST(LoaderExplicit, ExplicitSamplesDatasetLoads) {
       o.history = h;
       SCOPED_TRACE(::testing::Message() << SplitName(split) << " T " << h.max_history);
       ExpectRowsMatchSource(src, o);
+      {  // Stored samples do not tell their history length: group_by_history changes nothing.
+        BatchLoaderOptions g = o;
+        g.group_by_history = true;
+        auto a = MakeLoader(src, o);
+        auto b = MakeLoader(src, g);
+        ASSERT_NE(a, nullptr);
+        ASSERT_NE(b, nullptr);
+        a->StartEpoch(0);
+        b->StartEpoch(0);
+        while (const Batch* want = a->Next()) {
+          const Batch* got = b->Next();
+          ASSERT_NE(got, nullptr);
+          EXPECT_EQ(Copy(*got), Copy(*want));
+          EXPECT_EQ(got->epoch_row, want->epoch_row);
+        }
+      }
       // Labels, users and targets come straight from the stored records.
       auto l = MakeLoader(src, o);
       ASSERT_NE(l, nullptr);

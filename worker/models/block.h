@@ -61,4 +61,19 @@ struct Pass {
   int64_t batch = 0;
 };
 
+// The long slots of samples [b0, b0 + c) of SIM's search, as one chunk: each sample's slots
+// [start, start + width) of its T_L (the chunk's window; outside it every slot of these samples
+// is padding, so skipping it changes no result), resident as [c, width] arrays. `offset` is the
+// chunk's place in the batch's ragged per-slot arrays (the attention weights, the top-k mask):
+// the sum of c * width over the chunks before it. A pass over the whole batch is one chunk with
+// b0 0, c B, start 0, width T_L, offset 0.
+struct SlotChunk {
+  int64_t b0 = 0, c = 0;
+  int start = 0, width = 0;
+  int64_t offset = 0;
+  const float* mask = nullptr;    // [c, width]: the slots' mask (backend memory)
+  const int32_t* time = nullptr;  // [c, width]: their time buckets (the time embedding; else null)
+  int64_t slots() const { return c * width; }
+};
+
 }  // namespace sift::worker::models

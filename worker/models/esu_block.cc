@@ -40,25 +40,23 @@ void EsuBlock::PrepareQuery(const Pass& p, const float* q) {
   p.be->Copy(B, 1, D_, p.params + time_query_, 0, 0, qe_.data() + I_, Ie_, 0, false);
 }
 
-void EsuBlock::PrepareSlots(const Pass& p, const float* x_long, const int32_t* long_time,
-                            int64_t b0, int64_t c) {
+void EsuBlock::PrepareSlots(const Pass& p, const float* x_long, const SlotChunk& k) {
   if (!time_) return;
-  const int64_t n = c * TL_;
+  const int64_t n = k.slots();
   p.be->Copy(1, n, I_, x_long, 0, I_, xe_.data(), 0, Ie_, false);
   // Padding slots (bucket -1) get zeros, as their item vectors.
-  p.be->GatherRows(n, D_, p.params + time_table_, long_time + b0 * TL_, nullptr, xe_.data() + I_,
-                   Ie_);
+  p.be->GatherRows(n, D_, p.params + time_table_, k.time, nullptr, xe_.data() + I_, Ie_);
 }
 
 void EsuBlock::Forward(const Pass& p, const float* q, const float* x_long, const float* rho,
-                       int64_t b0, int64_t c, float* z, int64_t ldz) {
+                       const SlotChunk& k, float* z, int64_t ldz) {
   // With the time embedding the ESU attends over [x; tau] with the query [q; u] (Ie_ wide).
   const float* query = time_ ? qe_.data() : q;
   const float* x = time_ ? xe_.data() : x_long;
-  float* zb = z + b0 * ldz;
-  p.be->DotAttentionForward(c, TL_, Ie_, query + b0 * Ie_, Ie_, x, rho + b0 * TL_,
-                            alpha2_.data() + b0 * TL_, zb, ldz);
-  p.be->DampedMeanForward(c, TL_, Ie_, x, rho + b0 * TL_, zb + Ie_, ldz);
+  float* zb = z + k.b0 * ldz;
+  p.be->DotAttentionForward(k.c, k.width, Ie_, query + k.b0 * Ie_, Ie_, x, rho,
+                            alpha2_.data() + k.offset, zb, ldz);
+  p.be->DampedMeanForward(k.c, k.width, Ie_, x, rho, zb + Ie_, ldz);
 }
 
 void EsuBlock::BeginBackward(const Pass& p) {
@@ -66,27 +64,26 @@ void EsuBlock::BeginBackward(const Pass& p) {
 }
 
 void EsuBlock::Backward(const Pass& p, const float* q, const float* x_long, const float* rho,
-                        const int32_t* long_time, int64_t b0, int64_t c, const float* dz,
-                        int64_t ldz, float* dq, float* dx_long) {
+                        const SlotChunk& k, const float* dz, int64_t ldz, float* dq,
+                        float* dx_long) {
   kernels::Backend* be = p.be;
-  const float* r = rho + b0 * TL_;
-  const float* dzb = dz + b0 * ldz;
+  const float* dzb = dz + k.b0 * ldz;
+  const float* alpha = alpha2_.data() + k.offset;
   if (!time_) {
-    be->DotAttentionBackward(c, TL_, I_, q + b0 * I_, I_, x_long, r, alpha2_.data() + b0 * TL_, dzb,
-                             ldz, dq + b0 * I_, I_, dx_long);
-    be->DampedMeanBackward(c, TL_, I_, r, dzb + I_, ldz, dx_long);
+    be->DotAttentionBackward(k.c, k.width, I_, q + k.b0 * I_, I_, x_long, rho, alpha, dzb, ldz,
+                             dq + k.b0 * I_, I_, dx_long);
+    be->DampedMeanBackward(k.c, k.width, I_, rho, dzb + I_, ldz, dx_long);
     return;
   }
-  be->Fill(c * TL_ * Ie_, 0.0f, dxe_.data());
-  be->DotAttentionBackward(c, TL_, Ie_, qe_.data() + b0 * Ie_, Ie_, xe_.data(), r,
-                           alpha2_.data() + b0 * TL_, dzb, ldz, dqe_.data() + b0 * Ie_, Ie_,
-                           dxe_.data());
-  be->DampedMeanBackward(c, TL_, Ie_, r, dzb + Ie_, ldz, dxe_.data());
+  const int64_t n = k.slots();
+  be->Fill(n * Ie_, 0.0f, dxe_.data());
+  be->DotAttentionBackward(k.c, k.width, Ie_, qe_.data() + k.b0 * Ie_, Ie_, xe_.data(), rho, alpha,
+                           dzb, ldz, dqe_.data() + k.b0 * Ie_, Ie_, dxe_.data());
+  be->DampedMeanBackward(k.c, k.width, Ie_, rho, dzb + Ie_, ldz, dxe_.data());
   // [dx; dtau]: the item part into the slots' gradient, tau's into the table rows.
-  const int64_t n = c * TL_;
   be->Copy(1, n, I_, dxe_.data(), 0, Ie_, dx_long, 0, I_, true);
-  be->SegmentSumRows(n, D_, dxe_.data() + I_, Ie_, long_time + b0 * TL_, nullptr,
-                     data::kTimeBuckets, p.grads + time_table_);
+  be->SegmentSumRows(n, D_, dxe_.data() + I_, Ie_, k.time, nullptr, data::kTimeBuckets,
+                     p.grads + time_table_);
 }
 
 void EsuBlock::FinishBackward(const Pass& p, float* dq) {

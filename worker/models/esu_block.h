@@ -3,10 +3,11 @@
 // classifier input — with the optional time-interval embedding (SIM paper 4.2, README "Lifelong
 // sequences"): each slot's time bucket looks up a D-wide row of "time_embedding/table", which is
 // concatenated to the slot's item vector, and the query becomes [q; u] with a learned
-// "time_embedding/query" u; a and v are then I + D wide. The slots may be resident for a chunk of
-// samples at a time (the streamed soft search): PrepareSlots, Forward and Backward take the
-// chunk [b0, b0 + c); the batch-wide arrays (q, the mask, z, dq, the time buckets) are indexed by
-// the sample, the slot arrays (x_long, dx_long) by the sample within the chunk.
+// "time_embedding/query" u; a and v are then I + D wide. The slots are resident one chunk at a
+// time (SlotChunk, block.h; one chunk for the whole batch unless the soft search streams):
+// PrepareSlots, Forward and Backward take one chunk; the batch-wide arrays (q, z, dq) are indexed
+// by the sample, the slot arrays (x_long, dx_long, the chunk's rho and time buckets) by the slot
+// within the chunk, and the attention weights are ragged (each chunk's at its offset).
 #pragma once
 
 #include <cstdint>
@@ -30,24 +31,22 @@ class EsuBlock {
 
   // Per pass, before any slots: the ESU query of every row ([q; u] with the time embedding).
   void PrepareQuery(const Pass& p, const float* q);
-  // The slots of samples [b0, b0 + c), x_long [c, T_L, I] (with the time embedding: their
-  // [x; tau] rows, tau from the batch's buckets long_time [B, T_L], -1 = padding -> zeros).
-  void PrepareSlots(const Pass& p, const float* x_long, const int32_t* long_time, int64_t b0,
-                    int64_t c);
-  // The attention (3.4) and damped mean (3.5) of samples [b0, b0 + c) over the prepared slots
-  // with slot mask rho [B, T_L] -> z's columns [0, width) (a) and [width, 2 width) (v), row stride
-  // ldz (z indexed by sample).
-  void Forward(const Pass& p, const float* q, const float* x_long, const float* rho, int64_t b0,
-               int64_t c, float* z, int64_t ldz);
+  // The slots of chunk k, x_long [c, width, I] (with the time embedding: their [x; tau] rows,
+  // tau from the chunk's buckets k.time, -1 = padding -> zeros).
+  void PrepareSlots(const Pass& p, const float* x_long, const SlotChunk& k);
+  // The attention (3.4) and damped mean (3.5) of chunk k's samples over its prepared slots with
+  // slot mask rho [c, width] -> z's columns [0, width()) (a) and [width(), 2 width()) (v), row
+  // stride ldz (z indexed by sample).
+  void Forward(const Pass& p, const float* q, const float* x_long, const float* rho,
+               const SlotChunk& k, float* z, int64_t ldz);
 
   // Backward, per pass: BeginBackward, then Backward of each chunk (after its PrepareSlots when
   // the slots were not kept), then FinishBackward. dz is z's gradient (same layout); dq += [B, I]
-  // (FinishBackward adds the query part with the time embedding), dx_long += [c, T_L, I] of the
+  // (FinishBackward adds the query part with the time embedding), dx_long += [c, width, I] of the
   // chunk; the time embedding's gradients go into p.grads.
   void BeginBackward(const Pass& p);
   void Backward(const Pass& p, const float* q, const float* x_long, const float* rho,
-                const int32_t* long_time, int64_t b0, int64_t c, const float* dz, int64_t ldz,
-                float* dq, float* dx_long);
+                const SlotChunk& k, const float* dz, int64_t ldz, float* dq, float* dx_long);
   void FinishBackward(const Pass& p, float* dq);
 
  private:
@@ -56,7 +55,7 @@ class EsuBlock {
   const bool time_;
   const int Ie_;
   int64_t time_table_ = 0, time_query_ = 0;  // parameter offsets
-  Buf alpha2_;                               // [B, T_L] attention weights
+  Buf alpha2_;                               // attention weights, ragged (at most B * T_L)
   Buf qe_, xe_, dqe_, dxe_, zeros_;          // the time embedding's
 };
 

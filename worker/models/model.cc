@@ -203,6 +203,11 @@ class Model::Impl {
   // Allocates every buffer in the backend's memory (the constructor only plans them).
   Status Init();
   int64_t soft_search_chunk() const { return chunk_; }
+  int64_t long_slots_searched() const {
+    int64_t n = 0;
+    for (const models::SlotChunk& k : chunks_) n += k.slots();
+    return n;
+  }
   // The dropout seed of head `head` (1: GSU, 2: classifier) for a Forward in `mode`.
   std::optional<uint64_t> DropoutSeed(ForwardMode mode, uint64_t head) const {
     if (mode != ForwardMode::kTrain || config_.dropout <= 0) return std::nullopt;
@@ -287,16 +292,22 @@ class Model::Impl {
   void DinForward(const Pass& p);
   void DinBackward(const Pass& p);
 
-  // The long slots. x_long_ holds those of samples [b0, b0 + c): the whole batch (b0 = 0, c = B)
-  // on the dense path, one chunk of at most chunk_ samples when the soft search streams.
-  void GatherLong(int64_t b0, int64_t c);
+  // The long slots, one SlotChunk at a time (block.h). On the dense path the batch is one chunk
+  // of every slot, gathered with the other embeddings. When the soft search streams, PlanChunks
+  // packs consecutive samples into chunks of at most chunk_ * T_L resident slots, each over the
+  // window of slots its samples fill (the rest is padding: a batch grouped by history length,
+  // BatchLoaderOptions::group_by_history, skips most of it), and StageLong makes one chunk
+  // resident: its mask, time buckets and inverses (copied when the window is narrower than T_L)
+  // and its gathered rows in x_long_.
+  void PlanChunks(const data::Batch& batch);
+  void StageLong(models::SlotChunk* k);
   // Streamed soft search, backward: the ESU and GSU attention gradients chunk by chunk, each
   // chunk's slot gradients summed into its tables' row gradients g[f] (U[f] rows) before the next.
   void StreamedLongBackward(const Pass& p, const std::vector<float*>& g,
                             const std::vector<int64_t>& U);
   bool streamed() const { return chunk_ > 0; }
-  // The ESU's slot mask: the top-k mask (soft search) or the long mask (hard search).
-  const float* EsuMask() const { return gsu_ ? gsu_->rho() : in_.long_mask; }
+  // Chunk k's ESU slot mask: the top-k mask (soft search) or the slots' mask (hard search).
+  const float* EsuMask(const models::SlotChunk& k) const { return gsu_ ? gsu_->rho(k) : k.mask; }
 
   const ModelType type_;
   const bool time_;  // SIM with the time-interval embedding in the ESU
@@ -304,6 +315,10 @@ class Model::Impl {
   const int D_, UF_, F_, I_, P_, TL_, TS_, H_;
   const int64_t chunk_;  // samples per chunk of the streamed soft search; 0 = dense
   int64_t B_ = 0;        // rows of the current batch
+  std::vector<models::SlotChunk> chunks_;  // the current batch's (PlanChunks)
+  // The staged chunk's inverses: feature f's [c, width] at long_inv_k_ + f * long_inv_stride_.
+  const int32_t* long_inv_k_ = nullptr;
+  int64_t long_inv_stride_ = 0;
   ForwardMode mode_ = ForwardMode::kInference;
   bool can_backward_ = false;
   std::vector<size_t> key_counts_;  // per table, of the last Forward's keys (a Backward check)
@@ -333,6 +348,9 @@ class Model::Impl {
   Buf q_, p_, x_long_, e_short_, e_neg_, z_;
   Buf dq_, dp_, dx_long_, de_short_, de_neg_, dz_, dlogit2_;
   Buf workspace_;
+  // Streamed soft search: a staged chunk's mask, time buckets and inverses (F of them) when its
+  // window is narrower than T_L (int32 in float-sized elements).
+  Buf chunk_mask_, chunk_time_, chunk_inv_;
 };
 
 Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t max_batch)
@@ -398,6 +416,12 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
   if (UsesLong(type_)) {
     plan_.Add(&x_long_, resident * TL_ * I_);
     plan_.Add(&dx_long_, resident * TL_ * I_);
+  }
+  if (streamed()) {
+    static_assert(sizeof(int32_t) == sizeof(float));
+    plan_.Add(&chunk_mask_, resident * TL_);
+    if (time_) plan_.Add(&chunk_time_, resident * TL_);
+    plan_.Add(&chunk_inv_, F_ * resident * TL_);
   }
   plan_.Add(&z_, B * zw_);
   plan_.Add(&dz_, B * zw_);
@@ -693,11 +717,72 @@ void Model::Impl::GatherEmbeddings(bool negatives) {
   }
 }
 
-void Model::Impl::GatherLong(int64_t b0, int64_t c) {
+void Model::Impl::PlanChunks(const data::Batch& batch) {
+  chunks_.clear();
   const int64_t B = B_;
+  if (TL_ == 0) return;
+  if (!streamed()) {
+    chunks_.push_back({0, B, 0, TL_, 0, in_.long_mask, in_.long_time});
+    return;
+  }
+  const int64_t budget = chunk_ * TL_;  // resident slots (x_long_, the ESU's)
+  const float* mask = batch.long_mask.data();
+  models::SlotChunk k;
+  int lo = 0, hi = 0;  // the open chunk's window [lo, hi)
+  int64_t offset = 0;
+  const auto close = [&] {
+    k.start = lo;
+    k.width = hi - lo;
+    k.offset = offset;
+    offset += k.slots();
+    chunks_.push_back(k);
+  };
+  for (int64_t b = 0; b < B; ++b) {
+    const float* m = mask + b * TL_;
+    int first = 0, last = TL_;
+    while (first < TL_ && m[first] == 0.0f) ++first;
+    while (last > first && m[last - 1] == 0.0f) --last;
+    if (first == TL_) first = TL_ - 1;  // no slot: a window of one padding slot
+    const int nlo = k.c > 0 ? std::min(lo, first) : first;
+    const int nhi = k.c > 0 ? std::max(hi, last) : last;
+    if (k.c > 0 && (k.c + 1) * (nhi - nlo) > budget) {
+      close();
+      k = models::SlotChunk{};
+      k.b0 = b;
+      lo = first, hi = last;
+    } else {
+      lo = nlo, hi = nhi;
+    }
+    ++k.c;
+  }
+  close();
+}
+
+void Model::Impl::StageLong(models::SlotChunk* k) {
+  const int64_t B = B_;
+  const int64_t at = k->b0 * TL_ + k->start;
+  if (k->width == TL_) {  // every slot of its samples: the batch's arrays themselves
+    k->mask = in_.long_mask + at;
+    k->time = time_ ? in_.long_time + at : nullptr;
+    long_inv_k_ = in_.long_inv + at;
+    long_inv_stride_ = B * TL_;
+  } else {  // the window's columns, copied (a bit copy: the int32 arrays go through as floats)
+    const int64_t c = k->c, w = k->width;
+    be_->Copy(1, c, w, in_.long_mask + at, 0, TL_, chunk_mask_.data(), 0, w, false);
+    k->mask = chunk_mask_.data();
+    if (time_) {
+      be_->Copy(1, c, w, reinterpret_cast<const float*>(in_.long_time + at), 0, TL_,
+                chunk_time_.data(), 0, w, false);
+      k->time = reinterpret_cast<const int32_t*>(chunk_time_.data());
+    }
+    be_->Copy(F_, c, w, reinterpret_cast<const float*>(in_.long_inv + at), B * TL_, TL_,
+              chunk_inv_.data(), c * w, w, false);
+    long_inv_k_ = reinterpret_cast<const int32_t*>(chunk_inv_.data());
+    long_inv_stride_ = c * w;
+  }
   for (int f = 0; f < F_; ++f) {
-    be_->GatherRows(c * TL_, D_, in_.rows[UF_ + f], in_.long_inv + f * B * TL_ + b0 * TL_,
-                    in_.long_mask + b0 * TL_, x_long_.data() + f * D_, I_);
+    be_->GatherRows(k->slots(), D_, in_.rows[UF_ + f], long_inv_k_ + f * long_inv_stride_, k->mask,
+                    x_long_.data() + f * D_, I_);
   }
 }
 
@@ -709,29 +794,21 @@ void Model::Impl::GatherLong(int64_t b0, int64_t c) {
 void Model::Impl::SimForward(const Pass& p, ForwardMode mode) {
   const int64_t B = B_;
   float* z = z_.data();
+  // Streamed: each chunk staged for the GSU pass, and again for the ESU's unless it is the only
+  // one (still resident).
+  const bool restage = streamed() && chunks_.size() > 1;
   if (gsu_) {
-    if (streamed()) {
-      for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
-        const int64_t c = std::min(chunk_, B - b0);
-        GatherLong(b0, c);
-        gsu_->Attend(p, q_.data(), x_long_.data(), in_.long_mask, b0, c);
-      }
-    } else {
-      gsu_->Attend(p, q_.data(), x_long_.data(), in_.long_mask, 0, B);
+    for (models::SlotChunk& k : chunks_) {
+      if (streamed()) StageLong(&k);
+      gsu_->Attend(p, q_.data(), x_long_.data(), k);
     }
-    gsu_->Finish(p, q_.data(), p_.data(), DropoutSeed(mode, 1));
+    gsu_->Finish(p, q_.data(), p_.data(), DropoutSeed(mode, 1), chunks_);
   }
   esu_->PrepareQuery(p, q_.data());
-  if (streamed()) {
-    for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
-      const int64_t c = std::min(chunk_, B - b0);
-      if (B > chunk_) GatherLong(b0, c);  // one chunk: still resident from the GSU pass
-      esu_->PrepareSlots(p, x_long_.data(), in_.long_time, b0, c);
-      esu_->Forward(p, q_.data(), x_long_.data(), EsuMask(), b0, c, z, zw_);
-    }
-  } else {
-    esu_->PrepareSlots(p, x_long_.data(), in_.long_time, 0, B);
-    esu_->Forward(p, q_.data(), x_long_.data(), EsuMask(), 0, B, z, zw_);
+  for (models::SlotChunk& k : chunks_) {
+    if (restage) StageLong(&k);
+    esu_->PrepareSlots(p, x_long_.data(), k);
+    esu_->Forward(p, q_.data(), x_long_.data(), EsuMask(k), k, z, zw_);
   }
   be_->Copy(1, B, I_, q_.data(), 0, I_, z + 2 * Ie_, 0, zw_, false);
   dien_->Forward(p, q_.data(), e_short_.data(), in_.short_mask, z + 2 * Ie_ + I_, zw_);
@@ -749,8 +826,9 @@ void Model::Impl::SimBackward(const Pass& p, float cls_scale, float aux_scale) {
   // in ScatterEmbeddingGrads (StreamedLongBackward), after the GSU head's below.
   if (!streamed()) {
     esu_->BeginBackward(p);
-    esu_->Backward(p, q_.data(), x_long_.data(), EsuMask(), in_.long_time, 0, B, dz, zw_,
-                   dq_.data(), dx_long_.data());
+    const models::SlotChunk& k = chunks_.front();
+    esu_->Backward(p, q_.data(), x_long_.data(), EsuMask(k), k, dz, zw_, dq_.data(),
+                   dx_long_.data());
     esu_->FinishBackward(p, dq_.data());
   }
   dien_->Backward(p, q_.data(), e_short_.data(), in_.short_mask, mode_ != ForwardMode::kInference,
@@ -758,7 +836,7 @@ void Model::Impl::SimBackward(const Pass& p, float cls_scale, float aux_scale) {
   if (!gsu_) return;
   gsu_->HeadBackward(p, in_.label, cls_scale, dq_.data(), dp_.data());
   if (!streamed()) {
-    gsu_->AttendBackward(p, q_.data(), x_long_.data(), in_.long_mask, 0, B, dq_.data(),
+    gsu_->AttendBackward(p, q_.data(), x_long_.data(), chunks_.front(), dq_.data(),
                          dx_long_.data());
   }
 }
@@ -802,23 +880,20 @@ void Model::Impl::DinBackward(const Pass& p) {
 
 void Model::Impl::StreamedLongBackward(const Pass& p, const std::vector<float*>& g,
                                        const std::vector<int64_t>& U) {
-  const int64_t B = B_;
   esu_->BeginBackward(p);
-  for (int64_t b0 = 0; b0 < B; b0 += chunk_) {
-    const int64_t c = std::min(chunk_, B - b0);
-    if (B > chunk_) {  // one chunk: the slots still resident from the forward pass
-      GatherLong(b0, c);
-      esu_->PrepareSlots(p, x_long_.data(), in_.long_time, b0, c);
+  for (models::SlotChunk& k : chunks_) {
+    if (chunks_.size() > 1) {  // one chunk: the slots still resident from the forward pass
+      StageLong(&k);
+      esu_->PrepareSlots(p, x_long_.data(), k);
     }
-    be_->Fill(c * TL_ * I_, 0.0f, dx_long_.data());
-    esu_->Backward(p, q_.data(), x_long_.data(), EsuMask(), in_.long_time, b0, c, dz_.data(), zw_,
-                   dq_.data(), dx_long_.data());
-    gsu_->AttendBackward(p, q_.data(), x_long_.data(), in_.long_mask, b0, c, dq_.data(),
-                         dx_long_.data());
+    be_->Fill(k.slots() * I_, 0.0f, dx_long_.data());
+    esu_->Backward(p, q_.data(), x_long_.data(), EsuMask(k), k, dz_.data(), zw_, dq_.data(),
+                   dx_long_.data());
+    gsu_->AttendBackward(p, q_.data(), x_long_.data(), k, dq_.data(), dx_long_.data());
     for (int f = 0; f < F_; ++f) {
-      be_->SegmentSumRows(c * TL_, D_, dx_long_.data() + f * D_, I_,
-                          in_.long_inv + f * B * TL_ + b0 * TL_, in_.long_mask + b0 * TL_,
-                          U[static_cast<size_t>(f)], g[static_cast<size_t>(f)]);
+      be_->SegmentSumRows(k.slots(), D_, dx_long_.data() + f * D_, I_,
+                          long_inv_k_ + f * long_inv_stride_, k.mask, U[static_cast<size_t>(f)],
+                          g[static_cast<size_t>(f)]);
     }
   }
   esu_->FinishBackward(p, dq_.data());
@@ -859,6 +934,7 @@ StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys&
   BindInputs(slot, batch, keys, aux);
   const float* labels = in_.label;
   GatherEmbeddings(aux);
+  PlanChunks(batch);
 
   const Pass pass = MakePass(/*backward=*/false);
   switch (type_) {
@@ -1046,6 +1122,7 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, kernel
 const ModelConfig& Model::config() const { return impl_->config_; }
 int Model::batch_long_len() const { return BatchLongLen(impl_->config_); }
 int64_t Model::soft_search_chunk() const { return impl_->soft_search_chunk(); }
+int64_t Model::long_slots_searched() const { return impl_->long_slots_searched(); }
 KeyUsage Model::key_usage(ForwardMode mode) const { return impl_->key_usage(mode); }
 void Model::SetDropoutSeed(uint64_t seed) { impl_->dropout_seed_ = seed; }
 Status Model::InitParameters(uint64_t seed) {

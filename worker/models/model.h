@@ -66,6 +66,9 @@ struct ModelConfig {
   // materialised (the slots' vectors are gathered again from the batch's rows in the backward
   // pass). 0 = automatic: the whole batch at once (the reference's dense path, bit for bit) while
   // long_len <= kDenseSoftSearchMax, else chunks of at most kSoftSearchChunkFloats slot floats.
+  // A chunk covers only the window of slots its samples fill (padding outside it is skipped):
+  // consecutive samples of similar history length — the trainer's loader groups each batch's
+  // rows by length — share a narrow window, and a chunk of short histories holds more samples.
   // Streamed and dense give the same model up to floating-point summation order.
   int soft_search_chunk = 0;
   static constexpr int kDenseSoftSearchMax = 4096;
@@ -124,6 +127,9 @@ class Model {
   // Samples per chunk of SIM's streamed soft search as resolved for this model's max_batch
   // (ModelConfig::soft_search_chunk); 0 = the dense path.
   int64_t soft_search_chunk() const;
+  // The long slots the last Forward searched: B * batch_long_len() unless the soft search
+  // streams, whose chunks visit only their windows (ModelConfig::soft_search_chunk).
+  int64_t long_slots_searched() const;
   // The id slots this model reads in `mode` (for BuildBatchKeys).
   KeyUsage key_usage(ForwardMode mode) const;
 

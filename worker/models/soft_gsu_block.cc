@@ -21,22 +21,23 @@ void SoftGsuBlock::Build(const ModelConfig& config, ParamRegistry* registry, Buf
   plan->Add(&dlogit_, B);
 }
 
-void SoftGsuBlock::Attend(const Pass& p, const float* q, const float* x_long,
-                          const float* long_mask, int64_t b0, int64_t c) {
+void SoftGsuBlock::Attend(const Pass& p, const float* q, const float* x_long, const SlotChunk& k) {
   // g = Attn(q, long, m_L) -> z1's g columns.
-  p.be->DotAttentionForward(c, TL_, I_, q + b0 * I_, I_, x_long, long_mask + b0 * TL_,
-                            alpha_.data() + b0 * TL_, z1_.data() + b0 * z1w_ + I_, z1w_);
+  p.be->DotAttentionForward(k.c, k.width, I_, q + k.b0 * I_, I_, x_long, k.mask,
+                            alpha_.data() + k.offset, z1_.data() + k.b0 * z1w_ + I_, z1w_);
 }
 
 void SoftGsuBlock::Finish(const Pass& p, const float* q, const float* user,
-                          std::optional<uint64_t> dropout_seed) {
+                          std::optional<uint64_t> dropout_seed, absl::Span<const SlotChunk> chunks) {
   const int64_t B = p.batch;
   float* z1 = z1_.data();
   p.be->Copy(1, B, I_, q, 0, I_, z1, 0, z1w_, false);
   p.be->Copy(1, B, P_, user, 0, P_, z1 + 2 * I_, 0, z1w_, false);
   logit_ = head_.Forward(p.be, B, z1, z1w_, p.params, dropout_seed);
   // Top-k (3.3) as a mask.
-  p.be->TopKMask(B, TL_, K_, alpha_.data(), rho_.data());
+  for (const SlotChunk& k : chunks) {
+    p.be->TopKMask(k.c, k.width, K_, alpha_.data() + k.offset, rho_.data() + k.offset);
+  }
 }
 
 void SoftGsuBlock::HeadBackward(const Pass& p, const float* labels, float cls_scale, float* dq,
@@ -55,11 +56,10 @@ void SoftGsuBlock::HeadBackward(const Pass& p, const float* labels, float cls_sc
 }
 
 void SoftGsuBlock::AttendBackward(const Pass& p, const float* q, const float* x_long,
-                                  const float* long_mask, int64_t b0, int64_t c, float* dq,
-                                  float* dx_long) {
-  p.be->DotAttentionBackward(c, TL_, I_, q + b0 * I_, I_, x_long, long_mask + b0 * TL_,
-                             alpha_.data() + b0 * TL_, dz1_.data() + b0 * z1w_ + I_, z1w_,
-                             dq + b0 * I_, I_, dx_long);
+                                  const SlotChunk& k, float* dq, float* dx_long) {
+  p.be->DotAttentionBackward(k.c, k.width, I_, q + k.b0 * I_, I_, x_long, k.mask,
+                             alpha_.data() + k.offset, dz1_.data() + k.b0 * z1w_ + I_, z1w_,
+                             dq + k.b0 * I_, I_, dx_long);
 }
 
 }  // namespace sift::worker::models

@@ -37,7 +37,8 @@ ModelConfig LongSoftConfig(int long_len, bool time_embedding) {
   return c;
 }
 
-// Rows with a full window, partial ones, fewer long slots than top_k, and none (<= T_S).
+// Rows with a full window, partial ones, fewer long slots than top_k, and none (<= T_S), in no
+// order (ChunksSkipThePadding groups them).
 std::vector<int> LongLens(const ModelConfig& c, int rows, uint64_t seed) {
   const int T = c.long_len + c.short_len;
   std::vector<int> lens = {T, 3, c.short_len + 20};
@@ -58,6 +59,7 @@ BatchKeys TrainKeys(const data::Batch& batch, uint64_t seed, float scale, int di
 struct SearchRun {
   Outcome outcome;
   std::vector<ParamTensor> layout;
+  int64_t long_slots = 0;  // Model::long_slots_searched of the Forward
 };
 
 // One Forward + Backward of `c` on `backend` from the same parameters (seed), batch and rows.
@@ -71,6 +73,7 @@ SearchRun RunModel(const ModelConfig& c, kernels::Backend* backend, const data::
   BatchKeys keys = keys_in;
   r.outcome = ForwardBackward(m->get(), batch, &keys);
   r.layout = (*m)->param_layout();
+  r.long_slots = (*m)->long_slots_searched();
   return r;
 }
 
@@ -103,6 +106,81 @@ TEST(ModelSoftSearchTest, StreamedMatchesDenseUpToThousandsOfSlots) {
         EXPECT_EQ(got.outcome.dense, want.outcome.dense) << what;
         ExpectOutcomesClose(got.outcome, want.outcome, want.layout, kExactForward, what);
       }
+    }
+  }
+}
+
+// The slots the streamed search visits for rows of these history lengths (MakeBatch: the newest
+// L - T_S long slots of a row with L > T_S, none otherwise), as the model documents its chunks:
+// consecutive rows packed while (rows + 1) x their common window fits chunk x T_L slots, the
+// window from the first to the last slot any of them fills (an empty row: the last slot alone).
+int64_t WindowedSlots(const ModelConfig& c, const std::vector<int>& lens, int chunk) {
+  const int64_t budget = int64_t{chunk} * c.long_len;
+  int64_t total = 0, rows = 0;
+  int width = 0;
+  for (const int len : lens) {
+    const int w = std::max(1, len - c.short_len);  // the window ends at the last slot
+    const int grown = std::max(width, w);
+    if (rows > 0 && (rows + 1) * grown > budget) {
+      total += rows * width;
+      rows = 0;
+      width = w;
+    } else {
+      width = grown;
+    }
+    ++rows;
+  }
+  return total + rows * width;
+}
+
+// Rows grouped by history length (as the trainer's loader gives them: longest first), and the
+// same rows shuffled: each chunk searches only the window its rows fill — far fewer slots than
+// B x T_L once grouped — and the model is the dense one (bit for bit on the reference backend,
+// within the backends' tolerances on the CPU one). Rows with no long slot, with fewer than top_k,
+// and with every slot; with and without the time embedding.
+TEST(ModelSoftSearchTest, ChunksSkipThePadding) {
+  auto ref_be = kernels::CreateReferenceBackend();
+  auto cpu_be = kernels::CreateCpuBackend(2);
+  for (const bool time : {false, true}) {
+    const ModelConfig dense = LongSoftConfig(2000, time);
+    const int T = dense.long_len + dense.short_len;
+    std::vector<int> grouped = {T,  T,  1800, 1500, 1500, 900, 700, 400, 300, 120, 90, 60,
+                                40, 30, 20,   12,   8,    7,   6,   6,   5,   3,   1,  1};
+    std::vector<int> shuffled = grouped;
+    Rng rng(77);
+    for (size_t i = shuffled.size() - 1; i > 0; --i) {
+      std::swap(shuffled[i], shuffled[static_cast<size_t>(rng.Below(i + 1))]);
+    }
+    for (const auto* lens : {&grouped, &shuffled}) {
+      const bool sorted = lens == &grouped;
+      data::Batch batch = MakeBatch(dense, *lens, 71, 3000, 200, 7);
+      const BatchKeys keys = TrainKeys(batch, 72, 0.3f);
+      const SearchRun want = RunModel(dense, ref_be.get(), batch, keys);
+      const int64_t all = static_cast<int64_t>(lens->size()) * dense.long_len;
+      EXPECT_EQ(want.long_slots, all);  // the dense path: every slot
+      for (const int chunk : {1, 2, 5}) {
+        ModelConfig streamed = dense;
+        streamed.soft_search_chunk = chunk;
+        const std::string what = absl::StrCat(time ? "+time " : "", sorted ? "grouped" : "shuffled",
+                                              " chunk=", chunk);
+        const SearchRun got = RunModel(streamed, ref_be.get(), batch, keys);
+        EXPECT_EQ(got.long_slots, WindowedSlots(dense, *lens, chunk)) << what;
+        if (sorted) EXPECT_LT(got.long_slots * 2, all) << what;
+        ASSERT_EQ(got.outcome.logits, want.outcome.logits) << what;
+        EXPECT_EQ(got.outcome.losses.total, want.outcome.losses.total) << what;
+        EXPECT_EQ(got.outcome.dense, want.outcome.dense) << what;
+        ExpectOutcomesClose(got.outcome, want.outcome, want.layout, kExactForward, what);
+      }
+      ModelConfig streamed = dense;
+      streamed.soft_search_chunk = 3;
+      const SearchRun got = RunModel(streamed, cpu_be.get(), batch, keys);
+      std::vector<ParamTensor> layout;  // as CpuStreamedMatchesReferenceDense below
+      for (const ParamTensor& t : want.layout) {
+        if (t.name.rfind("aux_mlp/", 0) != 0) layout.push_back(t);
+      }
+      ExpectOutcomesClose(got.outcome, want.outcome, layout, {1e-5, 1e-5, 1e-4},
+                          absl::StrCat(time ? "+time " : "", sorted ? "grouped" : "shuffled",
+                                       " cpu chunk=3 vs reference dense"));
     }
   }
 }

@@ -1,17 +1,20 @@
 // Each block of worker/models/ on its own, on the reference backend: its backward against central
 // differences of a scalar of its outputs — for every input it differentiates and its parameters —
 // along random directions: the DIEN block with its aux loss, the ESU with and without the time
-// embedding, over the whole batch and chunk by chunk (the streamed soft search's indexing), the
-// soft-search GSU (head and attention, whole and chunked; its top-k mask's size), and DIN's
+// embedding, over the whole batch and chunk by chunk (the streamed soft search's indexing, with
+// each chunk over every slot or over its rows' window only), the soft-search GSU (head and
+// attention, whole, chunked and windowed; its top-k mask's size), and DIN's
 // attention. Padding slots are zero vectors, as the model's masked gather makes them; the
 // attention's gradient may reach them (an all-masked row attends uniformly), and the model's
 // masked segment sum drops it. The whole models are checked the same way in model_gradient_test.cc.
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/data/batch.h"
@@ -54,6 +57,48 @@ std::vector<float> SuffixMask(const std::vector<int>& lens, int T) {
 void ZeroMasked(const std::vector<float>& mask, int width, std::vector<float>* x) {
   for (size_t s = 0; s < mask.size(); ++s) {
     if (mask[s] == 0) std::fill(x->begin() + s * width, x->begin() + (s + 1) * width, 0.0f);
+  }
+}
+
+// The chunks of `resident` samples the blocks see for rows of `lens` valid slots (a suffix of T):
+// each over its rows' window — from the first slot any of them fills to T, or the last slot
+// alone if none — when `windowed` (the streamed soft search's), else over every slot; their
+// offsets ragged as the model lays them out.
+std::vector<SlotChunk> Chunks(const std::vector<int>& lens, int T, int64_t resident,
+                              bool windowed) {
+  std::vector<SlotChunk> chunks;
+  int64_t offset = 0;
+  const int64_t B = static_cast<int64_t>(lens.size());
+  for (int64_t b0 = 0; b0 < B; b0 += resident) {
+    SlotChunk k;
+    k.b0 = b0;
+    k.c = std::min(resident, B - b0);
+    int longest = 1;
+    for (int64_t b = b0; b < b0 + k.c; ++b) longest = std::max(longest, lens[b]);
+    k.width = windowed ? longest : T;
+    k.start = T - k.width;
+    k.offset = offset;
+    offset += k.slots();
+    chunks.push_back(k);
+  }
+  return chunks;
+}
+
+// Chunk k's window of the [B, T, width] array `full` -> out [c, k.width, width], and back.
+template <typename V>
+void CopyWindow(const V& full, const SlotChunk& k, int T, int width, V* out) {
+  out->resize(static_cast<size_t>(k.slots() * width));
+  for (int64_t r = 0; r < k.c; ++r) {
+    const auto from = full.begin() + ((k.b0 + r) * T + k.start) * width;
+    std::copy(from, from + int64_t{k.width} * width, out->begin() + r * k.width * width);
+  }
+}
+template <typename V>
+void ScatterWindow(const V& window, const SlotChunk& k, int T, int width, V* full) {
+  for (int64_t r = 0; r < k.c; ++r) {
+    const auto from = window.begin() + r * k.width * width;
+    std::copy(from, from + int64_t{k.width} * width,
+              full->begin() + ((k.b0 + r) * T + k.start) * width);
   }
 }
 
@@ -180,6 +225,7 @@ TEST(DienBlockTest, BackwardMatchesFiniteDifferencesWithTheAuxLoss) {
 struct EsuCase {
   bool time;
   int64_t resident;  // samples per chunk (5 = the whole batch)
+  bool windowed;     // each chunk over its rows' window only (Chunks)
   const char* name;
 };
 void PrintTo(const EsuCase& c, std::ostream* os) { *os << c.name; }
@@ -215,19 +261,24 @@ TEST_P(EsuBlockTest, BackwardMatchesFiniteDifferences) {
   std::vector<float> w = Uniform(B * ldz, 6, 1.0f);
   for (int64_t b = 0; b < B; ++b)
     std::fill(w.begin() + b * ldz + 2 * W, w.begin() + (b + 1) * ldz, 0.0f);
-  std::vector<float> z(B * ldz), chunk(ec.resident * TL * I), dchunk(chunk.size());
-  const auto slots = [&](int64_t b0, int64_t c) {
-    std::copy(x.begin() + b0 * TL * I, x.begin() + (b0 + c) * TL * I, chunk.begin());
+  std::vector<float> z(B * ldz), chunk, chunk_rho, dchunk;
+  std::vector<int32_t> chunk_time;
+  std::vector<SlotChunk> chunks = Chunks(lens, TL, ec.resident, ec.windowed);
+  // Chunk k's slots, selection and buckets made resident, as the model stages them.
+  const auto stage = [&](SlotChunk* k) {
+    CopyWindow(x, *k, TL, I, &chunk);
+    CopyWindow(rho, *k, TL, 1, &chunk_rho);
+    CopyWindow(buckets, *k, TL, 1, &chunk_time);
+    k->time = chunk_time.data();
   };
   auto loss = [&] {
     const Pass p = h.MakePass(B, false);
     std::fill(z.begin(), z.end(), 0.0f);
     block.PrepareQuery(p, q.data());
-    for (int64_t b0 = 0; b0 < B; b0 += ec.resident) {
-      const int64_t c = std::min(ec.resident, B - b0);
-      slots(b0, c);
-      block.PrepareSlots(p, chunk.data(), buckets.data(), b0, c);
-      block.Forward(p, q.data(), chunk.data(), rho.data(), b0, c, z.data(), ldz);
+    for (SlotChunk& k : chunks) {
+      stage(&k);
+      block.PrepareSlots(p, chunk.data(), k);
+      block.Forward(p, q.data(), chunk.data(), chunk_rho.data(), k, z.data(), ldz);
     }
     return Dot(z.data(), w);
   };
@@ -235,14 +286,13 @@ TEST_P(EsuBlockTest, BackwardMatchesFiniteDifferences) {
   std::vector<float> dq(q.size(), 0.0f), dx(x.size(), 0.0f);
   const Pass p = h.MakePass(B, true);
   block.BeginBackward(p);
-  for (int64_t b0 = 0; b0 < B; b0 += ec.resident) {
-    const int64_t c = std::min(ec.resident, B - b0);
-    slots(b0, c);
-    block.PrepareSlots(p, chunk.data(), buckets.data(), b0, c);
-    std::fill(dchunk.begin(), dchunk.end(), 0.0f);
-    block.Backward(p, q.data(), chunk.data(), rho.data(), buckets.data(), b0, c, w.data(), ldz,
-                   dq.data(), dchunk.data());
-    std::copy(dchunk.begin(), dchunk.begin() + c * TL * I, dx.begin() + b0 * TL * I);
+  for (SlotChunk& k : chunks) {
+    stage(&k);
+    block.PrepareSlots(p, chunk.data(), k);
+    dchunk.assign(chunk.size(), 0.0f);
+    block.Backward(p, q.data(), chunk.data(), chunk_rho.data(), k, w.data(), ldz, dq.data(),
+                   dchunk.data());
+    ScatterWindow(dchunk, k, TL, I, &dx);
   }
   block.FinishBackward(p, dq.data());
   ExpectGradient(loss, &q, dq, 10, "dq");
@@ -256,19 +306,23 @@ TEST_P(EsuBlockTest, BackwardMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, EsuBlockTest,
-                         ::testing::Values(EsuCase{false, 5, "dense"}, EsuCase{true, 5, "time"},
-                                           EsuCase{false, 2, "chunked"},
-                                           EsuCase{true, 2, "chunked_time"}),
+                         ::testing::Values(EsuCase{false, 5, false, "dense"},
+                                           EsuCase{true, 5, false, "time"},
+                                           EsuCase{false, 2, false, "chunked"},
+                                           EsuCase{true, 2, false, "chunked_time"},
+                                           EsuCase{false, 2, true, "windowed"},
+                                           EsuCase{true, 2, true, "windowed_time"}),
                          [](const ::testing::TestParamInfo<EsuCase>& p) {
                            return std::string(p.param.name);
                          });
 
 // ---- SoftGsuBlock -------------------------------------------------------------------------
 
-class SoftGsuBlockTest : public ::testing::TestWithParam<int64_t> {};  // samples per chunk
+// Samples per chunk, and whether each chunk covers only its rows' window (Chunks).
+class SoftGsuBlockTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(SoftGsuBlockTest, BackwardMatchesFiniteDifferencesAndTopKSelectsK) {
-  const int64_t chunk = GetParam();
+  const auto [chunk, windowed] = GetParam();
   const ModelConfig c = model_testing::SmallConfig(ModelType::kSim);
   const int TL = 6, I = 8, P = 4, K = 3;
   const std::vector<int> lens = {6, 0, 3, 5, 2};
@@ -283,34 +337,41 @@ TEST_P(SoftGsuBlockTest, BackwardMatchesFiniteDifferencesAndTopKSelectsK) {
   const std::vector<float> mask = SuffixMask(lens, TL);
   ZeroMasked(mask, I, &x);
   const std::vector<float> labels = {1, 0, 1, 1, 0};
-  std::vector<float> slots(chunk * TL * I), dslots(slots.size());
+  std::vector<float> slots, dslots, slot_mask;
+  std::vector<SlotChunk> chunks = Chunks(lens, TL, chunk, windowed);
+  const auto stage = [&](SlotChunk* k) {
+    CopyWindow(x, *k, TL, I, &slots);
+    CopyWindow(mask, *k, TL, 1, &slot_mask);
+    k->mask = slot_mask.data();
+  };
   auto loss = [&] {
     const Pass p = h.MakePass(B, false);
-    for (int64_t b0 = 0; b0 < B; b0 += chunk) {
-      const int64_t n = std::min(chunk, B - b0);
-      std::copy(x.begin() + b0 * TL * I, x.begin() + (b0 + n) * TL * I, slots.begin());
-      block.Attend(p, q.data(), slots.data(), mask.data(), b0, n);
+    for (SlotChunk& k : chunks) {
+      stage(&k);
+      block.Attend(p, q.data(), slots.data(), k);
     }
-    block.Finish(p, q.data(), user.data(), std::nullopt);
+    block.Finish(p, q.data(), user.data(), std::nullopt, chunks);
     return h.be()->BceWithLogits(B, block.logit(), labels.data(), 0.0f, nullptr);
   };
   loss();
-  for (int64_t b = 0; b < B; ++b) {
-    float selected = 0;
-    for (int t = 0; t < TL; ++t) selected += block.rho()[b * TL + t];
-    // An all-masked row has uniform weights (DotAttentionForward), so its first K slots (zero
-    // vectors) are selected; otherwise the K largest of the valid ones.
-    EXPECT_EQ(selected, lens[b] > 0 ? std::min(K, lens[b]) : K) << "row " << b;
+  for (const SlotChunk& k : chunks) {
+    for (int64_t r = 0; r < k.c; ++r) {
+      const int64_t b = k.b0 + r;
+      float selected = 0;
+      for (int t = 0; t < k.width; ++t) selected += block.rho(k)[r * k.width + t];
+      // An all-masked row has uniform weights (DotAttentionForward), so its chunk's first K
+      // slots (zero vectors) are selected; otherwise the K largest of the valid ones.
+      EXPECT_EQ(selected, std::min(K, lens[b] > 0 ? lens[b] : k.width)) << "row " << b;
+    }
   }
   const Pass p = h.MakePass(B, true);
   std::vector<float> dq(q.size(), 0.0f), duser(user.size(), 0.0f), dx(x.size(), 0.0f);
   block.HeadBackward(p, labels.data(), 1.0f, dq.data(), duser.data());
-  for (int64_t b0 = 0; b0 < B; b0 += chunk) {
-    const int64_t n = std::min(chunk, B - b0);
-    std::copy(x.begin() + b0 * TL * I, x.begin() + (b0 + n) * TL * I, slots.begin());
-    std::fill(dslots.begin(), dslots.end(), 0.0f);
-    block.AttendBackward(p, q.data(), slots.data(), mask.data(), b0, n, dq.data(), dslots.data());
-    std::copy(dslots.begin(), dslots.begin() + n * TL * I, dx.begin() + b0 * TL * I);
+  for (SlotChunk& k : chunks) {
+    stage(&k);
+    dslots.assign(slots.size(), 0.0f);
+    block.AttendBackward(p, q.data(), slots.data(), k, dq.data(), dslots.data());
+    ScatterWindow(dslots, k, TL, I, &dx);
   }
   const std::vector<float> dparams = h.grads();
   ExpectGradient(loss, &q, dq, 10, "dq");
@@ -319,7 +380,11 @@ TEST_P(SoftGsuBlockTest, BackwardMatchesFiniteDifferencesAndTopKSelectsK) {
   ExpectParameterGradients(loss, &h, dparams, 13);  // the GSU head's
 }
 
-INSTANTIATE_TEST_SUITE_P(Chunks, SoftGsuBlockTest, ::testing::Values<int64_t>(5, 2));
+INSTANTIATE_TEST_SUITE_P(Chunks, SoftGsuBlockTest,
+                         ::testing::Values(std::tuple<int64_t, bool>{5, false},
+                                           std::tuple<int64_t, bool>{2, false},
+                                           std::tuple<int64_t, bool>{2, true},
+                                           std::tuple<int64_t, bool>{1, true}));
 
 // ---- DinBlock -----------------------------------------------------------------------------
 
