@@ -280,6 +280,13 @@ void PrintKeyCounts(const worker::RunResult& r) {
               static_cast<double>(r.key_counts.unique) / steps,
               100.0 * (1.0 - static_cast<double>(r.key_counts.unique) /
                                  static_cast<double>(r.key_counts.slot_ids)));
+  if (r.long_slots_searched < r.long_slots) {
+    std::printf("  long slots: %.0f per step, %.0f searched (%.1f%%; the rest is padding)\n",
+                static_cast<double>(r.long_slots) / steps,
+                static_cast<double>(r.long_slots_searched) / steps,
+                100.0 * static_cast<double>(r.long_slots_searched) /
+                    static_cast<double>(r.long_slots));
+  }
 }
 
 void PrintPhases(const worker::PhaseTimes& p) {
@@ -425,6 +432,9 @@ Status RunBench(TrainFlags* f, worker::RunMode mode) {
       j["dedup_per_step"] = {
           {"slot_ids", static_cast<double>(r.key_counts.slot_ids) / static_cast<double>(r.steps)},
           {"unique_keys", static_cast<double>(r.key_counts.unique) / static_cast<double>(r.steps)}};
+      j["long_slots_per_step"] = {
+          {"slots", static_cast<double>(r.long_slots) / static_cast<double>(r.steps)},
+          {"searched", static_cast<double>(r.long_slots_searched) / static_cast<double>(r.steps)}};
     }
     j["phases_s"] = {{"load", r.phases.load},         {"dedup", r.phases.dedup},
                      {"pull", r.phases.pull},         {"forward", r.phases.forward},

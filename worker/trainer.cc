@@ -1087,6 +1087,8 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
       result_.phases.Add(r.phases);
       result_.key_counts.slot_ids += ps->key_counts.slot_ids;
       result_.key_counts.unique += ps->key_counts.unique;
+      result_.long_slots += ps->batch->size * model_->batch_long_len();
+      result_.long_slots_searched += model_->long_slots_searched();
       SIFT_RETURN_IF_ERROR(env_->OnStep(r));
       ++result_.steps;
       bar.Update(step + 1, (step + 1) * o_.batch_size);

@@ -186,6 +186,9 @@ struct RunResult {
   double oracle_test_auc = -1;  // from the dataset metadata; -1 when absent
   PhaseTimes phases;
   KeyCounts key_counts;  // summed over the steps: the id slots served and the unique keys pulled
+  // Summed over the steps: the batches' long slots (B x T_L) and those SIM's search visited
+  // (Model::long_slots_searched: fewer when the streamed soft search skips padding).
+  int64_t long_slots = 0, long_slots_searched = 0;
   int64_t dense_params = 0;
   int threads = 0;
   std::string backend;
