@@ -281,11 +281,11 @@ void PrintKeyCounts(const worker::RunResult& r) {
               100.0 * (1.0 - static_cast<double>(r.key_counts.unique) /
                                  static_cast<double>(r.key_counts.slot_ids)));
   if (r.long_slots_searched < r.long_slots) {
-    std::printf("  long slots: %.0f per step, %.0f searched (%.1f%%; the rest is padding)\n",
-                static_cast<double>(r.long_slots) / steps,
-                static_cast<double>(r.long_slots_searched) / steps,
-                100.0 * static_cast<double>(r.long_slots_searched) /
-                    static_cast<double>(r.long_slots));
+    std::printf(
+        "  long slots: %.0f per step, %.0f searched (%.1f%%; the rest is padding)\n",
+        static_cast<double>(r.long_slots) / steps,
+        static_cast<double>(r.long_slots_searched) / steps,
+        100.0 * static_cast<double>(r.long_slots_searched) / static_cast<double>(r.long_slots));
   }
 }
 

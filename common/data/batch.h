@@ -56,7 +56,7 @@ struct Batch {
   int64_t hard_search_window = 0;  // HistoryOptions::hard_search_window (0 = the newest events)
   bool has_long_time = false;      // HistoryOptions::time_buckets
 
-  std::vector<int64_t> index;       // [cap] sample index within the split
+  std::vector<int64_t> index;  // [cap] sample index within the split
   // [cap] the row's place among the batch's samples in the epoch order: r, unless the loader
   // grouped the rows by history length (BatchLoaderOptions::group_by_history).
   std::vector<int32_t> epoch_row;

@@ -28,7 +28,8 @@ void SoftGsuBlock::Attend(const Pass& p, const float* q, const float* x_long, co
 }
 
 void SoftGsuBlock::Finish(const Pass& p, const float* q, const float* user,
-                          std::optional<uint64_t> dropout_seed, absl::Span<const SlotChunk> chunks) {
+                          std::optional<uint64_t> dropout_seed,
+                          absl::Span<const SlotChunk> chunks) {
   const int64_t B = p.batch;
   float* z1 = z1_.data();
   p.be->Copy(1, B, I_, q, 0, I_, z1, 0, z1w_, false);

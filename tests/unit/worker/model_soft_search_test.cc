@@ -161,8 +161,8 @@ TEST(ModelSoftSearchTest, ChunksSkipThePadding) {
       for (const int chunk : {1, 2, 5}) {
         ModelConfig streamed = dense;
         streamed.soft_search_chunk = chunk;
-        const std::string what = absl::StrCat(time ? "+time " : "", sorted ? "grouped" : "shuffled",
-                                              " chunk=", chunk);
+        const std::string what =
+            absl::StrCat(time ? "+time " : "", sorted ? "grouped" : "shuffled", " chunk=", chunk);
         const SearchRun got = RunModel(streamed, ref_be.get(), batch, keys);
         EXPECT_EQ(got.long_slots, WindowedSlots(dense, *lens, chunk)) << what;
         if (sorted) EXPECT_LT(got.long_slots * 2, all) << what;

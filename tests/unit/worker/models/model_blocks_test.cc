@@ -305,16 +305,12 @@ TEST_P(EsuBlockTest, BackwardMatchesFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, EsuBlockTest,
-                         ::testing::Values(EsuCase{false, 5, false, "dense"},
-                                           EsuCase{true, 5, false, "time"},
-                                           EsuCase{false, 2, false, "chunked"},
-                                           EsuCase{true, 2, false, "chunked_time"},
-                                           EsuCase{false, 2, true, "windowed"},
-                                           EsuCase{true, 2, true, "windowed_time"}),
-                         [](const ::testing::TestParamInfo<EsuCase>& p) {
-                           return std::string(p.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Variants, EsuBlockTest,
+    ::testing::Values(EsuCase{false, 5, false, "dense"}, EsuCase{true, 5, false, "time"},
+                      EsuCase{false, 2, false, "chunked"}, EsuCase{true, 2, false, "chunked_time"},
+                      EsuCase{false, 2, true, "windowed"}, EsuCase{true, 2, true, "windowed_time"}),
+    [](const ::testing::TestParamInfo<EsuCase>& p) { return std::string(p.param.name); });
 
 // ---- SoftGsuBlock -------------------------------------------------------------------------
 
