@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -48,8 +49,7 @@ void ZeroTailRows(int64_t from, Batch* b) {
   const int64_t cap = b->capacity, n = cap - from;
   if (n <= 0) return;
   std::fill(b->index.begin() + from, b->index.end(), -1);
-  for (int64_t r = from; r < cap; ++r)
-    b->epoch_row[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+  std::iota(b->epoch_row.begin() + from, b->epoch_row.begin() + cap, static_cast<int32_t>(from));
   std::fill(b->label.begin() + from, b->label.begin() + cap, 0.0f);
   std::fill(b->hist_len.begin() + from, b->hist_len.begin() + cap, 0);
   for (int k = 0; k < b->num_user_features; ++k) std::fill_n(b->User(k) + from, n, 0);

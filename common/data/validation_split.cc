@@ -83,19 +83,21 @@ int64_t HeldOutSamples::BaseIndex(Split split, int64_t index) const {
   return index + j;
 }
 
+namespace {
+// The base's split that holds `split`'s samples: validation comes out of the training split.
+Split BaseSplit(Split split) { return split == Split::kTest ? Split::kTest : Split::kTrain; }
+}  // namespace
+
 void HeldOutSamples::Materialize(Split split, int64_t index, int64_t row, Batch* batch) const {
-  const Split base_split = split == Split::kTest ? Split::kTest : Split::kTrain;
-  base_->Materialize(base_split, BaseIndex(split, index), row, batch);
+  base_->Materialize(BaseSplit(split), BaseIndex(split, index), row, batch);
 }
 
 int64_t HeldOutSamples::HistoryEvents(Split split, int64_t index) const {
-  const Split base_split = split == Split::kTest ? Split::kTest : Split::kTrain;
-  return base_->HistoryEvents(base_split, BaseIndex(split, index));
+  return base_->HistoryEvents(BaseSplit(split), BaseIndex(split, index));
 }
 
 int64_t HeldOutSamples::UserOf(Split split, int64_t index) const {
-  const Split base_split = split == Split::kTest ? Split::kTest : Split::kTrain;
-  return base_->UserOf(base_split, BaseIndex(split, index));
+  return base_->UserOf(BaseSplit(split), BaseIndex(split, index));
 }
 
 }  // namespace sift::data
