@@ -1,5 +1,6 @@
 #include "worker/batch_keys.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -20,15 +21,20 @@ struct SlotRun {
 };
 
 // Scratch reused across calls on one thread (BuildBatchKeys runs once per batch; keeping the
-// buffers avoids re-allocating several MB every step).
+// buffers avoids re-allocating several MB every step). `rank` is all zeros between calls.
 struct Scratch {
   std::vector<uint64_t> pairs;
   std::vector<uint64_t> tmp;
+  std::vector<int32_t> rank;
 };
 Scratch& ThreadScratch() {
   thread_local Scratch scratch;
   return scratch;
 }
+
+// Tables whose ids are all below this are deduplicated through a dense id -> rank array (at most
+// 16 MiB per thread) instead of the radix sort: two sequential passes over the slots, no scatter.
+constexpr int64_t kDenseRankIds = int64_t{1} << 22;
 
 // Stable LSD radix sort of (id << 32 | slot) pairs by the id half only, 11 bits per pass, as many
 // passes as max_id needs.
@@ -52,42 +58,20 @@ void RadixSortById(uint64_t max_id, std::vector<uint64_t>* pairs, std::vector<ui
   if (swapped) pairs->swap(*tmp);
 }
 
-// Dedups one table over its runs: fills keys (sorted, unique) and every run's inverse.
-Status BuildTable(const std::vector<SlotRun>& runs, int table, TableKeys* out) {
-  Scratch& sc = ThreadScratch();
+// Keys and inverses through the radix sort of (id, slot) pairs: any id range.
+void RankBySort(const std::vector<SlotRun>& runs, uint64_t max_id, Scratch& sc, TableKeys* out) {
   sc.pairs.clear();
-  int64_t total = 0;
-  for (const SlotRun& r : runs) total += r.rows * r.per_row;
-  if (total > std::numeric_limits<uint32_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table ", table, ": ", total, " id slots exceed 2^32 per batch"));
-  }
-  sc.pairs.reserve(static_cast<size_t>(total));
-  uint64_t max_id = 0;
+  sc.pairs.reserve(static_cast<size_t>(out->slot_ids));
   uint32_t slot = 0;
   for (const SlotRun& r : runs) {
     const int64_t n = r.rows * r.per_row;
     for (int64_t i = 0; i < n; ++i, ++slot) {
-      const int32_t id = r.ids[i];
-      if (id > 0) {
-        sc.pairs.push_back((static_cast<uint64_t>(id) << 32) | slot);
-        if (static_cast<uint64_t>(id) > max_id) max_id = static_cast<uint64_t>(id);
-      } else {
-        if (id < 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "negative id ", id, " in ", r.what, " feature ", r.feature, " row ", i / r.per_row,
-              (r.per_row > 1 ? absl::StrCat(" slot ", i % r.per_row) : std::string()), " (table ",
-              table, ")"));
-        }
-        r.inv[i] = -1;
-      }
+      if (r.ids[i] > 0) sc.pairs.push_back((static_cast<uint64_t>(r.ids[i]) << 32) | slot);
     }
   }
-  out->slot_ids = static_cast<int64_t>(sc.pairs.size());
   RadixSortById(max_id, &sc.pairs, &sc.tmp);
 
   // Slot -> run lookup: runs are few (<= 4), so a scan over their start slots is cheap.
-  out->keys.clear();
   int64_t unique = -1;
   uint64_t prev = 0;
   int64_t starts[4];
@@ -108,6 +92,80 @@ Status BuildTable(const std::vector<SlotRun>& runs, int table, TableKeys* out) {
     int k = nruns - 1;
     while (starts[k] > s) --k;
     runs[k].inv[s - starts[k]] = static_cast<int32_t>(unique);
+  }
+}
+
+// Keys and inverses through sc.rank, where the first pass marked every id present with 1:
+// ascending ids give the keys, each id's rank its slots' inverse. Leaves sc.rank all zeros.
+void RankByDenseIds(const std::vector<SlotRun>& runs, int64_t max_id, Scratch& sc,
+                    TableKeys* out) {
+  int32_t* rank = sc.rank.data();
+  int32_t unique = 0;
+  for (int64_t id = 1; id <= max_id; ++id) {
+    if (rank[id] != 0) {
+      out->keys.push_back(static_cast<uint64_t>(id));
+      rank[id] = unique++;
+    }
+  }
+  for (const SlotRun& r : runs) {
+    const int64_t n = r.rows * r.per_row;
+    for (int64_t i = 0; i < n; ++i) {
+      if (r.ids[i] > 0) r.inv[i] = rank[r.ids[i]];
+    }
+  }
+  std::fill(sc.rank.begin(), sc.rank.begin() + max_id + 1, 0);
+}
+
+// Dedups one table over its runs: fills keys (sorted, unique) and every run's inverse. The first
+// pass checks the ids, writes the padding's inverses and, while every id is below kDenseRankIds,
+// marks the ids present; the ranks come from those marks or, past that bound, from the sort.
+Status BuildTable(const std::vector<SlotRun>& runs, int table, TableKeys* out) {
+  Scratch& sc = ThreadScratch();
+  int64_t total = 0;
+  for (const SlotRun& r : runs) total += r.rows * r.per_row;
+  if (total > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", table, ": ", total, " id slots exceed 2^32 per batch"));
+  }
+  int64_t max_id = 0, valid = 0;
+  bool dense = true;
+  for (const SlotRun& r : runs) {
+    const int64_t n = r.rows * r.per_row;
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t id = r.ids[i];
+      if (id > 0) {
+        ++valid;
+        if (id > max_id) max_id = id;
+        if (!dense) continue;
+        if (id >= kDenseRankIds) {
+          dense = false;
+          continue;
+        }
+        if (static_cast<size_t>(id) >= sc.rank.size()) {
+          sc.rank.resize(std::max(static_cast<size_t>(id) + 1, 2 * sc.rank.size()), 0);
+        }
+        sc.rank[static_cast<size_t>(id)] = 1;
+      } else {
+        if (id < 0) {
+          std::fill(sc.rank.begin(),
+                    sc.rank.begin() + std::min<int64_t>(max_id + 1, sc.rank.size()), 0);
+          return absl::InvalidArgumentError(absl::StrCat(
+              "negative id ", id, " in ", r.what, " feature ", r.feature, " row ", i / r.per_row,
+              (r.per_row > 1 ? absl::StrCat(" slot ", i % r.per_row) : std::string()), " (table ",
+              table, ")"));
+        }
+        r.inv[i] = -1;
+      }
+    }
+  }
+  out->slot_ids = valid;
+  out->keys.clear();
+  if (dense) {
+    RankByDenseIds(runs, max_id, sc, out);
+  } else {
+    std::fill(sc.rank.begin(), sc.rank.begin() + std::min<int64_t>(max_id + 1, sc.rank.size()),
+              0);
+    RankBySort(runs, static_cast<uint64_t>(max_id), sc, out);
   }
   if (out->keys.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "common/rng.h"
@@ -205,6 +206,66 @@ TEST(BatchKeysTest, RandomBatchMatchesOracleAndIsDeterministic) {
   }
   EXPECT_EQ(keys.long_inv, again.long_inv);
   EXPECT_EQ(keys.short_neg_inv, again.short_neg_inv);
+}
+
+// The two ways to rank a table's ids (a dense id -> rank array while every id is below 2^22, the
+// radix sort otherwise, switched to mid-scan when a larger id appears) give the oracle's keys and
+// inverses, and neither leaves marks behind: a later batch — also after a batch refused for a
+// negative id — has exactly its own keys.
+TEST(BatchKeysTest, DenseAndSortedRanksLeaveNoMarksBehind) {
+  const int64_t B = 64;
+  const int TL = 200;
+  auto build = [&](int32_t big_id, int32_t negative_at) {
+    data::Batch b = EmptyBatch(B, 1, 1, TL, 2);
+    Rng rng(7);
+    for (int64_t r = 0; r < B; ++r) {
+      b.User(0)[r] = static_cast<int32_t>(1 + rng.Below(50));
+      b.Target(0)[r] = static_cast<int32_t>(1 + rng.Below(3000));
+      // Mostly padding, as a lifelong window: the newest 10 + r slots hold events.
+      for (int j = TL - 10 - static_cast<int>(r); j < TL; ++j) {
+        b.LongHist(0, r)[j] = static_cast<int32_t>(1 + rng.Below(3000));
+      }
+      b.ShortHist(0, r)[1] = static_cast<int32_t>(1 + rng.Below(3000));
+    }
+    if (big_id != 0) b.LongHist(0, B / 2)[TL - 1] = big_id;
+    if (negative_at >= 0) b.ShortNeg(0, negative_at)[0] = -3;
+    return b;
+  };
+  auto expect_oracle = [&](const data::Batch& b, const BatchKeys& keys) {
+    std::vector<int32_t> ids(b.Target(0), b.Target(0) + B);
+    ids.insert(ids.end(), b.LongHist(0, 0), b.LongHist(0, 0) + B * TL);
+    ids.insert(ids.end(), b.ShortHist(0, 0), b.ShortHist(0, 0) + B * 2);
+    ids.insert(ids.end(), b.ShortNeg(0, 0), b.ShortNeg(0, 0) + B * 2);
+    std::set<uint64_t> oracle;
+    for (int32_t id : ids) {
+      if (id != 0) oracle.insert(static_cast<uint64_t>(id));
+    }
+    const TableKeys& t = keys.tables[1];
+    ASSERT_EQ(t.keys, std::vector<uint64_t>(oracle.begin(), oracle.end()));
+    std::vector<int32_t> inv(keys.target_inv.begin(), keys.target_inv.end());
+    inv.insert(inv.end(), keys.long_inv.begin(), keys.long_inv.end());
+    inv.insert(inv.end(), keys.short_inv.begin(), keys.short_inv.end());
+    inv.insert(inv.end(), keys.short_neg_inv.begin(), keys.short_neg_inv.end());
+    ExpectConsistent(ids, inv.data(), t);
+    int64_t valid = 0;
+    for (int32_t id : ids) valid += id != 0;
+    EXPECT_EQ(t.slot_ids, valid);
+  };
+  const data::Batch small = build(0, -1);
+  const data::Batch large = build(int32_t{1} << 22, -1);  // the first id past the dense bound
+  const data::Batch huge = build(2147483647, -1);
+  const data::Batch refused = build(0, B - 1);
+  BatchKeys keys;
+  for (const data::Batch* b : {&small, &large, &small, &huge, &small}) {
+    ASSERT_TRUE(BuildBatchKeys(*b, KeyUsage{}, 4, &keys).ok());
+    expect_oracle(*b, keys);
+  }
+  const Status s = BuildBatchKeys(refused, KeyUsage{}, 4, &keys);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("negative id -3 in short negatives"), std::string::npos)
+      << s.message();
+  ASSERT_TRUE(BuildBatchKeys(small, KeyUsage{}, 4, &keys).ok());
+  expect_oracle(small, keys);
 }
 
 }  // namespace
