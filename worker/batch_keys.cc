@@ -97,8 +97,7 @@ void RankBySort(const std::vector<SlotRun>& runs, uint64_t max_id, Scratch& sc, 
 
 // Keys and inverses through sc.rank, where the first pass marked every id present with 1:
 // ascending ids give the keys, each id's rank its slots' inverse. Leaves sc.rank all zeros.
-void RankByDenseIds(const std::vector<SlotRun>& runs, int64_t max_id, Scratch& sc,
-                    TableKeys* out) {
+void RankByDenseIds(const std::vector<SlotRun>& runs, int64_t max_id, Scratch& sc, TableKeys* out) {
   int32_t* rank = sc.rank.data();
   int32_t unique = 0;
   for (int64_t id = 1; id <= max_id; ++id) {
@@ -163,8 +162,7 @@ Status BuildTable(const std::vector<SlotRun>& runs, int table, TableKeys* out) {
   if (dense) {
     RankByDenseIds(runs, max_id, sc, out);
   } else {
-    std::fill(sc.rank.begin(), sc.rank.begin() + std::min<int64_t>(max_id + 1, sc.rank.size()),
-              0);
+    std::fill(sc.rank.begin(), sc.rank.begin() + std::min<int64_t>(max_id + 1, sc.rank.size()), 0);
     RankBySort(runs, static_cast<uint64_t>(max_id), sc, out);
   }
   if (out->keys.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
