@@ -95,6 +95,12 @@ void RankBySort(const std::vector<SlotRun>& runs, uint64_t max_id, Scratch& sc, 
   }
 }
 
+// Zeroes the marks of ids 0..max_id (those below the array's size: no id past it was marked).
+void ClearMarks(int64_t max_id, Scratch* sc) {
+  const size_t n = std::min(static_cast<size_t>(max_id) + 1, sc->rank.size());
+  std::fill(sc->rank.begin(), sc->rank.begin() + static_cast<std::ptrdiff_t>(n), 0);
+}
+
 // Keys and inverses through sc.rank, where the first pass marked every id present with 1:
 // ascending ids give the keys, each id's rank its slots' inverse. Leaves sc.rank all zeros.
 void RankByDenseIds(const std::vector<SlotRun>& runs, int64_t max_id, Scratch& sc, TableKeys* out) {
@@ -112,7 +118,7 @@ void RankByDenseIds(const std::vector<SlotRun>& runs, int64_t max_id, Scratch& s
       if (r.ids[i] > 0) r.inv[i] = rank[r.ids[i]];
     }
   }
-  std::fill(sc.rank.begin(), sc.rank.begin() + max_id + 1, 0);
+  ClearMarks(max_id, &sc);
 }
 
 // Dedups one table over its runs: fills keys (sorted, unique) and every run's inverse. The first
@@ -146,8 +152,7 @@ Status BuildTable(const std::vector<SlotRun>& runs, int table, TableKeys* out) {
         sc.rank[static_cast<size_t>(id)] = 1;
       } else {
         if (id < 0) {
-          std::fill(sc.rank.begin(),
-                    sc.rank.begin() + std::min<int64_t>(max_id + 1, sc.rank.size()), 0);
+          ClearMarks(max_id, &sc);
           return absl::InvalidArgumentError(absl::StrCat(
               "negative id ", id, " in ", r.what, " feature ", r.feature, " row ", i / r.per_row,
               (r.per_row > 1 ? absl::StrCat(" slot ", i % r.per_row) : std::string()), " (table ",
@@ -162,7 +167,7 @@ Status BuildTable(const std::vector<SlotRun>& runs, int table, TableKeys* out) {
   if (dense) {
     RankByDenseIds(runs, max_id, sc, out);
   } else {
-    std::fill(sc.rank.begin(), sc.rank.begin() + std::min<int64_t>(max_id + 1, sc.rank.size()), 0);
+    ClearMarks(max_id, &sc);
     RankBySort(runs, static_cast<uint64_t>(max_id), sc, out);
   }
   if (out->keys.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/rng.h"
@@ -256,6 +257,15 @@ TEST(BatchKeysTest, DenseAndSortedRanksLeaveNoMarksBehind) {
   const data::Batch huge = build(2147483647, -1);
   const data::Batch refused = build(0, B - 1);
   BatchKeys keys;
+  // On a fresh thread (its scratch still empty): all padding, and an id refused before any mark.
+  std::thread([&] {
+    data::Batch padding = EmptyBatch(B, 1, 1, TL, 2);
+    BatchKeys k;
+    EXPECT_TRUE(BuildBatchKeys(padding, KeyUsage{}, 4, &k).ok());
+    EXPECT_TRUE(k.tables[1].keys.empty());
+    padding.User(0)[0] = -1;
+    EXPECT_FALSE(BuildBatchKeys(padding, KeyUsage{}, 4, &k).ok());
+  }).join();
   for (const data::Batch* b : {&small, &large, &small, &huge, &small}) {
     ASSERT_TRUE(BuildBatchKeys(*b, KeyUsage{}, 4, &keys).ok());
     expect_oracle(*b, keys);
