@@ -58,18 +58,19 @@ void RadixSortById(uint64_t max_id, std::vector<uint64_t>* pairs, std::vector<ui
   if (swapped) pairs->swap(*tmp);
 }
 
-// Keys and inverses through the radix sort of (id, slot) pairs: any id range.
-void RankBySort(const std::vector<SlotRun>& runs, uint64_t max_id, Scratch& sc, TableKeys* out) {
-  sc.pairs.clear();
-  sc.pairs.reserve(static_cast<size_t>(out->slot_ids));
+// Keys and inverses through the radix sort of the `valid` (id, slot) pairs: any id range.
+void RankBySort(const std::vector<SlotRun>& runs, uint64_t max_id, int64_t valid, Scratch* sc,
+                TableKeys* out) {
+  sc->pairs.clear();
+  sc->pairs.reserve(static_cast<size_t>(valid));
   uint32_t slot = 0;
   for (const SlotRun& r : runs) {
     const int64_t n = r.rows * r.per_row;
     for (int64_t i = 0; i < n; ++i, ++slot) {
-      if (r.ids[i] > 0) sc.pairs.push_back((static_cast<uint64_t>(r.ids[i]) << 32) | slot);
+      if (r.ids[i] > 0) sc->pairs.push_back((static_cast<uint64_t>(r.ids[i]) << 32) | slot);
     }
   }
-  RadixSortById(max_id, &sc.pairs, &sc.tmp);
+  RadixSortById(max_id, &sc->pairs, &sc->tmp);
 
   // Slot -> run lookup: runs are few (<= 4), so a scan over their start slots is cheap.
   int64_t unique = -1;
@@ -81,7 +82,7 @@ void RankBySort(const std::vector<SlotRun>& runs, uint64_t max_id, Scratch& sc, 
     starts[k] = acc;
     acc += runs[k].rows * runs[k].per_row;
   }
-  for (uint64_t p : sc.pairs) {
+  for (uint64_t p : sc->pairs) {
     const uint64_t id = p >> 32;
     const int64_t s = static_cast<int64_t>(p & 0xffffffffULL);
     if (id != prev) {
@@ -103,8 +104,8 @@ void ClearMarks(int64_t max_id, Scratch* sc) {
 
 // Keys and inverses through sc.rank, where the first pass marked every id present with 1:
 // ascending ids give the keys, each id's rank its slots' inverse. Leaves sc.rank all zeros.
-void RankByDenseIds(const std::vector<SlotRun>& runs, int64_t max_id, Scratch& sc, TableKeys* out) {
-  int32_t* rank = sc.rank.data();
+void RankByDenseIds(const std::vector<SlotRun>& runs, int64_t max_id, Scratch* sc, TableKeys* out) {
+  int32_t* rank = sc->rank.data();
   int32_t unique = 0;
   for (int64_t id = 1; id <= max_id; ++id) {
     if (rank[id] != 0) {
@@ -118,7 +119,7 @@ void RankByDenseIds(const std::vector<SlotRun>& runs, int64_t max_id, Scratch& s
       if (r.ids[i] > 0) r.inv[i] = rank[r.ids[i]];
     }
   }
-  ClearMarks(max_id, &sc);
+  ClearMarks(max_id, sc);
 }
 
 // Dedups one table over its runs: fills keys (sorted, unique) and every run's inverse. The first
@@ -165,10 +166,10 @@ Status BuildTable(const std::vector<SlotRun>& runs, int table, TableKeys* out) {
   out->slot_ids = valid;
   out->keys.clear();
   if (dense) {
-    RankByDenseIds(runs, max_id, sc, out);
+    RankByDenseIds(runs, max_id, &sc, out);
   } else {
     ClearMarks(max_id, &sc);
-    RankBySort(runs, static_cast<uint64_t>(max_id), sc, out);
+    RankBySort(runs, static_cast<uint64_t>(max_id), valid, &sc, out);
   }
   if (out->keys.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(
