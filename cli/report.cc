@@ -473,6 +473,7 @@ std::vector<std::string> BenchArgv(const std::string& binary, const std::string&
   // Only when not the reference's: the command line is the benchmark's reuse key.
   if (s.model.gsu != "soft") cmd.insert(cmd.end() - 2, {"--gsu", s.model.gsu});
   if (s.model.time_embedding) cmd.insert(cmd.end() - 2, "--time-embedding");
+  if (s.model.gsu_time) cmd.insert(cmd.end() - 2, "--gsu-time");
   return cmd;
 }
 

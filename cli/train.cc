@@ -205,6 +205,10 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
   cmd->add_flag("--time-embedding", m.time_embedding,
                 "SIM: embed each long slot's time gap to the sample (log2 buckets) in the ESU; "
                 "needs event timestamps");
+  cmd->add_flag("--gsu-time", m.gsu_time,
+                "SIM soft search with --time-embedding: a learned per-bucket recency term in the "
+                "GSU's scores too, so its top-k can prefer recent events (README \"Lifelong "
+                "sequences\")");
   cmd->add_option("--gru-hidden", m.gru_hidden, "GRU/AUGRU units (0 = 6 x embedding dim)")
       ->capture_default_str();
   cmd->add_option("--stage-one-mlp-dims", m.stage_one_mlp, "SIM GSU head hidden widths")

@@ -307,6 +307,14 @@ Status CrossCheck(const Parser& p, const JobSpec& spec) {
         p.LineOf("model.time_embedding"), "model.time_embedding",
         absl::StrCat("is in SIM's search unit; model type ", spec.model.type, " has none"));
   }
+  if (spec.model.gsu_time &&
+      (spec.model.type != "sim" || spec.model.gsu != "soft" || !spec.model.time_embedding)) {
+    return p.Error(p.LineOf("model.gsu_time"), "model.gsu_time",
+                   absl::StrCat("is the soft search's time term: it needs model.type sim, "
+                                "model.gsu soft and model.time_embedding true (got ",
+                                spec.model.type, ", ", spec.model.gsu, ", ",
+                                spec.model.time_embedding ? "true" : "false", ")"));
+  }
   if (spec.model.gsu == "hard") {
     if (spec.model.type != "sim") {
       return p.Error(
@@ -348,6 +356,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                     {"top_k", p.Int(&m.top_k, 1, L::kMaxSeqLength)},
                     {"gsu", p.Enum(&m.gsu, kGsuKinds)},
                     {"time_embedding", p.Bool(&m.time_embedding)},
+                    {"gsu_time", p.Bool(&m.gsu_time)},
                     {"gru_hidden", p.Int(&m.gru_hidden, 0, L::kMaxWidth)},
                     {"stage_one_mlp_dims", p.Dims(&m.stage_one_mlp_dims)},
                     {"stage_two_mlp_dims", p.Dims(&m.stage_two_mlp_dims)},
@@ -615,6 +624,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   // Only when not the reference's, so existing specs keep their canonical text (report keys).
   if (m.gsu != "soft") out << YAML::Key << "gsu" << YAML::Value << m.gsu;
   if (m.time_embedding) out << YAML::Key << "time_embedding" << YAML::Value << true;
+  if (m.gsu_time) out << YAML::Key << "gsu_time" << YAML::Value << true;
   out << YAML::Key << "gru_hidden" << YAML::Value << m.gru_hidden;
   EmitDims(out, "stage_one_mlp_dims", m.stage_one_mlp_dims);
   EmitDims(out, "stage_two_mlp_dims", m.stage_two_mlp_dims);

@@ -34,6 +34,8 @@ struct JobSpec {
     // SIM: the time-interval embedding in the ESU (worker/models/model.h
     // ModelConfig::time_embedding).
     bool time_embedding = false;
+    // SIM soft search with time_embedding: the GSU's time term (ModelConfig::gsu_time).
+    bool gsu_time = false;
     int gru_hidden = 0;  // 0 = 6 * embedding_dim
     std::vector<int> stage_one_mlp_dims = {200};
     std::vector<int> stage_two_mlp_dims = {200, 80};

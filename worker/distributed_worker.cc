@@ -265,6 +265,7 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   m.top_k = spec.model.top_k;
   SIFT_ASSIGN_OR_RETURN(m.gsu, ParseGsu(spec.model.gsu));
   m.time_embedding = spec.model.time_embedding;
+  m.gsu_time = spec.model.gsu_time;
   m.gru_hidden = spec.model.gru_hidden;
   m.stage_one_mlp = spec.model.stage_one_mlp_dims;
   m.stage_two_mlp = spec.model.stage_two_mlp_dims;

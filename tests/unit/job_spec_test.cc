@@ -381,7 +381,7 @@ TEST(JobSpecTest, WrongTypes) {
             "job.yaml:2: results_dir: must be a string (\"\" for none), got an empty value");
   EXPECT_EQ(ErrorOf("dataset: d\nmodel: sim\n"),
             "job.yaml:2: model: expected a mapping with keys type, embedding_dim, "
-            "long_seq_length, short_seq_length, top_k, gsu, time_embedding, gru_hidden, "
+            "long_seq_length, short_seq_length, top_k, gsu, time_embedding, gsu_time, gru_hidden, "
             "stage_one_mlp_dims, "
             "stage_two_mlp_dims, aux_mlp_dims, attention_mlp_dims, dropout, got 'sim'");
   EXPECT_EQ(ErrorOf("dataset: d\ntraining:\n  epochs:\n"),
@@ -613,6 +613,22 @@ TEST(JobSpecTest, CrossFieldChecks) {
     StatusOr<JobSpec> s = ParseJobSpec("dataset: d\nmodel: {time_embedding: true}\n", "j");
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_TRUE(s->model.time_embedding);
+    auto back = ParseJobSpec(JobSpecToYaml(*s), "j");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->model, s->model);
+  }
+  // The GSU's time term: the soft search with the time embedding only; round-trips.
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  gsu_time: true\n"),
+            "job.yaml:3: model.gsu_time: is the soft search's time term: it needs model.type "
+            "sim, model.gsu soft and model.time_embedding true (got sim, soft, false)");
+  EXPECT_EQ(ErrorOf("dataset: d\nmodel:\n  gsu: hard\n  time_embedding: true\n  gsu_time: true\n"),
+            "job.yaml:5: model.gsu_time: is the soft search's time term: it needs model.type "
+            "sim, model.gsu soft and model.time_embedding true (got sim, hard, true)");
+  {
+    StatusOr<JobSpec> s =
+        ParseJobSpec("dataset: d\nmodel: {time_embedding: true, gsu_time: true}\n", "j");
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(s->model.gsu_time);
     auto back = ParseJobSpec(JobSpecToYaml(*s), "j");
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(back->model, s->model);

@@ -80,10 +80,15 @@ void EsuBlock::Backward(const Pass& p, const float* q, const float* x_long, cons
   be->DotAttentionBackward(k.c, k.width, Ie_, qe_.data() + k.b0 * Ie_, Ie_, xe_.data(), rho, alpha,
                            dzb, ldz, dqe_.data() + k.b0 * Ie_, Ie_, dxe_.data());
   be->DampedMeanBackward(k.c, k.width, Ie_, rho, dzb + Ie_, ldz, dxe_.data());
+}
+
+void EsuBlock::ScatterSlotGrads(const Pass& p, const SlotChunk& k, float* dx_long) {
+  if (!time_) return;
   // [dx; dtau]: the item part into the slots' gradient, tau's into the table rows.
-  be->Copy(1, n, I_, dxe_.data(), 0, Ie_, dx_long, 0, I_, true);
-  be->SegmentSumRows(n, D_, dxe_.data() + I_, Ie_, k.time, nullptr, data::kTimeBuckets,
-                     p.grads + time_table_);
+  const int64_t n = k.slots();
+  p.be->Copy(1, n, I_, dxe_.data(), 0, Ie_, dx_long, 0, I_, true);
+  p.be->SegmentSumRows(n, D_, dxe_.data() + I_, Ie_, k.time, nullptr, data::kTimeBuckets,
+                       p.grads + time_table_);
 }
 
 void EsuBlock::FinishBackward(const Pass& p, float* dq) {

@@ -40,13 +40,22 @@ class EsuBlock {
   void Forward(const Pass& p, const float* q, const float* x_long, const float* rho,
                const SlotChunk& k, float* z, int64_t ldz);
 
-  // Backward, per pass: BeginBackward, then Backward of each chunk (after its PrepareSlots when
-  // the slots were not kept), then FinishBackward. dz is z's gradient (same layout); dq += [B, I]
-  // (FinishBackward adds the query part with the time embedding), dx_long += [c, width, I] of the
-  // chunk; the time embedding's gradients go into p.grads.
+  // The prepared slots of the current chunk as the ESU attends over them, [c, width, width()]:
+  // x_long itself, or [x; tau] with the time embedding (the soft GSU's time term reads them too).
+  const float* Slots(const float* x_long) const { return time_ ? xe_.data() : x_long; }
+
+  // Backward, per pass: BeginBackward, then for each chunk (after its PrepareSlots when the slots
+  // were not kept) Backward and ScatterSlotGrads, then FinishBackward. dz is z's gradient (same
+  // layout); dq += [B, I] (FinishBackward adds the query part with the time embedding). Backward
+  // adds the chunk's slot gradients into SlotGrads(dx_long) (same layout as Slots; zeroed first
+  // with the time embedding), where the soft GSU's time term adds its own before
+  // ScatterSlotGrads: dx_long += [c, width, I] of the chunk, tau's into p.grads (no-op without
+  // the time embedding).
   void BeginBackward(const Pass& p);
+  float* SlotGrads(float* dx_long) const { return time_ ? dxe_.data() : dx_long; }
   void Backward(const Pass& p, const float* q, const float* x_long, const float* rho,
                 const SlotChunk& k, const float* dz, int64_t ldz, float* dq, float* dx_long);
+  void ScatterSlotGrads(const Pass& p, const SlotChunk& k, float* dx_long);
   void FinishBackward(const Pass& p, float* dq);
 
  private:

@@ -134,6 +134,13 @@ Status ValidateModelConfig(const ModelConfig& c) {
         absl::StrCat("model config: time_embedding is in SIM's search unit; model ",
                      ModelTypeName(c.type), " has none"));
   }
+  if (c.gsu_time && (c.type != ModelType::kSim || c.gsu != Gsu::kSoft || !c.time_embedding)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: gsu_time is the soft search's time term: it needs model sim, gsu soft and "
+        "time_embedding (got model ",
+        ModelTypeName(c.type), ", gsu ", GsuName(c.gsu),
+        c.time_embedding ? ", time_embedding on)" : ", time_embedding off)"));
+  }
   if (c.gsu == Gsu::kHard && c.type != ModelType::kSim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model config: gsu hard is SIM's search unit; model ", ModelTypeName(c.type), " has none"));
@@ -308,9 +315,16 @@ class Model::Impl {
   bool streamed() const { return chunk_ > 0; }
   // Chunk k's ESU slot mask: the top-k mask (soft search) or the slots' mask (hard search).
   const float* EsuMask(const models::SlotChunk& k) const { return gsu_ ? gsu_->rho(k) : k.mask; }
+  // The slots the soft GSU attends over and their gradients: the staged x_long_, or with the
+  // GSU time term the ESU's [x; tau] (EsuBlock::Slots, SlotGrads).
+  const float* GsuSlots() const { return gsu_time_ ? esu_->Slots(x_long_.data()) : x_long_.data(); }
+  float* GsuSlotGrads() const {
+    return gsu_time_ ? esu_->SlotGrads(dx_long_.data()) : dx_long_.data();
+  }
 
   const ModelType type_;
   const bool time_;  // SIM with the time-interval embedding in the ESU
+  const bool gsu_time_;  // and the soft GSU's time term (ModelConfig::gsu_time)
   const int64_t max_batch_;
   const int D_, UF_, F_, I_, P_, TL_, TS_, H_;
   const int64_t chunk_;  // samples per chunk of the streamed soft search; 0 = dense
@@ -359,6 +373,7 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
       device_(backend->memory_space() == kernels::MemorySpace::kDevice),
       type_(config.type),
       time_(config.type == ModelType::kSim && config.time_embedding),
+      gsu_time_(time_ && config.gsu == Gsu::kSoft && config.gsu_time),
       max_batch_(max_batch),
       D_(config.embedding_dim),
       UF_(config.user_features),
@@ -378,7 +393,7 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
   // ---- Blocks and parameters, in layout order (worker/README.md). ----
   int64_t ws = 0;
   if (sim && config.gsu == Gsu::kSoft) {
-    gsu_.emplace(B, TL_, I_, P_, config.top_k);
+    gsu_.emplace(B, TL_, I_, P_, config.top_k, gsu_time_ ? D_ : 0);
     gsu_->Build(config, &registry_, &plan_);
     ws = std::max(ws, gsu_->WorkspaceFloats());
   }
@@ -398,6 +413,7 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
   }
   // Registered last: every other tensor keeps its offset (the time embedding's).
   if (sim) esu_->Build(&registry_, &plan_);
+  if (gsu_) gsu_->BuildTimeTerm(&registry_, &plan_);
   if (type_ == ModelType::kDin) {
     din_.emplace(B, TL_, TS_, I_);
     din_->Build(&plan_);
@@ -460,6 +476,7 @@ Model::Impl::Impl(const ModelConfig& config, kernels::Backend* backend, int64_t 
 Status Model::Impl::Init() {
   SIFT_RETURN_IF_ERROR(plan_.Allocate(be_));
   if (gsu_) SIFT_RETURN_IF_ERROR(gsu_->Allocate(be_));
+  if (gsu_) SIFT_RETURN_IF_ERROR(gsu_->Init(be_));
   SIFT_RETURN_IF_ERROR(classifier_mlp_.Allocate(be_));
   if (dien_) SIFT_RETURN_IF_ERROR(dien_->Allocate(be_));
   if (esu_) SIFT_RETURN_IF_ERROR(esu_->Init(be_));
@@ -796,18 +813,21 @@ void Model::Impl::SimForward(const Pass& p, ForwardMode mode) {
   float* z = z_.data();
   // Streamed: each chunk staged for the GSU pass, and again for the ESU's unless it is the only
   // one (still resident).
+  // With the GSU time term the GSU attends over the ESU's [x; tau] slots, prepared in its pass.
   const bool restage = streamed() && chunks_.size() > 1;
   if (gsu_) {
+    gsu_->PrepareQuery(p, q_.data());
     for (models::SlotChunk& k : chunks_) {
       if (streamed()) StageLong(&k);
-      gsu_->Attend(p, q_.data(), x_long_.data(), k);
+      if (gsu_time_) esu_->PrepareSlots(p, x_long_.data(), k);
+      gsu_->Attend(p, GsuSlots(), k);
     }
     gsu_->Finish(p, q_.data(), p_.data(), DropoutSeed(mode, 1), chunks_);
   }
   esu_->PrepareQuery(p, q_.data());
   for (models::SlotChunk& k : chunks_) {
     if (restage) StageLong(&k);
-    esu_->PrepareSlots(p, x_long_.data(), k);
+    if (restage || !gsu_time_) esu_->PrepareSlots(p, x_long_.data(), k);
     esu_->Forward(p, q_.data(), x_long_.data(), EsuMask(k), k, z, zw_);
   }
   be_->Copy(1, B, I_, q_.data(), 0, I_, z + 2 * Ie_, 0, zw_, false);
@@ -829,6 +849,7 @@ void Model::Impl::SimBackward(const Pass& p, float cls_scale, float aux_scale) {
     const models::SlotChunk& k = chunks_.front();
     esu_->Backward(p, q_.data(), x_long_.data(), EsuMask(k), k, dz, zw_, dq_.data(),
                    dx_long_.data());
+    if (!gsu_time_) esu_->ScatterSlotGrads(p, k, dx_long_.data());
     esu_->FinishBackward(p, dq_.data());
   }
   dien_->Backward(p, q_.data(), e_short_.data(), in_.short_mask, mode_ != ForwardMode::kInference,
@@ -836,8 +857,11 @@ void Model::Impl::SimBackward(const Pass& p, float cls_scale, float aux_scale) {
   if (!gsu_) return;
   gsu_->HeadBackward(p, in_.label, cls_scale, dq_.data(), dp_.data());
   if (!streamed()) {
-    gsu_->AttendBackward(p, q_.data(), x_long_.data(), chunks_.front(), dq_.data(),
-                         dx_long_.data());
+    const models::SlotChunk& k = chunks_.front();
+    gsu_->AttendBackward(p, GsuSlots(), k, dq_.data(), GsuSlotGrads());
+    // With the time term the GSU's slot gradients joined the ESU's before they are split.
+    if (gsu_time_) esu_->ScatterSlotGrads(p, k, dx_long_.data());
+    gsu_->FinishBackward(p, dq_.data());
   }
 }
 
@@ -889,7 +913,9 @@ void Model::Impl::StreamedLongBackward(const Pass& p, const std::vector<float*>&
     be_->Fill(k.slots() * I_, 0.0f, dx_long_.data());
     esu_->Backward(p, q_.data(), x_long_.data(), EsuMask(k), k, dz_.data(), zw_, dq_.data(),
                    dx_long_.data());
-    gsu_->AttendBackward(p, q_.data(), x_long_.data(), k, dq_.data(), dx_long_.data());
+    if (!gsu_time_) esu_->ScatterSlotGrads(p, k, dx_long_.data());
+    gsu_->AttendBackward(p, GsuSlots(), k, dq_.data(), GsuSlotGrads());
+    if (gsu_time_) esu_->ScatterSlotGrads(p, k, dx_long_.data());
     for (int f = 0; f < F_; ++f) {
       be_->SegmentSumRows(k.slots(), D_, dx_long_.data() + f * D_, I_,
                           long_inv_k_ + f * long_inv_stride_, k.mask, U[static_cast<size_t>(f)],
@@ -897,6 +923,7 @@ void Model::Impl::StreamedLongBackward(const Pass& p, const std::vector<float*>&
     }
   }
   esu_->FinishBackward(p, dq_.data());
+  gsu_->FinishBackward(p, dq_.data());
 }
 
 StatusOr<Losses> Model::Impl::Forward(const data::Batch& batch, const BatchKeys& keys,

@@ -61,6 +61,13 @@ struct ModelConfig {
   // [q; u] with a learned "time_embedding/query" u [D] (so u·tau adds a learned per-bucket
   // recency term to each score), and the attention and damped-mean outputs grow by D each.
   bool time_embedding = false;
+  // SIM soft search with the time embedding: the GSU's time term (README "Lifelong sequences";
+  // a sift extension, not in the paper). The GSU attends over the ESU's [x; tau] slots (the
+  // same time_embedding/table rows) with the query [q; u_g], u_g a learned "gsu_time/query" [D]
+  // starting at 0, so each GSU score gains a learned per-bucket recency term u_g . tau and the
+  // top-k can prefer recent events, as the hard search's newest-K does; the GSU head's input
+  // grows by D. Needs time_embedding and gsu soft.
+  bool gsu_time = false;
   // SIM soft search over long histories (README "Lifelong sequences"): the GSU and the ESU run
   // over the long slots of soft_search_chunk samples at a time, so [B, long_len, F*D] is never
   // materialised (the slots' vectors are gathered again from the batch's rows in the backward
@@ -86,7 +93,8 @@ struct ModelConfig {
 
 // INVALID_ARGUMENT naming the field when a dim is < 1, an MLP list is empty or holds a width < 1,
 // or the lengths do not fit (long_len >= 1 for SIM/DIN, short_len >= 2 for SIM/DIEN; hard search:
-// SIM only, top_k <= long_len; time_embedding: SIM only; soft search: long_len <= 65,536, and
+// SIM only, top_k <= long_len; time_embedding: SIM only; gsu_time: soft search with
+// time_embedding; soft search: long_len <= 65,536, and
 // beyond 4,096 (or with soft_search_chunk > 0) streamed; DIN: long_len <= 4,096).
 Status ValidateModelConfig(const ModelConfig& config);
 

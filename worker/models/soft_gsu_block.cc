@@ -2,13 +2,16 @@
 
 namespace sift::worker::models {
 
-SoftGsuBlock::SoftGsuBlock(int64_t max_batch, int slots, int item_width, int user_width, int top_k)
+SoftGsuBlock::SoftGsuBlock(int64_t max_batch, int slots, int item_width, int user_width, int top_k,
+                           int time_dim)
     : max_batch_(max_batch),
       TL_(slots),
       I_(item_width),
       P_(user_width),
       K_(top_k),
-      z1w_(2 * item_width + user_width) {}
+      D_(time_dim),
+      Iw_(item_width + time_dim),
+      z1w_(item_width + Iw_ + user_width) {}
 
 void SoftGsuBlock::Build(const ModelConfig& config, ParamRegistry* registry, BufferPlan* plan) {
   const int64_t B = max_batch_;
@@ -21,9 +24,32 @@ void SoftGsuBlock::Build(const ModelConfig& config, ParamRegistry* registry, Buf
   plan->Add(&dlogit_, B);
 }
 
-void SoftGsuBlock::Attend(const Pass& p, const float* q, const float* x_long, const SlotChunk& k) {
+void SoftGsuBlock::BuildTimeTerm(ParamRegistry* registry, BufferPlan* plan) {
+  if (D_ == 0) return;
+  const int64_t B = max_batch_;
+  time_query_ = registry->Add("gsu_time/query", {D_}, InitKind::kConstant, 0.0f);
+  plan->Add(&qg_, B * Iw_);
+  plan->Add(&dqg_, B * Iw_);
+  plan->Add(&zeros_, B);  // int32 zeros: every row's query gradient into the one query row
+}
+
+Status SoftGsuBlock::Init(kernels::Backend* be) {
+  if (D_ > 0) be->Fill(max_batch_, 0.0f, zeros_.data());  // int32 0 has float 0's bits
+  return absl::OkStatus();
+}
+
+void SoftGsuBlock::PrepareQuery(const Pass& p, const float* q) {
+  query_ = q;
+  if (D_ == 0) return;
+  const int64_t B = p.batch;
+  p.be->Copy(1, B, I_, q, 0, I_, qg_.data(), 0, Iw_, false);
+  p.be->Copy(B, 1, D_, p.params + time_query_, 0, 0, qg_.data() + I_, Iw_, 0, false);
+  query_ = qg_.data();
+}
+
+void SoftGsuBlock::Attend(const Pass& p, const float* x_long, const SlotChunk& k) {
   // g = Attn(q, long, m_L) -> z1's g columns.
-  p.be->DotAttentionForward(k.c, k.width, I_, q + k.b0 * I_, I_, x_long, k.mask,
+  p.be->DotAttentionForward(k.c, k.width, Iw_, query_ + k.b0 * Iw_, Iw_, x_long, k.mask,
                             alpha_.data() + k.offset, z1_.data() + k.b0 * z1w_ + I_, z1w_);
 }
 
@@ -33,7 +59,7 @@ void SoftGsuBlock::Finish(const Pass& p, const float* q, const float* user,
   const int64_t B = p.batch;
   float* z1 = z1_.data();
   p.be->Copy(1, B, I_, q, 0, I_, z1, 0, z1w_, false);
-  p.be->Copy(1, B, P_, user, 0, P_, z1 + 2 * I_, 0, z1w_, false);
+  p.be->Copy(1, B, P_, user, 0, P_, z1 + I_ + Iw_, 0, z1w_, false);
   logit_ = head_.Forward(p.be, B, z1, z1w_, p.params, dropout_seed);
   // Top-k (3.3) as a mask.
   for (const SlotChunk& k : chunks) {
@@ -53,14 +79,25 @@ void SoftGsuBlock::HeadBackward(const Pass& p, const float* labels, float cls_sc
                  p.workspace);
   const float* dz1 = dz1_.data();
   be->Copy(1, B, I_, dz1, 0, z1w_, dq, 0, I_, true);
-  be->Copy(1, B, P_, dz1 + 2 * I_, 0, z1w_, duser, 0, P_, true);
+  be->Copy(1, B, P_, dz1 + I_ + Iw_, 0, z1w_, duser, 0, P_, true);
+  if (D_ > 0) be->Fill(B * Iw_, 0.0f, dqg_.data());
 }
 
-void SoftGsuBlock::AttendBackward(const Pass& p, const float* q, const float* x_long,
-                                  const SlotChunk& k, float* dq, float* dx_long) {
-  p.be->DotAttentionBackward(k.c, k.width, I_, q + k.b0 * I_, I_, x_long, k.mask,
+void SoftGsuBlock::AttendBackward(const Pass& p, const float* x_long, const SlotChunk& k,
+                                  float* dq, float* dx_long) {
+  // With the time term the query's gradient collects in dqg_ (FinishBackward splits it).
+  float* dquery = D_ > 0 ? dqg_.data() : dq;
+  p.be->DotAttentionBackward(k.c, k.width, Iw_, query_ + k.b0 * Iw_, Iw_, x_long, k.mask,
                              alpha_.data() + k.offset, dz1_.data() + k.b0 * z1w_ + I_, z1w_,
-                             dq + k.b0 * I_, I_, dx_long);
+                             dquery + k.b0 * Iw_, Iw_, dx_long);
+}
+
+void SoftGsuBlock::FinishBackward(const Pass& p, float* dq) {
+  if (D_ == 0) return;
+  const int64_t B = p.batch;
+  p.be->Copy(1, B, I_, dqg_.data(), 0, Iw_, dq, 0, I_, true);
+  p.be->SegmentSumRows(B, D_, dqg_.data() + I_, Iw_, zeros_.ints(), nullptr, 1,
+                       p.grads + time_query_);
 }
 
 }  // namespace sift::worker::models

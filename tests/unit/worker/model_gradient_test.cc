@@ -37,6 +37,7 @@ struct Case {
   Gsu gsu = Gsu::kSoft;  // kHard: the 6 long slots are a hard search's K over a window of 50
   bool time_embedding = false;
   int soft_search_chunk = 0;  // > 0: the streamed soft search, this many samples per chunk
+  bool gsu_time = false;      // the soft GSU's time term (with time_embedding)
 };
 
 // The rows cover: full history, an all-empty long history (3 <= T_S), fewer valid long items than
@@ -57,6 +58,11 @@ const Case kCases[] = {
     {ModelType::kSim, {8}, 23, "sim_hard_time_batch1", 0.0f, Gsu::kHard, true},
     {ModelType::kSim, {10, 3, 7, 5, 2}, 24, "sim_streamed", 0.0f, Gsu::kSoft, false, 2},
     {ModelType::kSim, {10, 3, 7, 5, 2}, 25, "sim_streamed_time_dropout", 0.3f, Gsu::kSoft, true, 2},
+    {ModelType::kSim, {10, 3, 7, 5, 2}, 26, "sim_gsu_time", 0.0f, Gsu::kSoft, true, 0, true},
+    {ModelType::kSim, {8}, 27, "sim_gsu_time_batch1", 0.0f, Gsu::kSoft, true, 0, true},
+    // Seed 29: at seed 28 a unit of the classifier sits within 1e-4 of its PReLU kink (the
+    // right derivative equals the analytic gradient, the left one does not), dense or streamed.
+    {ModelType::kSim, {10, 3, 7, 5, 2}, 29, "sim_streamed_gsu_time", 0.0f, Gsu::kSoft, true, 2, true},
 };
 
 class ModelGradientTest : public ::testing::TestWithParam<Case> {
@@ -67,6 +73,7 @@ class ModelGradientTest : public ::testing::TestWithParam<Case> {
     config_.dropout = c.dropout;
     config_.time_embedding = c.time_embedding;
     config_.soft_search_chunk = c.soft_search_chunk;
+    config_.gsu_time = c.gsu_time;
     if (c.gsu == Gsu::kHard) {
       config_.gsu = Gsu::kHard;
       config_.top_k = config_.long_len;  // K = the 6 long slots of the batch

@@ -27,13 +27,22 @@ using model_testing::MakeBatch;
 using model_testing::Outcome;
 using model_testing::SmallConfig;
 
-ModelConfig LongSoftConfig(int long_len, bool time_embedding) {
+// The time terms a soft search runs with: none, the ESU's time embedding, and that with the GSU's
+// time term (ModelConfig::gsu_time).
+enum class Time { kNone, kEsu, kEsuAndGsu };
+constexpr Time kTimes[] = {Time::kNone, Time::kEsu, Time::kEsuAndGsu};
+const char* TimeName(Time t) {
+  return t == Time::kNone ? "" : t == Time::kEsu ? " +time" : " +time +gsu_time";
+}
+
+ModelConfig LongSoftConfig(int long_len, Time time) {
   ModelConfig c = SmallConfig(ModelType::kSim);
   c.embedding_dim = 8;
   c.long_len = long_len;
   c.short_len = 6;
   c.top_k = 50;
-  c.time_embedding = time_embedding;
+  c.time_embedding = time != Time::kNone;
+  c.gsu_time = time == Time::kEsuAndGsu;
   return c;
 }
 
@@ -90,7 +99,7 @@ constexpr model_testing::OutcomeTolerances kExactForward = {1e-300, 1e-300, 1e-4
 TEST(ModelSoftSearchTest, StreamedMatchesDenseUpToThousandsOfSlots) {
   auto be = kernels::CreateReferenceBackend();
   for (const int long_len : {6, 200, 2000}) {
-    for (const bool time : {false, true}) {
+    for (const Time time : kTimes) {
       const ModelConfig dense = LongSoftConfig(long_len, time);
       data::Batch batch = MakeBatch(dense, LongLens(dense, 10, long_len), 41, 60, 9, 5);
       const BatchKeys keys = TrainKeys(batch, 42, 0.5f);
@@ -100,7 +109,7 @@ TEST(ModelSoftSearchTest, StreamedMatchesDenseUpToThousandsOfSlots) {
         streamed.soft_search_chunk = chunk;
         const SearchRun got = RunModel(streamed, be.get(), batch, keys);
         const std::string what =
-            absl::StrCat("N=", long_len, time ? " +time" : "", " chunk=", chunk, " vs dense");
+            absl::StrCat("N=", long_len, TimeName(time), " chunk=", chunk, " vs dense");
         ASSERT_EQ(got.outcome.logits, want.outcome.logits) << what;
         EXPECT_EQ(got.outcome.losses.total, want.outcome.losses.total) << what;
         EXPECT_EQ(got.outcome.dense, want.outcome.dense) << what;
@@ -141,7 +150,7 @@ int64_t WindowedSlots(const ModelConfig& c, const std::vector<int>& lens, int ch
 TEST(ModelSoftSearchTest, ChunksSkipThePadding) {
   auto ref_be = kernels::CreateReferenceBackend();
   auto cpu_be = kernels::CreateCpuBackend(2);
-  for (const bool time : {false, true}) {
+  for (const Time time : kTimes) {
     const ModelConfig dense = LongSoftConfig(2000, time);
     const int T = dense.long_len + dense.short_len;
     std::vector<int> grouped = {T,  T,  1800, 1500, 1500, 900, 700, 400, 300, 120, 90, 60,
@@ -162,10 +171,12 @@ TEST(ModelSoftSearchTest, ChunksSkipThePadding) {
         ModelConfig streamed = dense;
         streamed.soft_search_chunk = chunk;
         const std::string what =
-            absl::StrCat(time ? "+time " : "", sorted ? "grouped" : "shuffled", " chunk=", chunk);
+            absl::StrCat(sorted ? "grouped" : "shuffled", TimeName(time), " chunk=", chunk);
         const SearchRun got = RunModel(streamed, ref_be.get(), batch, keys);
         EXPECT_EQ(got.long_slots, WindowedSlots(dense, *lens, chunk)) << what;
-        if (sorted) EXPECT_LT(got.long_slots * 2, all) << what;
+        if (sorted) {
+          EXPECT_LT(got.long_slots * 2, all) << what;
+        }
         ASSERT_EQ(got.outcome.logits, want.outcome.logits) << what;
         EXPECT_EQ(got.outcome.losses.total, want.outcome.losses.total) << what;
         EXPECT_EQ(got.outcome.dense, want.outcome.dense) << what;
@@ -179,7 +190,7 @@ TEST(ModelSoftSearchTest, ChunksSkipThePadding) {
         if (t.name.rfind("aux_mlp/", 0) != 0) layout.push_back(t);
       }
       ExpectOutcomesClose(got.outcome, want.outcome, layout, {1e-5, 1e-5, 1e-4},
-                          absl::StrCat(time ? "+time " : "", sorted ? "grouped" : "shuffled",
+                          absl::StrCat(sorted ? "grouped" : "shuffled", TimeName(time),
                                        " cpu chunk=3 vs reference dense"));
     }
   }
@@ -191,7 +202,7 @@ TEST(ModelSoftSearchTest, ChunksSkipThePadding) {
 TEST(ModelSoftSearchTest, CpuStreamedMatchesReferenceDense) {
   auto ref_be = kernels::CreateReferenceBackend();
   auto cpu_be = kernels::CreateCpuBackend(2);
-  for (const bool time : {false, true}) {
+  for (const Time time : kTimes) {
     const ModelConfig dense = LongSoftConfig(3000, time);
     data::Batch batch = MakeBatch(dense, LongLens(dense, 12, 7), 51, 4000, 300, 7);
     const BatchKeys keys = TrainKeys(batch, 52, 0.3f);
@@ -206,7 +217,7 @@ TEST(ModelSoftSearchTest, CpuStreamedMatchesReferenceDense) {
       if (t.name.rfind("aux_mlp/", 0) != 0) layout.push_back(t);
     }
     ExpectOutcomesClose(got.outcome, want.outcome, layout, {1e-5, 1e-5, 1e-4},
-                        absl::StrCat("N=3000", time ? " +time" : "", " cpu streamed vs reference"));
+                        absl::StrCat("N=3000", TimeName(time), " cpu streamed vs reference"));
   }
 }
 
@@ -215,7 +226,7 @@ TEST(ModelSoftSearchTest, CpuStreamedMatchesReferenceDense) {
 // of 17 samples, 3 of them for 40 rows): the same model as one forced chunk of the whole batch.
 TEST(ModelSoftSearchTest, LongWindowsStreamAutomatically) {
   auto be = kernels::CreateCpuBackend(2);
-  ModelConfig c = LongSoftConfig(ModelConfig::kDenseSoftSearchMax, true);
+  ModelConfig c = LongSoftConfig(ModelConfig::kDenseSoftSearchMax, Time::kEsu);
   c.embedding_dim = 64;
   auto at_max = Model::Create(c, be.get(), 40);
   ASSERT_TRUE(at_max.ok()) << at_max.status();
@@ -238,20 +249,31 @@ TEST(ModelSoftSearchTest, LongWindowsStreamAutomatically) {
 }
 
 TEST(ModelSoftSearchTest, ConfigChecks) {
-  ModelConfig c = LongSoftConfig(1 << 16, false);
+  ModelConfig c = LongSoftConfig(1 << 16, Time::kNone);
   EXPECT_TRUE(ValidateModelConfig(c).ok());
   c.long_len = (1 << 16) + 1;
   Status st = ValidateModelConfig(c);
   EXPECT_NE(st.message().find("long_len must be in [1, 65536]"), std::string::npos) << st;
   // DIN materialises its history: bounded at 4,096.
-  c = LongSoftConfig(5000, false);
+  c = LongSoftConfig(5000, Time::kNone);
   c.type = ModelType::kDin;
   st = ValidateModelConfig(c);
   EXPECT_NE(st.message().find("long_len must be <= 4096"), std::string::npos) << st;
-  c = LongSoftConfig(100, false);
+  c = LongSoftConfig(100, Time::kNone);
   c.soft_search_chunk = -1;
   st = ValidateModelConfig(c);
   EXPECT_NE(st.message().find("soft_search_chunk must be in [0, 2^24]"), std::string::npos) << st;
+  // The GSU's time term needs the soft search and the time embedding.
+  c = LongSoftConfig(100, Time::kEsuAndGsu);
+  EXPECT_TRUE(ValidateModelConfig(c).ok());
+  c.time_embedding = false;
+  st = ValidateModelConfig(c);
+  EXPECT_NE(st.message().find("gsu_time is the soft search's time term"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("time_embedding off"), std::string::npos) << st;
+  c = LongSoftConfig(100, Time::kEsuAndGsu);
+  c.gsu = Gsu::kHard;
+  st = ValidateModelConfig(c);
+  EXPECT_NE(st.message().find("gsu hard"), std::string::npos) << st;
 }
 
 }  // namespace

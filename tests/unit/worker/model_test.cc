@@ -103,8 +103,10 @@ TEST(ModelTest, LayoutIsTheBlocksRegistrationOrder) {
     ModelConfig config;
     std::vector<std::string> names;
   };
-  ModelConfig sim, sim_time, sim_hard_time, dien_only, din;
+  ModelConfig sim, sim_time, sim_gsu_time, sim_hard_time, dien_only, din;
   sim_time.time_embedding = true;
+  sim_gsu_time = sim_time;
+  sim_gsu_time.gsu_time = true;
   sim_hard_time = sim_time;
   sim_hard_time.gsu = Gsu::kHard;
   dien_only.type = ModelType::kDien;
@@ -113,6 +115,9 @@ TEST(ModelTest, LayoutIsTheBlocksRegistrationOrder) {
       {"sim", sim, cat({mlp("gsu_mlp", 1, true), mlp("classifier_mlp", 2, true), dien})},
       {"sim time", sim_time,
        cat({mlp("gsu_mlp", 1, true), mlp("classifier_mlp", 2, true), dien, time})},
+      {"sim gsu time", sim_gsu_time,
+       cat({mlp("gsu_mlp", 1, true), mlp("classifier_mlp", 2, true), dien, time,
+            {"gsu_time/query"}})},
       {"sim hard time", sim_hard_time, cat({mlp("classifier_mlp", 2, true), dien, time})},
       {"dien", dien_only, cat({mlp("classifier_mlp", 2, true), dien})},
       {"din", din, mlp("classifier_mlp", 2, true)},

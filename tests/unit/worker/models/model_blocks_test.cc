@@ -292,6 +292,7 @@ TEST_P(EsuBlockTest, BackwardMatchesFiniteDifferences) {
     dchunk.assign(chunk.size(), 0.0f);
     block.Backward(p, q.data(), chunk.data(), chunk_rho.data(), k, w.data(), ldz, dq.data(),
                    dchunk.data());
+    block.ScatterSlotGrads(p, k, dchunk.data());
     ScatterWindow(dchunk, k, TL, I, &dx);
   }
   block.FinishBackward(p, dq.data());
@@ -314,37 +315,44 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- SoftGsuBlock -------------------------------------------------------------------------
 
-// Samples per chunk, and whether each chunk covers only its rows' window (Chunks).
-class SoftGsuBlockTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
+// Samples per chunk, whether each chunk covers only its rows' window (Chunks), and the time
+// term's width D (0: none; else the slots are the ESU's [x; tau], I + D wide, and the query
+// [q; u_g] carries the registered gsu_time/query, checked with the head's parameters).
+class SoftGsuBlockTest : public ::testing::TestWithParam<std::tuple<int64_t, bool, int>> {};
 
 TEST_P(SoftGsuBlockTest, BackwardMatchesFiniteDifferencesAndTopKSelectsK) {
-  const auto [chunk, windowed] = GetParam();
+  const auto [chunk, windowed, D] = GetParam();
   const ModelConfig c = model_testing::SmallConfig(ModelType::kSim);
   const int TL = 6, I = 8, P = 4, K = 3;
   const std::vector<int> lens = {6, 0, 3, 5, 2};
   const int64_t B = static_cast<int64_t>(lens.size());
   Harness h;
-  SoftGsuBlock block(B, TL, I, P, K);
+  SoftGsuBlock block(B, TL, I, P, K, D);
   block.Build(c, h.registry(), h.plan());
+  block.BuildTimeTerm(h.registry(), h.plan());
   h.Finish(block.WorkspaceFloats(), 51);
   ASSERT_TRUE(block.Allocate(h.be()).ok());
+  ASSERT_TRUE(block.Init(h.be()).ok());
+  const int Iw = block.slot_width();
+  ASSERT_EQ(Iw, I + D);
   std::vector<float> q = Uniform(B * I, 1, 0.5f), user = Uniform(B * P, 2, 0.5f);
-  std::vector<float> x = Uniform(B * TL * I, 3, 0.5f);
+  std::vector<float> x = Uniform(B * TL * Iw, 3, 0.5f);
   const std::vector<float> mask = SuffixMask(lens, TL);
-  ZeroMasked(mask, I, &x);
+  ZeroMasked(mask, Iw, &x);
   const std::vector<float> labels = {1, 0, 1, 1, 0};
   std::vector<float> slots, dslots, slot_mask;
   std::vector<SlotChunk> chunks = Chunks(lens, TL, chunk, windowed);
   const auto stage = [&](SlotChunk* k) {
-    CopyWindow(x, *k, TL, I, &slots);
+    CopyWindow(x, *k, TL, Iw, &slots);
     CopyWindow(mask, *k, TL, 1, &slot_mask);
     k->mask = slot_mask.data();
   };
   auto loss = [&] {
     const Pass p = h.MakePass(B, false);
+    block.PrepareQuery(p, q.data());
     for (SlotChunk& k : chunks) {
       stage(&k);
-      block.Attend(p, q.data(), slots.data(), k);
+      block.Attend(p, slots.data(), k);
     }
     block.Finish(p, q.data(), user.data(), std::nullopt, chunks);
     return h.be()->BceWithLogits(B, block.logit(), labels.data(), 0.0f, nullptr);
@@ -366,21 +374,24 @@ TEST_P(SoftGsuBlockTest, BackwardMatchesFiniteDifferencesAndTopKSelectsK) {
   for (SlotChunk& k : chunks) {
     stage(&k);
     dslots.assign(slots.size(), 0.0f);
-    block.AttendBackward(p, q.data(), slots.data(), k, dq.data(), dslots.data());
-    ScatterWindow(dslots, k, TL, I, &dx);
+    block.AttendBackward(p, slots.data(), k, dq.data(), dslots.data());
+    ScatterWindow(dslots, k, TL, Iw, &dx);
   }
+  block.FinishBackward(p, dq.data());
   const std::vector<float> dparams = h.grads();
   ExpectGradient(loss, &q, dq, 10, "dq");
   ExpectGradient(loss, &user, duser, 11, "duser");
   ExpectGradient(loss, &x, dx, 12, "dx_long");
-  ExpectParameterGradients(loss, &h, dparams, 13);  // the GSU head's
+  ExpectParameterGradients(loss, &h, dparams, 13);  // the GSU head's (and u_g's)
 }
 
 INSTANTIATE_TEST_SUITE_P(Chunks, SoftGsuBlockTest,
-                         ::testing::Values(std::tuple<int64_t, bool>{5, false},
-                                           std::tuple<int64_t, bool>{2, false},
-                                           std::tuple<int64_t, bool>{2, true},
-                                           std::tuple<int64_t, bool>{1, true}));
+                         ::testing::Values(std::tuple<int64_t, bool, int>{5, false, 0},
+                                           std::tuple<int64_t, bool, int>{2, false, 0},
+                                           std::tuple<int64_t, bool, int>{2, true, 0},
+                                           std::tuple<int64_t, bool, int>{1, true, 0},
+                                           std::tuple<int64_t, bool, int>{5, false, 4},
+                                           std::tuple<int64_t, bool, int>{2, true, 4}));
 
 // ---- DinBlock -----------------------------------------------------------------------------
 
