@@ -1167,8 +1167,7 @@ std::string ModelSummary(const ModelConfig& c) {
       ModelTypeName(c.type), " D=", c.embedding_dim, " UF=", c.user_features,
       " F=", c.item_features, " long=", c.long_len, " short=", c.short_len, " top_k=", c.top_k,
       c.gsu == Gsu::kHard ? " gsu=hard" : "", c.time_embedding ? " time_embedding" : "",
-      c.gsu_time ? " gsu_time" : "",
-      " gru=", c.gru_hidden > 0 ? c.gru_hidden : 6 * c.embedding_dim,
+      c.gsu_time ? " gsu_time" : "", " gru=", c.gru_hidden > 0 ? c.gru_hidden : 6 * c.embedding_dim,
       " stage1=", absl::StrJoin(c.stage_one_mlp, ","),
       " stage2=", absl::StrJoin(c.stage_two_mlp, ","), " aux=", absl::StrJoin(c.aux_mlp, ","),
       " att=", absl::StrJoin(c.attention_mlp, ","));

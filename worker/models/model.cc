@@ -323,7 +323,7 @@ class Model::Impl {
   }
 
   const ModelType type_;
-  const bool time_;  // SIM with the time-interval embedding in the ESU
+  const bool time_;      // SIM with the time-interval embedding in the ESU
   const bool gsu_time_;  // and the soft GSU's time term (ModelConfig::gsu_time)
   const int64_t max_batch_;
   const int D_, UF_, F_, I_, P_, TL_, TS_, H_;

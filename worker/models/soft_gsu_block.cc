@@ -83,8 +83,8 @@ void SoftGsuBlock::HeadBackward(const Pass& p, const float* labels, float cls_sc
   if (D_ > 0) be->Fill(B * Iw_, 0.0f, dqg_.data());
 }
 
-void SoftGsuBlock::AttendBackward(const Pass& p, const float* x_long, const SlotChunk& k,
-                                  float* dq, float* dx_long) {
+void SoftGsuBlock::AttendBackward(const Pass& p, const float* x_long, const SlotChunk& k, float* dq,
+                                  float* dx_long) {
   // With the time term the query's gradient collects in dqg_ (FinishBackward splits it).
   float* dquery = D_ > 0 ? dqg_.data() : dq;
   p.be->DotAttentionBackward(k.c, k.width, Iw_, query_ + k.b0 * Iw_, Iw_, x_long, k.mask,

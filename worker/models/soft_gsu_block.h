@@ -39,7 +39,7 @@ class SoftGsuBlock {
   void BuildTimeTerm(ParamRegistry* registry, BufferPlan* plan);
   int64_t WorkspaceFloats() const { return head_.WorkspaceFloats(); }
   Status Allocate(kernels::Backend* be) { return head_.Allocate(be); }
-  Status Init(kernels::Backend* be);  // after the plan's Allocate
+  Status Init(kernels::Backend* be);      // after the plan's Allocate
   int slot_width() const { return Iw_; }  // of the attended slots: I, or I + D with the time term
 
   // Forward: PrepareQuery, Attend every chunk (with its slot mask; x_long [c, width,

@@ -62,7 +62,15 @@ const Case kCases[] = {
     {ModelType::kSim, {8}, 27, "sim_gsu_time_batch1", 0.0f, Gsu::kSoft, true, 0, true},
     // Seed 29: at seed 28 a unit of the classifier sits within 1e-4 of its PReLU kink (the
     // right derivative equals the analytic gradient, the left one does not), dense or streamed.
-    {ModelType::kSim, {10, 3, 7, 5, 2}, 29, "sim_streamed_gsu_time", 0.0f, Gsu::kSoft, true, 2, true},
+    {ModelType::kSim,
+     {10, 3, 7, 5, 2},
+     29,
+     "sim_streamed_gsu_time",
+     0.0f,
+     Gsu::kSoft,
+     true,
+     2,
+     true},
 };
 
 class ModelGradientTest : public ::testing::TestWithParam<Case> {
