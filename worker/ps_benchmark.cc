@@ -6,6 +6,8 @@
 #include <memory>
 #include <thread>
 
+#include <time.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/hash.h"
@@ -64,6 +66,20 @@ StatusOr<double> RunRound(std::vector<ClientState>& clients, ThreadPool& pool, i
   return wall;
 }
 
+// CPU time of this process so far (every thread: the clients, the in-process servers' gRPC
+// threads and handlers), seconds.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// What one timed series accumulated: wall and CPU seconds, and the per-call latencies.
+struct Timing {
+  double wall = 0, cpu = 0;
+  std::vector<double> lat;
+};
+
 PsBenchRow MakeRow(const std::string& target, const std::string& op, int64_t keys, int dim,
                    int64_t total_calls, double wall, std::vector<double>& lat) {
   PsBenchRow row;
@@ -76,6 +92,43 @@ PsBenchRow MakeRow(const std::string& target, const std::string& op, int64_t key
   row.keys_per_s = wall > 0 ? total_keys / wall : 0;
   row.gb_per_s = row.keys_per_s * dim * sizeof(float) / 1e9;
   return row;
+}
+
+// One client set (and its in-process server, when the benchmark starts one) per transport.
+struct TransportState {
+  const PsBenchTransport* transport = nullptr;
+  std::unique_ptr<embedding::EmbeddingServer> local_server;
+  std::vector<std::string> servers;
+  std::vector<ClientState> clients;
+};
+
+// Connects `count` clients of transport `t` (distinct keys per client, the same across
+// transports), the first configuring the benchmark table (replacing it if `replace`).
+Status ConnectClients(const PsBenchOptions& o, const embedding::TableConfig& table,
+                      TransportState& t) {
+  EmbeddingClientOptions co;
+  co.servers = t.servers;
+  co.encoding = o.encoding;
+  co.security = t.transport->client_security;
+  t.clients.resize(static_cast<size_t>(o.clients));
+  const size_t dim = static_cast<size_t>(o.dim);
+  const size_t max_keys = static_cast<size_t>(o.max_keys);
+  for (size_t c = 0; c < t.clients.size(); ++c) {
+    ClientState& cs = t.clients[c];
+    SIFT_ASSIGN_OR_RETURN(cs.client, EmbeddingClient::Connect(co));
+    SIFT_RETURN_IF_ERROR(cs.client->Configure(o.seed, {table}, c == 0 && o.replace));
+    // Distinct keys across clients: Mix64 is a bijection of (client << 40 | index).
+    cs.keys.resize(max_keys);
+    for (size_t i = 0; i < max_keys; ++i) cs.keys[i] = Mix64((uint64_t{c} << 40) | i);
+    cs.grads.resize(max_keys * dim);
+    for (size_t i = 0; i < cs.grads.size(); ++i) {
+      cs.grads[i] = 1e-3f * static_cast<float>(static_cast<int>((i * 7 + c) % 9) - 4);
+    }
+    RoundThroughWire(o.encoding, cs.grads);
+    cs.remote_rows.resize(max_keys * dim);
+    cs.local_rows.resize(max_keys * dim);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -91,24 +144,39 @@ StatusOr<PsBenchResult> RunPsBenchmark(const PsBenchOptions& o) {
   if (o.clients < 1 || o.clients > 256) return absl::InvalidArgumentError("--clients in [1, 256]");
   if (o.dim < 1 || o.dim > 65536) return absl::InvalidArgumentError("--dim in [1, 65536]");
   if (o.max_keys > (int64_t{1} << 28)) return absl::InvalidArgumentError("--max-keys <= 2^28");
+  if (o.transports.empty() || (!o.servers.empty() && o.transports.size() != 1)) {
+    return absl::InvalidArgumentError(
+        "bench ps: one transport against --servers, at least one for in-process servers");
+  }
   const int threads = o.server_threads > 0 ? o.server_threads : AvailableCpus();
 
   PsBenchResult result;
-  std::unique_ptr<embedding::EmbeddingServer> local_server;
-  std::vector<std::string> servers = o.servers;
-  if (servers.empty()) {
+  std::vector<TransportState> transports(o.transports.size());
+  std::vector<std::string> labels;
+  for (size_t t = 0; t < transports.size(); ++t) {
+    TransportState& ts = transports[t];
+    ts.transport = &o.transports[t];
+    ts.servers = o.servers;
+    if (!o.servers.empty()) {
+      labels.push_back(absl::StrJoin(o.servers, ","));
+      continue;
+    }
     embedding::EmbeddingServerOptions so;
     so.bind_address = "127.0.0.1";
     so.metrics_port = -1;
     so.shard.threads = threads;
-    so.security = o.server_security;
-    SIFT_ASSIGN_OR_RETURN(local_server, embedding::EmbeddingServer::Start(so));
-    servers = {absl::StrCat("127.0.0.1:", local_server->port())};
-    result.servers_label = absl::StrCat("in-process loopback server ", servers[0]);
-  } else {
-    result.servers_label = absl::StrJoin(servers, ",");
+    so.security = ts.transport->server_security;
+    SIFT_ASSIGN_OR_RETURN(ts.local_server, embedding::EmbeddingServer::Start(so));
+    ts.servers = {absl::StrCat("127.0.0.1:", ts.local_server->port())};
+    labels.push_back(absl::StrCat(ts.servers[0], transports.size() > 1 ? " (" : "",
+                                  transports.size() > 1 ? ts.transport->name : "",
+                                  transports.size() > 1 ? ")" : ""));
   }
-  result.num_shards = static_cast<int>(servers.size());
+  result.servers_label =
+      o.servers.empty() ? absl::StrCat("in-process loopback server", labels.size() > 1 ? "s " : " ",
+                                       absl::StrJoin(labels, ", "))
+                        : labels[0];
+  result.num_shards = static_cast<int>(transports[0].servers.size());
 
   embedding::TableConfig table;
   table.table_id = kTable;
@@ -117,45 +185,33 @@ StatusOr<PsBenchResult> RunPsBenchmark(const PsBenchOptions& o) {
   table.cardinality = static_cast<uint64_t>(o.max_keys) * static_cast<uint64_t>(o.clients);
   table.optimizer.kind = embedding::OptimizerKind::kSgd;
   table.optimizer.learning_rate = 0.01f;
-
-  EmbeddingClientOptions co;
-  co.servers = servers;
-  co.encoding = o.encoding;
-  co.security = o.client_security;
-  std::vector<ClientState> clients(static_cast<size_t>(o.clients));
+  for (TransportState& ts : transports) SIFT_RETURN_IF_ERROR(ConnectClients(o, table, ts));
+  // The in-process table works in the first transport's client buffers (local_rows).
+  std::vector<ClientState>& local_clients = transports[0].clients;
   const size_t dim = static_cast<size_t>(o.dim);
-  const size_t max_keys = static_cast<size_t>(o.max_keys);
-  for (size_t c = 0; c < clients.size(); ++c) {
-    ClientState& cs = clients[c];
-    SIFT_ASSIGN_OR_RETURN(cs.client, EmbeddingClient::Connect(co));
-    if (c == 0)
-      SIFT_RETURN_IF_ERROR(cs.client->Configure(o.seed, {table}, o.replace));
-    else
-      SIFT_RETURN_IF_ERROR(cs.client->Configure(o.seed, {table}, false));
-    // Distinct keys across clients: Mix64 is a bijection of (client << 40 | index).
-    cs.keys.resize(max_keys);
-    for (size_t i = 0; i < max_keys; ++i) cs.keys[i] = Mix64((uint64_t{c} << 40) | i);
-    cs.grads.resize(max_keys * dim);
-    for (size_t i = 0; i < cs.grads.size(); ++i) {
-      cs.grads[i] = 1e-3f * static_cast<float>(static_cast<int>((i * 7 + c) % 9) - 4);
-    }
-    RoundThroughWire(o.encoding, cs.grads);
-    cs.remote_rows.resize(max_keys * dim);
-    cs.local_rows.resize(max_keys * dim);
-  }
+  const double width = WireFloatBytes(o.encoding);
   SIFT_ASSIGN_OR_RETURN(auto store, embedding::EmbeddingStore::Create(
                                         {table}, embedding::StoreOptions{o.seed, 256, threads}));
   ThreadPool pool(o.clients);
 
   for (int64_t n = o.min_keys; n <= o.max_keys; n *= o.factor) {
     const size_t nk = static_cast<size_t>(n);
-    // This size's keys: the first n of each client's pool, sorted (a deduplicated batch).
-    std::vector<std::vector<uint64_t>> keys(clients.size());
-    for (size_t c = 0; c < clients.size(); ++c) {
-      keys[c].assign(clients[c].keys.begin(), clients[c].keys.begin() + n);
+    // This size's keys: the first n of each client's pool, sorted (a deduplicated batch); the
+    // same for every transport.
+    std::vector<std::vector<uint64_t>> keys(local_clients.size());
+    for (size_t c = 0; c < local_clients.size(); ++c) {
+      keys[c].assign(local_clients[c].keys.begin(), local_clients[c].keys.begin() + n);
       std::sort(keys[c].begin(), keys[c].end());
     }
-    auto index = [&](ClientState& cs) { return static_cast<size_t>(&cs - clients.data()); };
+    // Client c of any transport is the c-th element of its transport's vector.
+    auto index = [&](ClientState& cs) {
+      for (const TransportState& ts : transports) {
+        if (&cs >= ts.clients.data() && &cs < ts.clients.data() + ts.clients.size()) {
+          return static_cast<size_t>(&cs - ts.clients.data());
+        }
+      }
+      return size_t{0};
+    };
     auto remote_pull = [&](ClientState& cs) {
       const EmbeddingClient::PullItem item{kTable, keys[index(cs)],
                                            absl::MakeSpan(cs.remote_rows.data(), nk * dim)};
@@ -173,11 +229,14 @@ StatusOr<PsBenchResult> RunPsBenchmark(const PsBenchOptions& o) {
       return store->Push(kTable, keys[index(cs)], absl::MakeConstSpan(cs.grads.data(), nk * dim),
                          0);
     };
-    // #wrong: keys whose remote row differs from the in-process row (after the wire's rounding).
-    auto count_wrong = [&]() -> int64_t {
+    // #wrong: keys whose remote row (of transport t's servers) differs from the in-process row
+    // (after the wire's rounding).
+    auto count_wrong = [&](const TransportState& ts) -> int64_t {
       int64_t wrong = 0;
-      for (ClientState& cs : clients) {
-        std::vector<float> local(cs.local_rows.begin(), cs.local_rows.begin() + nk * dim);
+      for (size_t c = 0; c < ts.clients.size(); ++c) {
+        const ClientState& cs = ts.clients[c];
+        std::vector<float> local(local_clients[c].local_rows.begin(),
+                                 local_clients[c].local_rows.begin() + nk * dim);
         RoundThroughWire(o.encoding, local);
         for (size_t k = 0; k < nk; ++k) {
           if (std::memcmp(local.data() + k * dim, cs.remote_rows.data() + k * dim,
@@ -189,29 +248,65 @@ StatusOr<PsBenchResult> RunPsBenchmark(const PsBenchOptions& o) {
       return wrong;
     };
     struct Op {
-      const char* target;
+      bool remote;
       const char* op;
       std::function<Status(ClientState&)> fn;
+      double wire_bytes;  // keys, and rows or gradients, per call
     };
-    const std::vector<Op> ops = {{"remote", "pull", remote_pull},
-                                 {"in-process", "pull", local_pull},
-                                 {"remote", "push", remote_push},
-                                 {"in-process", "push", local_push}};
+    const double key_bytes = 8.0 * static_cast<double>(n);
+    const double row_bytes = width * static_cast<double>(n * o.dim);
+    const std::vector<Op> ops = {{true, "pull", remote_pull, key_bytes + row_bytes},
+                                 {false, "pull", local_pull, 0},
+                                 {true, "push", remote_push, key_bytes + row_bytes},
+                                 {false, "push", local_push, 0}};
+    const int64_t total_calls = static_cast<int64_t>(o.iters) * o.clients;
+    size_t remote_rows_begin = 0;  // this op's first remote row in result.rows
     for (const Op& op : ops) {
-      SIFT_RETURN_IF_ERROR(RunRound(clients, pool, o.warmup, op.fn, nullptr).status());
-      std::vector<double> lat;
-      SIFT_ASSIGN_OR_RETURN(const double wall, RunRound(clients, pool, o.iters, op.fn, &lat));
-      PsBenchRow row =
-          MakeRow(op.target, op.op, n, o.dim, static_cast<int64_t>(o.iters) * o.clients, wall, lat);
-      if (o.check && std::string(op.target) == "in-process") {
-        // Both sides have now seen the same pulls (and pushes): compare every row.
-        SIFT_RETURN_IF_ERROR(RunRound(clients, pool, 1, remote_pull, nullptr).status());
-        SIFT_RETURN_IF_ERROR(RunRound(clients, pool, 1, local_pull, nullptr).status());
-        const int64_t wrong = count_wrong();
-        row.wrong = wrong;
-        result.rows[result.rows.size() - 1].wrong = wrong;  // the remote row of this op
+      if (!op.remote) {
+        SIFT_RETURN_IF_ERROR(RunRound(local_clients, pool, o.warmup, op.fn, nullptr).status());
+        Timing tm;
+        const double cpu0 = ProcessCpuSeconds();
+        SIFT_ASSIGN_OR_RETURN(tm.wall, RunRound(local_clients, pool, o.iters, op.fn, &tm.lat));
+        tm.cpu = ProcessCpuSeconds() - cpu0;
+        PsBenchRow row = MakeRow("in-process", op.op, n, o.dim, total_calls, tm.wall, tm.lat);
+        row.cpu_ms = tm.cpu / static_cast<double>(total_calls) * 1e3;
+        if (o.check) {
+          // Every side has now seen the same pulls (and pushes): compare every row.
+          for (size_t t = 0; t < transports.size(); ++t) {
+            SIFT_RETURN_IF_ERROR(
+                RunRound(transports[t].clients, pool, 1, remote_pull, nullptr).status());
+          }
+          SIFT_RETURN_IF_ERROR(RunRound(local_clients, pool, 1, local_pull, nullptr).status());
+          for (size_t t = 0; t < transports.size(); ++t) {
+            result.rows[remote_rows_begin + t].wrong = count_wrong(transports[t]);
+          }
+        }
+        result.rows.push_back(row);
+        continue;
       }
-      result.rows.push_back(row);
+      for (TransportState& ts : transports) {
+        SIFT_RETURN_IF_ERROR(RunRound(ts.clients, pool, o.warmup, op.fn, nullptr).status());
+      }
+      // Timed: one call per client per transport at a time, the transports' order rotating.
+      std::vector<Timing> tm(transports.size());
+      for (int k = 0; k < o.iters; ++k) {
+        for (size_t j = 0; j < transports.size(); ++j) {
+          const size_t t = (j + static_cast<size_t>(k)) % transports.size();
+          const double cpu0 = ProcessCpuSeconds();
+          SIFT_ASSIGN_OR_RETURN(const double wall,
+                                RunRound(transports[t].clients, pool, 1, op.fn, &tm[t].lat));
+          tm[t].cpu += ProcessCpuSeconds() - cpu0;
+          tm[t].wall += wall;
+        }
+      }
+      remote_rows_begin = result.rows.size();
+      for (size_t t = 0; t < transports.size(); ++t) {
+        PsBenchRow row = MakeRow("remote", op.op, n, o.dim, total_calls, tm[t].wall, tm[t].lat);
+        row.transport = transports[t].transport->name;
+        row.cpu_ms = tm[t].cpu / static_cast<double>(total_calls) * 1e3;
+        row.wire_bytes = op.wire_bytes;
+        result.rows.push_back(row);
+      }
     }
     if (n > o.max_keys / o.factor) break;
   }

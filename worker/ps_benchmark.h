@@ -4,6 +4,11 @@
 // one RPC per shard, chunking) and the same operations on an in-process EmbeddingStore, so the
 // cost of the network layer is visible. `clients` threads each drive their own client at once
 // (load on the servers); latency is per call, keys/s and GB/s over the wall time of a size.
+// With several transports (`sift bench ps --tls both`: plaintext and TLS, each with its own
+// in-process server and clients), the timed calls of the transports alternate call by call (the
+// order rotating), so the machine's drift over a run weighs on them alike and their ratio is one
+// measurement; each remote row also reports the process's CPU time per call (clients and the
+// in-process server, every thread), the cost a transport adds whatever the cores' load.
 // With `check`, every pulled row is compared with the in-process table, which received the same
 // pushes in the same order: #wrong counts keys whose row differs (beyond the wire encoding's
 // rounding), and must be 0.
@@ -22,6 +27,14 @@
 
 namespace sift::worker {
 
+// One way of reaching the servers: TLS for the in-process server (its server-0 member directory)
+// and for the clients (a worker's directory, or the CA of external servers). Off: plaintext.
+struct PsBenchTransport {
+  std::string name = "plaintext";
+  SecurityOptions server_security;
+  SecurityOptions client_security;
+};
+
 struct PsBenchOptions {
   std::vector<std::string> servers;  // empty: start one in-process server on 127.0.0.1
   int64_t min_keys = 1024;
@@ -36,20 +49,22 @@ struct PsBenchOptions {
   bool check = false;
   bool replace = false;
   uint64_t seed = 1;
-  // TLS: the in-process server's (its server-0 member directory) and the clients' (a worker's
-  // directory, or the CA of external servers). Off: plaintext.
-  SecurityOptions server_security;
-  SecurityOptions client_security;
+  // The transports to compare (at least one; with `servers`, exactly one, whose
+  // server_security is unused). Default: one, plaintext.
+  std::vector<PsBenchTransport> transports = {PsBenchTransport{}};
 };
 
 struct PsBenchRow {
-  std::string target;  // "remote" | "in-process"
-  std::string op;      // "pull" | "push"
-  int64_t keys = 0;    // per call
+  std::string target;           // "remote" | "in-process"
+  std::string transport = "-";  // the remote rows' PsBenchTransport::name
+  std::string op;               // "pull" | "push"
+  int64_t keys = 0;             // per call
   double p50_ms = 0, p99_ms = 0;
   double keys_per_s = 0;
-  double gb_per_s = 0;  // row payload (keys x dim x 4 bytes) per second, 1e9 bytes
-  int64_t wrong = -1;   // -1: not checked
+  double gb_per_s = 0;    // row payload (keys x dim x 4 bytes) per second, 1e9 bytes
+  double cpu_ms = 0;      // process CPU time (every thread) per call, ms
+  double wire_bytes = 0;  // request + reply payload bytes per call (keys, rows), one direction each
+  int64_t wrong = -1;     // -1: not checked
 };
 
 struct PsBenchResult {
