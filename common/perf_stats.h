@@ -19,6 +19,8 @@ namespace sift {
 // Monotonic clock in seconds (any origin). Injectable for tests.
 using PerfClock = std::function<double()>;
 double SteadyClockSeconds();
+// CPU time of this process so far, every thread (CLOCK_PROCESS_CPUTIME_ID), seconds.
+double ProcessCpuSeconds();
 
 // numpy.percentile's default ("linear"): sorted x, h = (n − 1)·q/100, lo = floor(h),
 // x[lo] + (h − lo)·(x[lo+1] − x[lo]). NaN for an empty input. REQUIRES: 0 <= q <= 100.

@@ -6,8 +6,6 @@
 #include <memory>
 #include <thread>
 
-#include <time.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/hash.h"
@@ -31,13 +29,21 @@ void RoundThroughWire(WireFloat encoding, std::vector<float>& x) {
   (void)s;  // sizes match by construction
 }
 
-// One client's working set: its distinct keys (sorted, like a worker's deduplicated batch), its
-// gradients (fixed, already rounded through the encoding) and its pull buffers.
+// Client c's working set, the same whatever the transport: its distinct keys, its gradients
+// (fixed, already rounded through the encoding) and the in-process table's pull buffer.
+struct ClientData {
+  std::vector<uint64_t> pool;  // max_keys distinct keys
+  std::vector<uint64_t>
+      keys;                  // this size's: the first n of the pool, sorted (a deduplicated batch)
+  std::vector<float> grads;  // max_keys x dim
+  std::vector<float> local_rows;
+};
+
+// Client c of one transport: its connection and its pull buffer.
 struct ClientState {
+  ClientData* data = nullptr;
   std::unique_ptr<EmbeddingClient> client;
-  std::vector<uint64_t> keys;  // sorted, max_keys of them
-  std::vector<float> grads;    // max_keys x dim
-  std::vector<float> remote_rows, local_rows;
+  std::vector<float> remote_rows;
 };
 
 // Runs `calls` calls of fn(client, n) on every client at once; per-call latencies (seconds) go to
@@ -64,14 +70,6 @@ StatusOr<double> RunRound(std::vector<ClientState>& clients, ThreadPool& pool, i
     for (auto& l : lat) latencies->insert(latencies->end(), l.begin(), l.end());
   }
   return wall;
-}
-
-// CPU time of this process so far (every thread: the clients, the in-process servers' gRPC
-// threads and handlers), seconds.
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // What one timed series accumulated: wall and CPU seconds, and the per-call latencies.
@@ -102,31 +100,41 @@ struct TransportState {
   std::vector<ClientState> clients;
 };
 
-// Connects `count` clients of transport `t` (distinct keys per client, the same across
-// transports), the first configuring the benchmark table (replacing it if `replace`).
+// The clients' working sets (distinct keys across clients: Mix64 is a bijection of
+// (client << 40 | index)).
+std::vector<ClientData> MakeClientData(const PsBenchOptions& o) {
+  std::vector<ClientData> data(static_cast<size_t>(o.clients));
+  const size_t dim = static_cast<size_t>(o.dim);
+  const size_t max_keys = static_cast<size_t>(o.max_keys);
+  for (size_t c = 0; c < data.size(); ++c) {
+    ClientData& d = data[c];
+    d.pool.resize(max_keys);
+    for (size_t i = 0; i < max_keys; ++i) d.pool[i] = Mix64((uint64_t{c} << 40) | i);
+    d.grads.resize(max_keys * dim);
+    for (size_t i = 0; i < d.grads.size(); ++i) {
+      d.grads[i] = 1e-3f * static_cast<float>(static_cast<int>((i * 7 + c) % 9) - 4);
+    }
+    RoundThroughWire(o.encoding, d.grads);
+    d.local_rows.resize(max_keys * dim);
+  }
+  return data;
+}
+
+// Connects one client per working set to transport t's servers, the first configuring the
+// benchmark table (replacing it if `replace`).
 Status ConnectClients(const PsBenchOptions& o, const embedding::TableConfig& table,
-                      TransportState& t) {
+                      std::vector<ClientData>& data, TransportState& t) {
   EmbeddingClientOptions co;
   co.servers = t.servers;
   co.encoding = o.encoding;
   co.security = t.transport->client_security;
-  t.clients.resize(static_cast<size_t>(o.clients));
-  const size_t dim = static_cast<size_t>(o.dim);
-  const size_t max_keys = static_cast<size_t>(o.max_keys);
-  for (size_t c = 0; c < t.clients.size(); ++c) {
+  t.clients.resize(data.size());
+  for (size_t c = 0; c < data.size(); ++c) {
     ClientState& cs = t.clients[c];
+    cs.data = &data[c];
     SIFT_ASSIGN_OR_RETURN(cs.client, EmbeddingClient::Connect(co));
     SIFT_RETURN_IF_ERROR(cs.client->Configure(o.seed, {table}, c == 0 && o.replace));
-    // Distinct keys across clients: Mix64 is a bijection of (client << 40 | index).
-    cs.keys.resize(max_keys);
-    for (size_t i = 0; i < max_keys; ++i) cs.keys[i] = Mix64((uint64_t{c} << 40) | i);
-    cs.grads.resize(max_keys * dim);
-    for (size_t i = 0; i < cs.grads.size(); ++i) {
-      cs.grads[i] = 1e-3f * static_cast<float>(static_cast<int>((i * 7 + c) % 9) - 4);
-    }
-    RoundThroughWire(o.encoding, cs.grads);
-    cs.remote_rows.resize(max_keys * dim);
-    cs.local_rows.resize(max_keys * dim);
+    cs.remote_rows.resize(data[c].local_rows.size());
   }
   return absl::OkStatus();
 }
@@ -185,8 +193,9 @@ StatusOr<PsBenchResult> RunPsBenchmark(const PsBenchOptions& o) {
   table.cardinality = static_cast<uint64_t>(o.max_keys) * static_cast<uint64_t>(o.clients);
   table.optimizer.kind = embedding::OptimizerKind::kSgd;
   table.optimizer.learning_rate = 0.01f;
-  for (TransportState& ts : transports) SIFT_RETURN_IF_ERROR(ConnectClients(o, table, ts));
-  // The in-process table works in the first transport's client buffers (local_rows).
+  std::vector<ClientData> data = MakeClientData(o);
+  for (TransportState& ts : transports) SIFT_RETURN_IF_ERROR(ConnectClients(o, table, data, ts));
+  // The in-process table's calls run on the first transport's client threads' working sets.
   std::vector<ClientState>& local_clients = transports[0].clients;
   const size_t dim = static_cast<size_t>(o.dim);
   const double width = WireFloatBytes(o.encoding);
@@ -196,47 +205,35 @@ StatusOr<PsBenchResult> RunPsBenchmark(const PsBenchOptions& o) {
 
   for (int64_t n = o.min_keys; n <= o.max_keys; n *= o.factor) {
     const size_t nk = static_cast<size_t>(n);
-    // This size's keys: the first n of each client's pool, sorted (a deduplicated batch); the
-    // same for every transport.
-    std::vector<std::vector<uint64_t>> keys(local_clients.size());
-    for (size_t c = 0; c < local_clients.size(); ++c) {
-      keys[c].assign(local_clients[c].keys.begin(), local_clients[c].keys.begin() + n);
-      std::sort(keys[c].begin(), keys[c].end());
+    for (ClientData& d : data) {
+      d.keys.assign(d.pool.begin(), d.pool.begin() + n);
+      std::sort(d.keys.begin(), d.keys.end());
     }
-    // Client c of any transport is the c-th element of its transport's vector.
-    auto index = [&](ClientState& cs) {
-      for (const TransportState& ts : transports) {
-        if (&cs >= ts.clients.data() && &cs < ts.clients.data() + ts.clients.size()) {
-          return static_cast<size_t>(&cs - ts.clients.data());
-        }
-      }
-      return size_t{0};
-    };
     auto remote_pull = [&](ClientState& cs) {
-      const EmbeddingClient::PullItem item{kTable, keys[index(cs)],
+      const EmbeddingClient::PullItem item{kTable, cs.data->keys,
                                            absl::MakeSpan(cs.remote_rows.data(), nk * dim)};
       return cs.client->Pull(absl::MakeConstSpan(&item, 1), /*create_missing=*/true);
     };
     auto remote_push = [&](ClientState& cs) {
-      const EmbeddingClient::PushItem item{kTable, keys[index(cs)],
-                                           absl::MakeConstSpan(cs.grads.data(), nk * dim)};
+      const EmbeddingClient::PushItem item{kTable, cs.data->keys,
+                                           absl::MakeConstSpan(cs.data->grads.data(), nk * dim)};
       return cs.client->Push(absl::MakeConstSpan(&item, 1), /*step=*/0);
     };
     auto local_pull = [&](ClientState& cs) {
-      return store->Pull(kTable, keys[index(cs)], absl::MakeSpan(cs.local_rows.data(), nk * dim));
+      return store->Pull(kTable, cs.data->keys,
+                         absl::MakeSpan(cs.data->local_rows.data(), nk * dim));
     };
     auto local_push = [&](ClientState& cs) {
-      return store->Push(kTable, keys[index(cs)], absl::MakeConstSpan(cs.grads.data(), nk * dim),
-                         0);
+      return store->Push(kTable, cs.data->keys,
+                         absl::MakeConstSpan(cs.data->grads.data(), nk * dim), 0);
     };
     // #wrong: keys whose remote row (of transport t's servers) differs from the in-process row
     // (after the wire's rounding).
     auto count_wrong = [&](const TransportState& ts) -> int64_t {
       int64_t wrong = 0;
-      for (size_t c = 0; c < ts.clients.size(); ++c) {
-        const ClientState& cs = ts.clients[c];
-        std::vector<float> local(local_clients[c].local_rows.begin(),
-                                 local_clients[c].local_rows.begin() + nk * dim);
+      for (const ClientState& cs : ts.clients) {
+        std::vector<float> local(cs.data->local_rows.begin(),
+                                 cs.data->local_rows.begin() + nk * dim);
         RoundThroughWire(o.encoding, local);
         for (size_t k = 0; k < nk; ++k) {
           if (std::memcmp(local.data() + k * dim, cs.remote_rows.data() + k * dim,

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <ctime>
 #include <numeric>
 #include <utility>
 #include <vector>
 
 #include "common/hash.h"
+#include "common/perf_stats.h"
 #include "common/rng.h"
 
 namespace sift::data {
@@ -63,12 +63,6 @@ void ZeroTailRows(int64_t from, Batch* b) {
   std::fill_n(b->LongMask(from), n * b->long_len, 0.0f);
   std::fill_n(b->ShortMask(from), n * b->short_len, 0.0f);
   if (b->has_long_time) std::fill_n(b->LongTime(from), n * b->long_len, -1);
-}
-
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 }  // namespace
