@@ -3,6 +3,7 @@
 #include <atomic>
 #include <thread>
 
+#include "common/broken_pipe.h"
 #include "common/stop_request.h"
 
 namespace sift::cli {
@@ -49,6 +50,7 @@ void WatchStopSignals() {
 }  // namespace
 
 StopSignals::StopSignals() : waiter_(pthread_self()) {
+  IgnoreBrokenPipes();  // a peer that goes away is an error Status, not exit 141
   g_stop_waiter = waiter_;
   g_stop_phase.store(kStarting);
   sigemptyset(&set_);

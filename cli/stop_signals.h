@@ -4,8 +4,9 @@
 // a watcher thread of its own that takes the process-directed signals and forwards them).
 // A stop signal before Wait() is kept for it (and sets common/stop_request.h's flag, which makes
 // start-up loops give up); once the role stops, repeated SIGINT/SIGTERM are ignored
-// (stop_signals.cc says why). SIGUSR2 is Finish()'s:
-// directed at the waiting thread only.
+// (stop_signals.cc says why). SIGUSR2 is Finish()'s: directed at the waiting thread only.
+// It also ignores SIGPIPE (common/broken_pipe.h): a peer that goes away fails the role's write
+// with EPIPE (an error Status) instead of killing the role with exit 141.
 #pragma once
 
 #include <pthread.h>

@@ -2,7 +2,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -92,6 +97,50 @@ TEST(Cli, RepeatedStopSignalsStillExitCleanly) {
     }
     EXPECT_EQ(p.WaitExit(60), 0) << role[0] << ": " << p.Err();
   }
+}
+
+// Whether /proc/<pid>/status lists SIGPIPE among the signals the process ignores (SigIgn: a hex
+// mask, bit n - 1 for signal n).
+bool IgnoresSigpipe(int pid) {
+  const std::string status = testing::ReadAll(absl::StrCat("/proc/", pid, "/status"));
+  const size_t at = status.find("SigIgn:\t");
+  if (at == std::string::npos) return false;
+  const uint64_t mask = std::strtoull(status.c_str() + at + 8, nullptr, 16);
+  return (mask >> (SIGPIPE - 1)) & 1;
+}
+
+// Every long-running role ignores SIGPIPE once it is up, so a peer that goes away is an error
+// Status and not exit 141: Gloo writes with plain writev(), and a worker whose peer left an
+// allreduce (a stale generation after a coordinator restart) died of SIGPIPE while the
+// restarted coordinator waited for it forever (ClusterTest.RestartedCoordinatorResumesTheJob
+// failed so in CI). The port file is written after start-up, so the check does not race it.
+TEST(Cli, RolesSurviveWritesToAPeerThatWentAway) {
+  testing::TempDir dir;
+  const std::string coordinator_port = dir.Sub("coordinator.port");
+  testing::SiftProcess coordinator({"coordinator", "--port", "0", "--state-dir", dir.Sub("state"),
+                                    "--metrics-port", "-1", "--port-file", coordinator_port},
+                                   dir.Sub("coordinator"));
+  const std::string port = testing::WaitForFile(coordinator_port);
+  ASSERT_FALSE(port.empty()) << coordinator.Err();
+  const std::string address = absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(port));
+  const std::string server_port = dir.Sub("server.port");
+  testing::SiftProcess server(
+      {"embedding-server", "--port", "0", "--shard", "0", "--num-shards", "1", "--snapshot-dir",
+       dir.Sub("snap"), "--metrics-port", "-1", "--port-file", server_port},
+      dir.Sub("server"));
+  const std::string worker_port = dir.Sub("worker.port");
+  testing::SiftProcess worker(
+      {"worker", "--coordinator", address, "--metrics-port", "-1", "--port-file", worker_port},
+      dir.Sub("worker"));
+  ASSERT_FALSE(testing::WaitForFile(server_port).empty()) << server.Err();
+  ASSERT_FALSE(testing::WaitForFile(worker_port).empty()) << worker.Err();
+  EXPECT_TRUE(IgnoresSigpipe(coordinator.pid()));
+  EXPECT_TRUE(IgnoresSigpipe(server.pid()));
+  EXPECT_TRUE(IgnoresSigpipe(worker.pid()));
+  // And they still stop cleanly.
+  EXPECT_EQ(worker.Stop(SIGTERM), 0) << worker.Err();
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.Err();
+  EXPECT_EQ(coordinator.Stop(SIGTERM), 0) << coordinator.Err();
 }
 
 // A stop signal while a role is still starting (a worker registering with a coordinator that
