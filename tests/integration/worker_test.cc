@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "common/dllogger.h"
 #include "gmock/gmock.h"
+#include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_cluster.h"
 #include "tests/util/test_util.h"
@@ -256,6 +257,32 @@ TEST_F(WorkerTest, ExitAfterJobsExitsThreeWhenTheJobDidNotComplete) {
   ASSERT_TRUE(cluster.client().CancelJob(id).ok());
   EXPECT_EQ(cluster.WaitWorkerExit(0, 60), 3) << cluster.AllErrors();
   EXPECT_THAT(cluster.WorkerOutput(0), HasSubstr(id + " CANCELLED; 1 of 1 job(s) finished"));
+}
+
+// The harness itself: a member that dies without the test stopping it ends WaitForJob at once
+// with a failure naming it and its signal, instead of waiting out the timeout (a job whose
+// member nothing restarts stays RECOVERING; CI once waited 300 s so for a worker killed by
+// SIGPIPE).
+TEST_F(WorkerTest, AMemberThatDiesEndsTheWaitNamingIt) {
+  TestClusterOptions co;
+  co.servers = 1;
+  co.workers = 1;
+  TestCluster cluster(*dir_, "crash", co);
+  TestJob job;
+  job.dataset = Tiny();
+  job.epochs = 50;  // far longer than the test
+  job.batch_size = 512;
+  job.servers = 1;
+  job.workers = 1;
+  const std::string id = cluster.Submit(job.Yaml());
+  ASSERT_FALSE(id.empty());
+  cluster.WaitForJob(
+      id, [](const cpb::JobInfo& j) { return j.samples_total() > 0; }, 120);
+  ASSERT_EQ(::kill(cluster.ServerPid(0), SIGKILL), 0);
+  EXPECT_NONFATAL_FAILURE(cluster.WaitForFinish(id, 600),
+                          "server 0 exited by itself with code 137 (killed by SIGKILL) while "
+                          "waiting for " +
+                              id);
 }
 
 TEST_F(WorkerTest, FlagErrors) {

@@ -1,6 +1,7 @@
 #include "tests/util/test_cluster.h"
 
 #include <signal.h>
+#include <string.h>
 
 #include <chrono>
 #include <thread>
@@ -153,6 +154,7 @@ void TestCluster::StartWorker(int index) {
 int TestCluster::StopCoordinator(int sig) { return coordinator_.process->Stop(sig); }
 int TestCluster::StopServer(int shard, int sig) { return servers_[shard].process->Stop(sig); }
 int TestCluster::StopWorker(int index, int sig) { return workers_[index].process->Stop(sig); }
+int TestCluster::ServerPid(int shard) const { return servers_[shard].process->pid(); }
 int TestCluster::WaitWorkerExit(int index, double timeout_s) {
   return workers_[index].process->WaitExit(timeout_s);
 }
@@ -184,12 +186,23 @@ coordinator::pb::JobInfo TestCluster::WaitForJob(
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(timeout_s * 1000));
   while (std::chrono::steady_clock::now() < deadline) {
+    const std::string died = UnexpectedExit();
     if (client_ != nullptr) {
       auto job = client_->GetJob(job_id);
       if (job.ok()) {
         last = *job;
         if (done(last)) return last;
       }
+    }
+    // Checked before the poll above: the member exited before that last look at the job, and
+    // nothing restarts it, so the job cannot get where the test waits for it to.
+    if (!died.empty()) {
+      ADD_FAILURE() << died << " while waiting for " << job_id << ": state "
+                    << coordinator::JobStateName(last.state()) << " (" << last.message() << ")\n"
+                    << "job log:\n"
+                    << Logs(job_id) << "\nprocess errors:\n"
+                    << AllErrors();
+      return last;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -212,6 +225,27 @@ std::string TestCluster::Logs(const std::string& job_id) {
   auto logs = client_->GetLogs(job_id, 0);
   if (!logs.ok()) return logs.status().ToString();
   return absl::StrJoin(logs->lines(), "\n");
+}
+
+std::string TestCluster::UnexpectedExit() const {
+  auto exited = [](const Member& m, const std::string& label) -> std::string {
+    const int code = m.process == nullptr ? -1 : m.process->PeekExit();
+    if (code < 0) return "";
+    std::string what = absl::StrCat(label, " exited by itself with code ", code);
+    const char* sig = code > 128 ? sigabbrev_np(code - 128) : nullptr;
+    if (sig != nullptr) absl::StrAppend(&what, " (killed by SIG", sig, ")");
+    return what;
+  };
+  std::string out = exited(coordinator_, "coordinator");
+  for (size_t i = 0; i < servers_.size() && out.empty(); ++i) {
+    out = exited(servers_[i], absl::StrCat("server ", i));
+  }
+  // --exit-after-jobs: workers end with their jobs.
+  for (size_t i = 0; i < workers_.size() && out.empty() && options_.worker_exit_after_jobs == 0;
+       ++i) {
+    out = exited(workers_[i], absl::StrCat("worker ", i));
+  }
+  return out;
 }
 
 std::string TestCluster::AllErrors() const {

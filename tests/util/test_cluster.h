@@ -51,6 +51,8 @@ class TestCluster {
   int StopCoordinator(int sig);
   int StopServer(int shard, int sig);
   int StopWorker(int index, int sig);
+  // The process id of server `shard` (a test that kills it behind the cluster's back).
+  int ServerPid(int shard) const;
   // Waits for worker `index` to exit by itself (--exit-after-jobs): its exit code, -1 on timeout.
   int WaitWorkerExit(int index, double timeout_s);
   std::string WorkerOutput(int index) const;
@@ -61,7 +63,9 @@ class TestCluster {
   // Submits `spec_yaml` (ADD_FAILURE and "" on error).
   std::string Submit(const std::string& spec_yaml);
   // Polls GetJob every 50 ms until `done(job)` or `timeout_s`; returns the last JobInfo seen
-  // (ADD_FAILURE on timeout, with the job's state and message).
+  // (ADD_FAILURE on timeout, with the job's state and message). Gives up at once, with an
+  // ADD_FAILURE naming it, when a member exits by itself (a crash: nothing would restart it;
+  // members the test stopped are reaped and do not count, nor workers with --exit-after-jobs).
   coordinator::pb::JobInfo WaitForJob(
       const std::string& job_id, const std::function<bool(const coordinator::pb::JobInfo&)>& done,
       double timeout_s);
@@ -69,6 +73,9 @@ class TestCluster {
   coordinator::pb::JobInfo WaitForFinish(const std::string& job_id, double timeout_s);
   // The job's log lines, joined with '\n'.
   std::string Logs(const std::string& job_id);
+  // "<member> exited by itself with code N (killed by ...)" for the first member that exited
+  // without the test stopping it (see WaitForJob), else "".
+  std::string UnexpectedExit() const;
   // Every process's stderr (and each worker's stdout, its lifecycle log), for failure messages.
   std::string AllErrors() const;
 
