@@ -41,6 +41,22 @@ using ::testing::HasSubstr;
 
 class WorkerTest : public sift::testing::TinyDatasetSuite<1> {
  protected:
+  // Submits a job of 50 epochs on 1 server and 1 worker (far longer than a test) and waits until
+  // it has trained samples; its id ("" when the submission failed).
+  static std::string SubmitLongJobUntilItTrains(TestCluster* cluster) {
+    TestJob job;
+    job.dataset = Tiny();
+    job.epochs = 50;
+    job.batch_size = 512;
+    job.servers = 1;
+    job.workers = 1;
+    const std::string id = cluster->Submit(job.Yaml());
+    if (id.empty()) return id;
+    cluster->WaitForJob(
+        id, [](const cpb::JobInfo& j) { return j.samples_total() > 0; }, 120);
+    return id;
+  }
+
   // The DLLL records of a log: "(epoch, step): total_loss=..." per step record (losses only) and
   // "(epoch,): train_auc=... test_auc=..." per epoch record, with every value in full precision.
   static std::vector<std::string> Curve(const std::string& log) {
@@ -244,16 +260,8 @@ TEST_F(WorkerTest, ExitAfterJobsExitsThreeWhenTheJobDidNotComplete) {
   co.workers = 1;
   co.worker_exit_after_jobs = 1;
   TestCluster cluster(*dir_, "cancel", co);
-  TestJob job;
-  job.dataset = Tiny();
-  job.epochs = 50;  // far longer than the test: it is cancelled once running
-  job.batch_size = 512;
-  job.servers = 1;
-  job.workers = 1;
-  const std::string id = cluster.Submit(job.Yaml());
+  const std::string id = SubmitLongJobUntilItTrains(&cluster);
   ASSERT_FALSE(id.empty());
-  cluster.WaitForJob(
-      id, [](const cpb::JobInfo& j) { return j.samples_total() > 0; }, 120);
   ASSERT_TRUE(cluster.client().CancelJob(id).ok());
   EXPECT_EQ(cluster.WaitWorkerExit(0, 60), 3) << cluster.AllErrors();
   EXPECT_THAT(cluster.WorkerOutput(0), HasSubstr(id + " CANCELLED; 1 of 1 job(s) finished"));
@@ -268,16 +276,8 @@ TEST_F(WorkerTest, AMemberThatDiesEndsTheWaitNamingIt) {
   co.servers = 1;
   co.workers = 1;
   TestCluster cluster(*dir_, "crash", co);
-  TestJob job;
-  job.dataset = Tiny();
-  job.epochs = 50;  // far longer than the test
-  job.batch_size = 512;
-  job.servers = 1;
-  job.workers = 1;
-  const std::string id = cluster.Submit(job.Yaml());
+  const std::string id = SubmitLongJobUntilItTrains(&cluster);
   ASSERT_FALSE(id.empty());
-  cluster.WaitForJob(
-      id, [](const cpb::JobInfo& j) { return j.samples_total() > 0; }, 120);
   ASSERT_EQ(::kill(cluster.ServerPid(0), SIGKILL), 0);
   EXPECT_NONFATAL_FAILURE(cluster.WaitForFinish(id, 600),
                           "server 0 exited by itself with code 137 (killed by SIGKILL) while "
