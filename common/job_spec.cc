@@ -30,6 +30,7 @@ const std::vector<std::string> kModelTypes = {"sim", "dien", "din"};
 const std::vector<std::string> kGsuKinds = {"soft", "hard"};
 const std::vector<std::string> kOptimizers = {"adam"};
 const std::vector<std::string> kSparseOptimizers = {"adam", "adagrad", "sgd"};
+const std::vector<std::string> kSparseUpdates = {"step", "per_rank"};
 const std::vector<std::string> kOrders = {"shuffled", "reference"};
 const std::vector<std::string> kKeepBest = {"last", "validation_auc"};
 // A static list: Parser::Enum keeps a reference to it.
@@ -377,6 +378,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
                        {"optimizer", p.Enum(&t.optimizer, kOptimizers)},
                        {"sparse_optimizer", p.Enum(&t.sparse_optimizer, kSparseOptimizers)},
                        {"staleness", p.Int(&t.staleness, 0, L::kMaxStaleness)},
+                       {"sparse_update", p.Enum(&t.sparse_update, kSparseUpdates)},
                        {"seed", p.Uint(&t.seed)},
                        {"order", p.Enum(&t.order, kOrders)},
                        {"train_eval_samples", p.Int(&t.train_eval_samples, 0, L::kMaxSamples)},
@@ -659,6 +661,10 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "optimizer" << YAML::Value << t.optimizer;
   out << YAML::Key << "sparse_optimizer" << YAML::Value << t.sparse_optimizer;
   out << YAML::Key << "staleness" << YAML::Value << t.staleness;
+  // Only when not the default: the canonical text of a spec without it stays what it was.
+  if (t.sparse_update != JobSpec::Training().sparse_update) {
+    out << YAML::Key << "sparse_update" << YAML::Value << t.sparse_update;
+  }
   out << YAML::Key << "seed" << YAML::Value << t.seed;
   out << YAML::Key << "order" << YAML::Value << t.order;
   // Model selection only when used: the canonical text of a spec without it (sift report's run

@@ -67,6 +67,10 @@ struct JobSpec {
     std::string optimizer = "adam";         // dense: adam
     std::string sparse_optimizer = "adam";  // adam | adagrad | sgd
     int64_t staleness = 1;                  // k >= 0; 0 = synchronous
+    // How the workers' sparse gradients of a global step reach the tables: step = summed over the
+    // ranks on the servers, one optimizer update per row per global step (what one process
+    // computes); per_rank = each rank's push is its own update (asynchronous-PS semantics).
+    std::string sparse_update = "step";  // step | per_rank
     uint64_t seed = 1;
     std::string order = "shuffled";       // shuffled | reference
     int64_t train_eval_samples = 262144;  // >= 0; 0 = the full training split

@@ -29,6 +29,9 @@ struct TableKeys {
   std::vector<uint64_t> keys;  // sorted, unique, no 0
   std::vector<float> rows;     // [keys.size(), dim], filled by the caller (pull)
   std::vector<float> grads;    // [keys.size(), dim], filled by Model::Backward
+  // Step pushes with sparse L2 (worker/sparse_l2.h): [keys.size()] coefficients λ / n_j that the
+  // servers apply once per row; empty otherwise.
+  std::vector<float> l2;
   int64_t slot_ids = 0;        // the batch's id slots (not padding) these keys serve
 };
 

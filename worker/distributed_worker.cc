@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/hash.h"
 #include "common/perf_stats.h"
 #include "common/text.h"
 #include "kernels/backend.h"
@@ -241,6 +242,13 @@ class ClusterEnv : public TrainerEnv {
   std::string abandon_reason_;
 };
 
+// The job's identity on the embedding servers' step pushes: a nonzero hash of its id.
+uint64_t JobStepGroup(const std::string& job_id) {
+  uint64_t h = 0x5e9b0u;
+  for (const char c : job_id) h = HashCombine(h, static_cast<unsigned char>(c));
+  return h | 1;
+}
+
 // Errors a new generation may cure: a lost peer or embedding server, a timeout.
 bool Recoverable(const Status& s) {
   return s.code() == absl::StatusCode::kUnavailable ||
@@ -312,6 +320,9 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   o.train_eval_samples = t.train_eval_samples;
   o.max_steps_per_epoch = t.max_steps_per_epoch;
   o.staleness = t.staleness;
+  o.step_sparse_update = t.sparse_update == "step";
+  o.step_group = JobStepGroup(a.job_id());
+  o.generation = static_cast<uint64_t>(a.generation());
   o.embedding_servers.assign(a.servers().begin(), a.servers().end());
   // One directory per job: a new job (one resumed from another's checkpoint too) never
   // overwrites another job's checkpoint.
@@ -324,7 +335,8 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   o.load_checkpoint = a.resume_checkpoint();
   o.checkpoint_every_steps = spec.checkpoint.every_steps;
   o.checkpoint_every_epoch = spec.checkpoint.every_epoch;
-  // The job is complete once the last epoch's evaluation is in: no recovery point is needed.
+  // A job's checkpoints, its final model included, are written before each epoch's test
+  // evaluation (Trainer::JobEpochCheckpoint), not by sift train's rule.
   o.checkpoint_final_epoch = false;
   o.resume_within_epoch = true;
   o.progress = false;

@@ -404,7 +404,8 @@ class EmbeddingClient::Impl {
   // float count.
   template <typename Item, typename FloatsOf>
   StatusOr<RequestLayout> Layout(absl::Span<const Item> items, absl::string_view op,
-                                 absl::string_view what, FloatsOf floats_of) const {
+                                 absl::string_view what, FloatsOf floats_of,
+                                 size_t extra_bytes_per_key = 0) const {
     const size_t width = static_cast<size_t>(WireFloatBytes(options.encoding));
     RequestLayout l;
     l.uniq.resize(items.size());
@@ -425,7 +426,7 @@ class EmbeddingClient::Impl {
       table_ids[i] = items[i].table_id;
       MakeUnique(items[i].keys, &l.uniq[i]);
       SliceByShard(items[i].table_id, l.uniq[i].keys, shards(), &l.slices[i]);
-      bytes_per_key[i] = 8 + d * width;
+      bytes_per_key[i] = 8 + d * width + extra_bytes_per_key;
     }
     SIFT_ASSIGN_OR_RETURN(
         l.plan, PlanChunks(l.slices, shards(), table_ids, bytes_per_key, max_keys, max_bytes));
@@ -692,14 +693,35 @@ Status EmbeddingClient::Pull(absl::Span<const PullItem> items, bool create_missi
   return absl::OkStatus();
 }
 
-Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step, float lr_multiplier) {
+Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step, float lr_multiplier,
+                             const StepPush* step_push) {
   Impl& im = *impl_;
   const uint32_t S = im.shards();
   const WireFloat encoding = im.options.encoding;
   const size_t width = static_cast<size_t>(WireFloatBytes(encoding));
+  bool any_l2 = false;
+  for (const PushItem& item : items) {
+    if (item.l2.empty()) continue;
+    if (step_push == nullptr || item.l2.size() != item.keys.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "embedding client: push of table ", item.table_id, ": ", item.l2.size(),
+          " L2 coefficients for ", item.keys.size(), " keys",
+          step_push == nullptr ? " (coefficients travel with step pushes only)" : ""));
+    }
+    any_l2 = true;
+  }
   SIFT_ASSIGN_OR_RETURN(
       RequestLayout layout,
-      im.Layout(items, "push", "gradient", [](const PushItem& item) { return item.grads.size(); }));
+      im.Layout(
+          items, "push", "gradient", [](const PushItem& item) { return item.grads.size(); },
+          any_l2 ? sizeof(float) : 0));
+  if (step_push != nullptr) {
+    // A step completes on a shard once every rank has pushed to it: a rank with no key there
+    // still sends one (empty) part.
+    for (std::vector<Chunk>& chunks : layout.plan) {
+      if (chunks.empty()) chunks.emplace_back();
+    }
+  }
   const std::vector<UniqueKeys>& uniq = layout.uniq;
   const std::vector<size_t>& dims = layout.dims;
   const auto& plan = layout.plan;
@@ -718,6 +740,19 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step, flo
     }
     grads[i] = summed[i].data();
   }
+  // L2 coefficients per unique key (a repeated key's are equal: they are a function of the key).
+  std::vector<std::vector<float>> l2_unique(items.size());
+  std::vector<const float*> l2(items.size(), nullptr);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].l2.empty()) continue;
+    l2[i] = items[i].l2.data();
+    if (uniq[i].inverse.empty()) continue;
+    l2_unique[i].assign(uniq[i].keys.size(), 0.0f);
+    for (size_t k = 0; k < uniq[i].inverse.size(); ++k) {
+      l2_unique[i][uniq[i].inverse[k]] = items[i].l2[k];
+    }
+    l2[i] = l2_unique[i].data();
+  }
   // Sequence numbers are fixed before sending, so a retry repeats its request's identity.
   std::vector<uint64_t> first_sequence(S);
   for (uint32_t s = 0; s < S; ++s) {
@@ -734,10 +769,16 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step, flo
       size_t total = VarintFieldSize(static_cast<uint64_t>(step)) +
                      VarintFieldSize(encoding_value) + (im.client_id != 0 ? 9 : 0) +
                      VarintFieldSize(sequence) + (lr_multiplier != 1.0f ? 5 : 0);
+      if (step_push != nullptr) {
+        total += 9 + VarintFieldSize(step_push->generation) + VarintFieldSize(step_push->rank) +
+                 VarintFieldSize(step_push->world) + VarintFieldSize(c) +
+                 VarintFieldSize(chunks.size());
+      }
       for (size_t t = 0; t < chunk.size(); ++t) {
         const size_t n = chunk[t].end - chunk[t].begin;
         inner[t] = VarintFieldSize(items[chunk[t].item].table_id) + LenFieldSize(n * 8) +
-                   LenFieldSize(n * dims[chunk[t].item] * width);
+                   LenFieldSize(n * dims[chunk[t].item] * width) +
+                   (l2[chunk[t].item] != nullptr ? LenFieldSize(n * sizeof(float)) : 0);
         total += LenFieldSize(inner[t], /*always=*/true);
       }
       char* p = nullptr;
@@ -761,6 +802,13 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step, flo
           EncodeFloatsTo(encoding, absl::MakeConstSpan(g + pos[k] * dim, run * dim), p);
           p += run * dim * width;
         });
+        if (const float* c2 = l2[seg.item]; c2 != nullptr) {
+          p = PutLenHeader(p, embedding::tags::kL2Coefficients, n * sizeof(float));
+          ForEachRun(pos, n, [&](size_t k, size_t run) {
+            std::memcpy(p, c2 + pos[k], run * sizeof(float));
+            p += run * sizeof(float);
+          });
+        }
       }
       p = PutVarintField(p, embedding::tags::kStep, static_cast<uint64_t>(step));
       p = PutVarintField(p, embedding::tags::kEncoding, encoding_value);
@@ -773,6 +821,17 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step, flo
       if (lr_multiplier != 1.0f) {  // 1 is the field's absence (0 on the wire means 1 too)
         *p++ = static_cast<char>(embedding::tags::kLrMultiplier);
         std::memcpy(p, &lr_multiplier, 4);
+        p += 4;
+      }
+      if (step_push != nullptr) {  // part c of this shard's chunks.size() parts
+        *p++ = static_cast<char>(embedding::tags::kStepGroup);
+        std::memcpy(p, &step_push->group, 8);
+        p += 8;
+        p = PutVarintField(p, embedding::tags::kGeneration, step_push->generation);
+        p = PutVarintField(p, embedding::tags::kRank, step_push->rank);
+        p = PutVarintField(p, embedding::tags::kWorld, step_push->world);
+        p = PutVarintField(p, embedding::tags::kPart, c);
+        p = PutVarintField(p, embedding::tags::kParts, chunks.size());
       }
       return grpc::ByteBuffer(&slice, 1);
     };

@@ -72,10 +72,23 @@ class EmbeddingClient {
     uint32_t table_id = 0;
     absl::Span<const uint64_t> keys;  // any order; gradients of repeated keys are summed
     absl::Span<const float> grads;    // keys.size() x dim
+    // Step pushes only: empty, or keys.size() mini-batch-aware L2 coefficients (the server adds
+    // c x w once per key when it applies the step; TableGradients.l2_coefficients).
+    absl::Span<const float> l2;
+  };
+  // One rank's push of a synchronous step (training.sparse_update: step): the servers hold it
+  // until every rank of `world` has pushed the step, then apply one update per key from the sum
+  // (proto/embedding.proto PushRequest.step_group). group != 0.
+  struct StepPush {
+    uint64_t group = 0;
+    uint64_t generation = 0;
+    uint32_t rank = 0, world = 0;
   };
   // lr_multiplier: the step's learning-rate schedule factor, in (0, 1] (the request's
-  // lr_multiplier; 1 = the tables' configured rates, sent as no field).
-  Status Push(absl::Span<const PushItem> items, int64_t step, float lr_multiplier = 1.0f);
+  // lr_multiplier; 1 = the tables' configured rates, sent as no field). step_push: null = a
+  // push applied on arrival; else a step push (each shard's chunks are its parts).
+  Status Push(absl::Span<const PushItem> items, int64_t step, float lr_multiplier = 1.0f,
+              const StepPush* step_push = nullptr);
 
   // One reply per server, in shard order.
   StatusOr<std::vector<pb::StatsResponse>> Stats();

@@ -49,8 +49,9 @@ class RemoteTables final : public TrainerTables {
     return absl::OkStatus();
   }
 
-  // With one rank, or staleness > 0, a push is sent as is. At k = 0 with several ranks the
-  // servers apply each rank's push as its own optimizer step, and those steps do not commute
+  // With one rank a push is sent as is. Several ranks: step pushes (below), or per_rank: with
+  // staleness > 0 sent as is; at k = 0 the servers apply each rank's push as its own optimizer
+  // step, and those steps do not commute
   // (Adam, Adagrad): ranks push one after another, in rank order, and nobody pulls the next step
   // before every push is in — so the run is deterministic for a fixed world size and every pull
   // sees every push of the steps before (fully synchronous).
@@ -61,12 +62,27 @@ class RemoteTables final : public TrainerTables {
       const TableKeys& tk = keys.tables[tb];
       const size_t dim = static_cast<size_t>(tables_[tb].dim);
       items.push_back({static_cast<uint32_t>(tb), tk.keys,
-                       absl::MakeConstSpan(tk.grads.data(), tk.keys.size() * dim)});
+                       absl::MakeConstSpan(tk.grads.data(), tk.keys.size() * dim),
+                       absl::MakeConstSpan(tk.l2)});
     }
     Collectives* coll = o_.collectives;
     const int world = coll->world_size();
-    if (world == 1 || o_.staleness > 0)
-      return push_client()->Push(items, global_step, lr_multiplier);
+    if (world == 1) return push_client()->Push(items, global_step, lr_multiplier);
+    if (o_.step_pushes) {
+      // Step pushes: every shard holds this rank's part until all ranks' are in, and the last
+      // one applies the step (one update per row from the rank-ordered sum). At k = 0 the
+      // barrier makes every shard's step applied before any rank pulls the next step: each
+      // rank's pushes had returned, and the push completing a step returns after applying it.
+      EmbeddingClient::StepPush tag;
+      tag.group = o_.step_group;
+      tag.generation = o_.generation;
+      tag.rank = static_cast<uint32_t>(coll->rank());
+      tag.world = static_cast<uint32_t>(world);
+      SIFT_RETURN_IF_ERROR(push_client()->Push(items, global_step, lr_multiplier, &tag));
+      if (o_.staleness > 0) return absl::OkStatus();
+      return Annotate(coll->Barrier(), "push barrier");
+    }
+    if (o_.staleness > 0) return push_client()->Push(items, global_step, lr_multiplier);
     for (int r = 0; r < world; ++r) {
       if (r == coll->rank())
         SIFT_RETURN_IF_ERROR(push_client()->Push(items, global_step, lr_multiplier));

@@ -28,27 +28,46 @@ void CountOccurrences(const BatchKeys& keys, IdCounts* counts) {
   add(keys.short_neg_inv, nf, uf);
 }
 
-Status AddMiniBatchAwareL2(float scale, const IdCounts& counts, int dim, size_t table,
-                           TableKeys* keys) {
-  if (keys->keys.empty()) return absl::OkStatus();
+namespace {
+
+// Calls fn(k, c) with c = scale / n(key k) for every key of `table`, in key order.
+template <typename Fn>
+Status ForEachCoefficient(float scale, const IdCounts& counts, size_t table,
+                          const TableKeys& keys, Fn fn) {
+  if (keys.keys.empty()) return absl::OkStatus();
   if (table >= counts.tables.size()) {
     return absl::InvalidArgumentError(absl::StrCat("table ", table, " has no id counts"));
   }
   const auto& n = counts.tables[table];
-  const size_t d = static_cast<size_t>(dim);
-  for (size_t k = 0; k < keys->keys.size(); ++k) {
-    const auto it = n.find(keys->keys[k]);
+  for (size_t k = 0; k < keys.keys.size(); ++k) {
+    const auto it = n.find(keys.keys[k]);
     if (it == n.end() || it->second < 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("table ", table, ": id ", keys->keys[k],
+          absl::StrCat("table ", table, ": id ", keys.keys[k],
                        " is in a training batch but was never counted"));
     }
-    const float c = scale / static_cast<float>(it->second);
+    fn(k, scale / static_cast<float>(it->second));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Status AddMiniBatchAwareL2(float scale, const IdCounts& counts, int dim, size_t table,
+                           TableKeys* keys) {
+  const size_t d = static_cast<size_t>(dim);
+  return ForEachCoefficient(scale, counts, table, *keys, [&](size_t k, float c) {
     float* g = keys->grads.data() + k * d;
     const float* w = keys->rows.data() + k * d;
     for (size_t i = 0; i < d; ++i) g[i] += c * w[i];
-  }
-  return absl::OkStatus();
+  });
+}
+
+Status MiniBatchAwareL2Coefficients(float scale, const IdCounts& counts, size_t table,
+                                    TableKeys* keys) {
+  keys->l2.resize(keys->keys.size());
+  return ForEachCoefficient(scale, counts, table, *keys,
+                            [&](size_t k, float c) { keys->l2[k] = c; });
 }
 
 }  // namespace sift::worker

@@ -5,9 +5,11 @@
 // where n_j is the number of occurrences of id j in the training split's model inputs (every
 // sample's user, target, history and negative slots the model reads), so a frequent id is
 // regularised as much per epoch as a rare one. Rows the batch does not touch get nothing.
-// With W data-parallel ranks each rank adds (λ / W) · w_j / n_j for the rows it touches, after
-// its gradients are in global-mean-loss units (ScaleSparseGradients): at W = 1 this is the
-// formula; with W > 1 a row touched by r of the ranks gets r/W of it.
+// With W data-parallel ranks and step pushes (the default) each rank sends the coefficients
+// λ / n_j of the rows it touches with its push and the servers add c · w_j once per row to the
+// rank-summed gradient: the formula exactly, as in one process. With per_rank pushes each rank
+// adds (λ / W) · w_j / n_j for the rows it touches, after its gradients are in global-mean-loss
+// units (ScaleSparseGradients): a row touched by r of the ranks gets r/W of it.
 // Plain functions over BatchKeys; not thread-safe on one IdCounts.
 #pragma once
 
@@ -34,5 +36,10 @@ void CountOccurrences(const BatchKeys& keys, IdCounts* counts);
 // INVALID_ARGUMENT naming the table and id; the keys before it are already changed.
 Status AddMiniBatchAwareL2(float scale, const IdCounts& counts, int dim, size_t table,
                            TableKeys* keys);
+
+// keys->l2[k] = scale / n(key k) for every key k of table `table` (the coefficient
+// AddMiniBatchAwareL2 multiplies the row by), sized to the keys. Errors as AddMiniBatchAwareL2.
+Status MiniBatchAwareL2Coefficients(float scale, const IdCounts& counts, size_t table,
+                                    TableKeys* keys);
 
 }  // namespace sift::worker

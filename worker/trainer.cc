@@ -321,6 +321,9 @@ class Trainer {
                ? 1.0f
                : static_cast<float>(LrFactor(o_.lr_schedule, global_step_, planned_steps_));
   }
+  // Several ranks whose pushes of a step are summed into one update per row on the servers
+  // (TrainerOptions::step_sparse_update): the loader then interleaves the ranks' shares.
+  bool step_pushes() const { return world_ > 1 && o_.step_sparse_update; }
   // The host threads of a run: the backend's pool on a host backend; --threads (0: every CPU) for
   // the in-process tables and the loader beside a device backend (whose own count is 1).
   int TableThreads() const {
@@ -349,6 +352,12 @@ class Trainer {
   Status CountTrainingIds();
   // The checkpoint protocol of TrainerEnv (REQUIRES: the step pipeline is drained).
   Status Checkpoint(int64_t epochs_done);
+  // A cluster job's checkpoint at the end of epoch `epoch`, after its validation and before its
+  // test evaluation: every epoch with checkpoint_every_epoch, every improving one with
+  // keep_best, and always the final one (the last planned epoch, or a patience stop): the job's
+  // model — with keep_best and a final epoch that did not improve, the best epoch's checkpoint
+  // committed again. Nothing when the run resumed from a checkpoint at this very step.
+  Status JobEpochCheckpoint(int64_t epoch, double validation_auc, int64_t resumed_step);
   // Writes the checkpoint to `dir` (the servers' snapshot first).
   Status SaveCheckpointNow(const std::string& dir, int64_t epochs_done);
 
@@ -566,6 +575,9 @@ Status Trainer::Setup(RunMode mode) {
     ro.prefetch = o_.staleness > 0;
     ro.staleness = o_.staleness;
     ro.collectives = coll_;
+    ro.step_pushes = o_.step_sparse_update;
+    ro.step_group = o_.step_group != 0 ? o_.step_group : HashCombine(o_.seed, 0x57e9u) | 1;
+    ro.generation = o_.generation;
     SIFT_ASSIGN_OR_RETURN(tables_, ConnectRemoteTables(ro, std::move(tables)));
   }
 
@@ -803,7 +815,10 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
       // Each rank's gradient is of its own mean loss: 1/W of each makes their sum on the servers
       // the gradient of the global mean loss.
       ScaleSparseGradients(world_, unscale, sparse);
-      if (o_.sparse_l2 > 0) {
+      if (o_.sparse_l2 > 0 && step_pushes()) {
+        // Summed with the other ranks' on the servers, which add c * w once per row.
+        SIFT_RETURN_IF_ERROR(MiniBatchAwareL2Coefficients(o_.sparse_l2, id_counts_, tb, &tk));
+      } else if (o_.sparse_l2 > 0) {
         SIFT_RETURN_IF_ERROR(AddMiniBatchAwareL2(o_.sparse_l2 / static_cast<float>(world_),
                                                  id_counts_, config_.embedding_dim, tb, &tk));
       }
@@ -826,6 +841,8 @@ StatusOr<EvalResult> Trainer::Evaluate(data::Split split, int64_t max_samples, i
   lo.rank = rank_;
   lo.world = world_;
   lo.drop_remainder = false;
+  // The train-AUC sample: the ranks' first samples together are one process's first samples.
+  lo.interleave = step_pushes();
   lo.threads = o_.threads;
   // The streamed soft search skips the padding of rows grouped by history length; the
   // predictions go back to the epoch order (Batch::epoch_row), as test_predictions.csv lists them.
@@ -880,7 +897,8 @@ StatusOr<double> Trainer::GatheredAuc(const EvalPredictions& p,
   const int64_t n = samples_->NumSamples(lo.split);
   int64_t offset = 0;
   for (int r = 0; r < rank_; ++r) {
-    offset += data::ComputeRankShare(n, lo.order, r, world_, lo.drop_remainder).count;
+    offset +=
+        data::ComputeRankShare(n, lo.order, r, world_, lo.drop_remainder, lo.interleave).count;
   }
   std::vector<float> all(static_cast<size_t>(2 * n), 0.0f);
   std::copy(p.scores.begin(), p.scores.end(), all.begin() + offset);
@@ -932,6 +950,34 @@ Status Trainer::Checkpoint(int64_t epochs_done) {
   }
   if (world_ > 1) SIFT_RETURN_IF_ERROR(Annotate(coll_->Barrier(), "checkpoint barrier"));
   return absl::OkStatus();
+}
+
+Status Trainer::JobEpochCheckpoint(int64_t epoch, double validation_auc, int64_t resumed_step) {
+  // The selection rule the test evaluation will apply (it does not depend on the test AUC).
+  ModelSelection probe = result_.selection;
+  const bool validating = held_out_ != nullptr;
+  const bool improves = !validating || probe.Update(epoch, validation_auc, 0, 0);
+  const bool stops = validating && probe.ShouldStop(epoch, o_.patience) && epoch + 1 < o_.epochs;
+  const bool final_epoch = epoch + 1 == o_.epochs || stops;
+  const int64_t epochs_done = epoch + 1;
+  if (global_step_ == resumed_step) return absl::OkStatus();  // that checkpoint is on disk
+  if (final_epoch && o_.keep_best && validating && !improves && best_global_step_ >= 0) {
+    // The kept model is an earlier epoch's, checkpointed when it improved: it is the job's
+    // final model.
+    if (rank_ != 0) return absl::OkStatus();
+    return env_->CheckpointCommit(CheckpointStepDir(o_.save_checkpoint, best_global_step_),
+                                  result_.selection.best_epoch + 1, best_global_step_);
+  }
+  if (!final_epoch && !o_.checkpoint_every_epoch && !(o_.keep_best && validating && improves)) {
+    return absl::OkStatus();
+  }
+  if (o_.keep_best && validating && improves) {
+    // Kept from now on (PruneStepCheckpoints spares it).
+    SIFT_RETURN_IF_ERROR(Checkpoint(epochs_done));
+    best_global_step_ = global_step_;
+    return absl::OkStatus();
+  }
+  return Checkpoint(epochs_done);
 }
 
 Status Trainer::SaveCheckpointNow(const std::string& dir, int64_t epochs_done) {
@@ -1010,6 +1056,7 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
   lo.rank = rank_;
   lo.world = world_;
   lo.drop_remainder = true;  // as the reference's run scripts (model-spec 0); equal steps per rank
+  lo.interleave = step_pushes();  // the ranks' step-t batches are one process's step-t batch
   lo.threads = o_.threads;
   lo.group_by_history = model_->soft_search_chunk() > 0;  // the streamed soft search's chunks
   SIFT_RETURN_IF_ERROR(data::ValidateBatchLoaderOptions(*samples_, lo));
@@ -1018,7 +1065,14 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
   if (o_.max_steps_per_epoch > 0)
     steps_per_epoch = std::min(steps_per_epoch, o_.max_steps_per_epoch);
   result_.samples_per_step = o_.batch_size * world_;
-  const int64_t first_epoch = inference ? 0 : epochs_done_;
+  int64_t first_epoch = inference ? 0 : epochs_done_;
+  // A cluster job's final checkpoint (every completed job writes one) resumed: nothing is left to
+  // train, the last epoch is evaluated again (a recovery during its evaluation, or a new job
+  // --resume-from the final model).
+  const int64_t resumed_step = o_.load_checkpoint.empty() ? -1 : global_step_;
+  if (!bench && o_.resume_within_epoch && first_epoch == o_.epochs && first_epoch > 0) {
+    first_epoch = o_.epochs - 1;
+  }
   if (first_epoch >= o_.epochs) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint already completed ", first_epoch,
                                                    " epoch(s); --epochs ", o_.epochs,
@@ -1026,10 +1080,10 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
   }
   int64_t first_step = 0;  // steps of first_epoch already trained (a mid-epoch checkpoint)
   if (!inference && o_.resume_within_epoch && !o_.load_checkpoint.empty()) {
-    first_step = global_step_ - epochs_done_ * steps_per_epoch;
+    first_step = global_step_ - first_epoch * steps_per_epoch;
     if (first_step < 0 || first_step > steps_per_epoch) {
       return absl::DataLossError(absl::StrCat(
-          o_.load_checkpoint, ": global_step ", global_step_, " is not within epoch ", epochs_done_,
+          o_.load_checkpoint, ": global_step ", global_step_, " is not within epoch ", first_epoch,
           " of ", steps_per_epoch, " steps (was it taken by another job?)"));
     }
   }
@@ -1116,6 +1170,11 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
     if (held_out_ != nullptr) {
       SIFT_ASSIGN_OR_RETURN(validation, Evaluate(data::Split::kValidation, 0, epoch));
     }
+    // A cluster job's checkpoints come before the test evaluation, whose last report completes
+    // the job at the coordinator: the final epoch's can only be written before it.
+    if (o_.checkpoint_keep > 0 && !o_.save_checkpoint.empty()) {
+      SIFT_RETURN_IF_ERROR(JobEpochCheckpoint(epoch, validation.auc, resumed_step));
+    }
     SIFT_ASSIGN_OR_RETURN(EvalResult test, Evaluate(data::Split::kTest, 0, epoch));
     em.train_auc = train.auc;
     em.train_loss = train.loss;
@@ -1136,8 +1195,8 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
     const bool last = epochs_done_ == o_.epochs || stop;
     // sift train's single checkpoint directory holds the kept model (keep_best: the best epoch's,
     // saved only when it improves); a job's step checkpoints are its recovery points.
-    const bool save_epoch = o_.checkpoint_keep > 0 || !o_.keep_best || em.kept;
-    if (!o_.save_checkpoint.empty() && o_.checkpoint_every_epoch &&
+    const bool save_epoch = !o_.keep_best || em.kept;
+    if (o_.checkpoint_keep == 0 && !o_.save_checkpoint.empty() && o_.checkpoint_every_epoch &&
         (!last || o_.checkpoint_final_epoch) && save_epoch) {
       SIFT_RETURN_IF_ERROR(Checkpoint(epochs_done_));
     }

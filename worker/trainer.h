@@ -134,6 +134,17 @@ struct TrainerOptions {
   // the effective bound is min(k, 1) (worker/step_pipeline.h). Every run mode honours it; an
   // inference benchmark pushes nothing, so there it only overlaps.
   int64_t staleness = 0;
+  // World > 1 with embedding servers (job spec training.sparse_update): true (step) = the ranks'
+  // pushes of a global step are summed on the servers and applied as one optimizer update per
+  // row (the same step as one process on the global batch; the loader interleaves the ranks'
+  // shares of one permutation so their step-t batches are its step-t batch); false (per_rank) =
+  // each rank's push is its own update and each rank reads a contiguous block (asynchronous-PS
+  // semantics, the behaviour before `step` existed).
+  bool step_sparse_update = true;
+  // The job's identity for step pushes (PushRequest.step_group, generation); 0 = derived from
+  // the seed (sift train with servers: world 1 never sends it).
+  uint64_t step_group = 0;
+  uint64_t generation = 0;
   // Benchmarks: the reference's performance calculator (warm-up 20, then benchmark_steps; 0 =
   // every step of every epoch).
   int64_t benchmark_steps = 0;

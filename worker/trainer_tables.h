@@ -38,8 +38,10 @@ class TrainerTables {
 
   // Applies every table's gradients (keys.tables[t].grads) as the sparse optimizer's step
   // `global_step`, at the tables' learning rates x lr_multiplier (the step's schedule factor, in
-  // (0, 1]; 1 = the configured rates bit for bit). Every rank of the job calls it each step (the
-  // remote tables order the ranks' pushes at staleness 0: see remote_tables.cc).
+  // (0, 1]; 1 = the configured rates bit for bit). Every rank of the job calls it each step; with
+  // several ranks the remote tables either sum the ranks' pushes into one update per row (step
+  // pushes, with keys.tables[t].l2 as the rows' L2 coefficients) or apply each rank's push on
+  // arrival (per_rank, ordered by rank at staleness 0): see remote_tables.cc.
   virtual Status Push(const BatchKeys& keys, int64_t global_step, float lr_multiplier) = 0;
 
   // The in-process store a checkpoint writes and loads the rows of; nullptr when the tables live
@@ -85,6 +87,11 @@ struct RemoteTablesOptions {
   bool prefetch = false;
   int staleness = 0;
   Collectives* collectives = nullptr;  // the job's workers (rank, world, barriers)
+  // World > 1: step pushes (one update per row per global step, summed on the servers) with this
+  // identity, or false: each rank's push applied on arrival (per_rank).
+  bool step_pushes = true;
+  uint64_t step_group = 1;  // != 0
+  uint64_t generation = 0;
 };
 
 // OK when this build can reach embedding servers; a SIFT_MINIMAL build: INVALID_ARGUMENT saying

@@ -131,11 +131,12 @@ void ShuffledOrder(int64_t n, uint64_t seed, int64_t epoch, std::vector<int64_t>
   }
 }
 
-RankShare ComputeRankShare(int64_t n, SampleOrder order, int rank, int world, bool drop_remainder) {
+RankShare ComputeRankShare(int64_t n, SampleOrder order, int rank, int world, bool drop_remainder,
+                           bool interleave) {
   const int64_t q = n / world, rem = n % world;
   RankShare s;
   s.count = drop_remainder ? q : q + (rank < rem ? 1 : 0);
-  if (order == SampleOrder::kReference) {
+  if (order == SampleOrder::kReference || interleave) {
     s.first = rank;  // round-robin over the record stream
     s.stride = world;
   } else {
@@ -256,7 +257,8 @@ BatchLoader::BatchLoader(const SampleSource* source, const BatchLoaderOptions& o
       options_(options),
       n_(source->NumSamples(options.split)),
       share_(
-          ComputeRankShare(n_, options.order, options.rank, options.world, options.drop_remainder)),
+          ComputeRankShare(n_, options.order, options.rank, options.world, options.drop_remainder,
+                           options.interleave)),
       pool_(options.threads) {
   const int64_t B = options_.batch_size;
   if (options_.order == SampleOrder::kReference) {

@@ -39,6 +39,11 @@ struct BatchLoaderOptions {
   // true (training): every rank gets floor(N/W) samples and floor(n/B) full batches, equal steps;
   // false (evaluation): the ranks' shares cover all N, the last batch may be partial.
   bool drop_remainder = true;
+  // kShuffled with world > 1: rank r reads the epoch order's positions r, r+W, r+2W, ... instead
+  // of a contiguous block, so the W ranks' batch t at batch size B/W together are the samples one
+  // process reads in its batch t at batch size B (the synchronous sparse step's sample stream).
+  // kReference always interleaves (the reference's sharding).
+  bool interleave = false;
   int threads = 0;   // materialisation threads; 0 = every available CPU
   int prefetch = 2;  // batch buffers, >= 1: 1 = built on demand, 2 = double-buffered, ...
   // kReference only: the prebatch size P of the reference TFRecords being mirrored (0 or 1 = not
@@ -79,15 +84,17 @@ int64_t ReferenceRankIndex(int64_t n, int64_t prebatch, int parts, int rank, int
 void ShuffledOrder(int64_t n, uint64_t seed, int64_t epoch, std::vector<int64_t>* order);
 
 // The positions of the epoch order a rank reads: position(k) = first + k * stride, k < count.
-// With drop_remainder every rank gets count = floor(n/W) — shuffled: the block [r*c, (r+1)*c);
-// reference: round-robin r, r+W, ..., as the reference shards its record stream. Without it the
-// shares cover all n (sizes differ by at most 1): contiguous near-equal blocks / round-robin.
+// With drop_remainder every rank gets count = floor(n/W) — shuffled: the block [r*c, (r+1)*c),
+// or with `interleave` round-robin r, r+W, ...; reference: always round-robin, as the reference
+// shards its record stream. Without it the shares cover all n (sizes differ by at most 1):
+// contiguous near-equal blocks / round-robin.
 struct RankShare {
   int64_t first = 0;
   int64_t stride = 1;
   int64_t count = 0;
 };
-RankShare ComputeRankShare(int64_t n, SampleOrder order, int rank, int world, bool drop_remainder);
+RankShare ComputeRankShare(int64_t n, SampleOrder order, int rank, int world, bool drop_remainder,
+                           bool interleave = false);
 
 // A cheap, order-sensitive checksum of a batch's rows [0, size) (every array, including index and
 // label). Equal batches give equal checksums.

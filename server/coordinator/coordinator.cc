@@ -570,6 +570,13 @@ StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobReques
         servers ? options_.max_servers : options_.max_workers, ")"));
   }
   SIFT_RETURN_IF_ERROR(CheckClusterJob(spec, source));
+  if (spec.checkpoint.dir.empty()) {
+    // Every completed job leaves its model: without a checkpoint.dir, only the final one, under
+    // the state directory (rank 0 writes it: a shared file system in a real cluster).
+    spec.checkpoint.dir = JoinPath(options_.state_dir, "checkpoints");
+    spec.checkpoint.every_epoch = false;
+    spec.checkpoint.every_steps = 0;
+  }
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   auto job = std::make_unique<Job>();

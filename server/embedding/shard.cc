@@ -1,6 +1,7 @@
 #include "server/embedding/shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -190,6 +191,8 @@ Status EmbeddingShard::InstallLocked(const pb::ConfigureRequest& config,
   for (const pb::TableConfig& t : config_.tables()) {
     counters_[t.table_id()] = std::make_unique<Counters>();
   }
+  // Held step pushes were for the rows that are gone.
+  steps_.Clear();
   // The rows changed under every remembered push: a retry from before must apply again.
   std::lock_guard<std::mutex> dedup_lock(dedup_mu_);
   dedup_set_.clear();
@@ -413,6 +416,7 @@ Status EmbeddingShard::Push(const pb::PushRequest& request, pb::PushResponse* re
     }
     pushes.push_back({t.table_id(), absl::MakeConstSpan(t.keys().data(), n), grads});
   }
+  if (request.step_group() != 0) return PushStepLocked(request, pushes, lr_multiplier, response);
   const bool dedup = request.client_id() != 0;
   if (dedup && !MarkPushApplied(request.client_id(), request.sequence())) {
     response->set_duplicate(true);
@@ -428,6 +432,103 @@ Status EmbeddingShard::Push(const pb::PushRequest& request, pb::PushResponse* re
     counters_.at(p.table_id)->pushed.fetch_add(p.ids.size(), std::memory_order_relaxed);
   }
   response->set_applied_keys(total);
+  return absl::OkStatus();
+}
+
+Status EmbeddingShard::PushStepLocked(const pb::PushRequest& request,
+                                      absl::Span<const EmbeddingStore::TablePush> pushes,
+                                      float lr_multiplier, pb::PushResponse* response) {
+  StepTag tag;
+  tag.group = request.step_group();
+  tag.generation = request.generation();
+  tag.step = request.step();
+  tag.rank = request.rank();
+  tag.world = request.world();
+  tag.part = request.part();
+  tag.parts = request.parts();
+  SIFT_RETURN_IF_ERROR(StepAggregator::CheckTag(tag));
+  // Everything a held part could be refused for is checked now: once held it must apply.
+  std::vector<HeldTable> held(pushes.size());
+  for (size_t i = 0; i < pushes.size(); ++i) {
+    const EmbeddingStore::TablePush& p = pushes[i];
+    const pb::TableGradients& t = request.tables(static_cast<int>(i));
+    const TableConfig* config = store_->FindTable(p.table_id);
+    const std::string what = absl::StrCat("push: table '", config->name, "' (id ", p.table_id, ")");
+    for (size_t j = 0; j < i; ++j) {
+      if (pushes[j].table_id == p.table_id) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": named twice in one push"));
+      }
+    }
+    for (size_t k = 0; k < p.grads.size(); ++k) {
+      if (!(std::fabs(p.grads[k]) <= options_.max_abs_gradient)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": gradient ", p.grads[k], " for id ", p.ids[k / config->dim], " component ",
+            k % config->dim, " is non-finite or beyond +-", options_.max_abs_gradient,
+            "; the push is refused whole"));
+      }
+    }
+    HeldTable& h = held[i];
+    const std::string& l2 = t.l2_coefficients();
+    if (!l2.empty()) {
+      if (l2.size() != p.ids.size() * sizeof(float)) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " field 'l2_coefficients': ",
+                                                       l2.size(), " bytes, expected ",
+                                                       p.ids.size() * sizeof(float)));
+      }
+      h.l2.resize(p.ids.size());
+      std::memcpy(h.l2.data(), l2.data(), l2.size());
+      for (size_t k = 0; k < h.l2.size(); ++k) {
+        if (!(std::isfinite(h.l2[k]) && h.l2[k] >= 0.0f)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, " field 'l2_coefficients': ", h.l2[k], " for id ", p.ids[k],
+              " (must be finite and >= 0)"));
+        }
+      }
+    }
+    h.table_id = p.table_id;
+    h.dim = config->dim;
+    h.keys.assign(p.ids.begin(), p.ids.end());
+    h.grads.assign(p.grads.begin(), p.grads.end());
+  }
+  const bool dedup = request.client_id() != 0;
+  if (dedup && !MarkPushApplied(request.client_id(), request.sequence())) {
+    response->set_duplicate(true);
+    return absl::OkStatus();
+  }
+  StatusOr<std::optional<SummedStep>> added = steps_.Add(tag, lr_multiplier, std::move(held));
+  if (!added.ok()) {
+    if (dedup) ForgetPush(request.client_id(), request.sequence());
+    return added.status();
+  }
+  if (!added->has_value()) {
+    response->set_held(true);
+    return absl::OkStatus();
+  }
+  SummedStep& step = **added;
+  std::vector<EmbeddingStore::TablePush> sums;
+  std::vector<float> rows;
+  for (HeldTable& t : step.tables) {
+    if (!t.l2.empty()) {
+      // The mini-batch-aware L2 once per key: c * w with the row as it is now (the pulled value
+      // at staleness 0), added to the summed data gradient as one process adds it.
+      const size_t d = static_cast<size_t>(t.dim);
+      rows.resize(t.keys.size() * d);
+      SIFT_RETURN_IF_ERROR(store_->Lookup(t.table_id, t.keys, absl::MakeSpan(rows)));
+      for (size_t k = 0; k < t.keys.size(); ++k) {
+        const float c = t.l2[k];
+        if (c == 0.0f) continue;
+        float* g = t.grads.data() + k * d;
+        const float* w = rows.data() + k * d;
+        for (size_t i = 0; i < d; ++i) g[i] += c * w[i];
+      }
+    }
+    sums.push_back({t.table_id, absl::MakeConstSpan(t.keys), absl::MakeConstSpan(t.grads)});
+  }
+  SIFT_RETURN_IF_ERROR(store_->PushMany(sums, step.step, step.lr_multiplier));
+  for (const EmbeddingStore::TablePush& p : sums) {
+    counters_.at(p.table_id)->pushed.fetch_add(p.ids.size(), std::memory_order_relaxed);
+  }
+  response->set_applied_keys(step.keys());
   return absl::OkStatus();
 }
 

@@ -27,6 +27,7 @@
 #include "common/proto_wire.h"
 #include "common/status.h"
 #include "proto/embedding.pb.h"
+#include "server/embedding/step_aggregator.h"
 #include "server/embedding/table.h"
 
 namespace sift::embedding {
@@ -73,6 +74,14 @@ inline constexpr uint8_t kEncoding = wire::Tag(3, wire::kVarint);         // Pul
 inline constexpr uint8_t kClientId = wire::Tag(4, wire::kFixed64);        // PushRequest
 inline constexpr uint8_t kSequence = wire::Tag(5, wire::kVarint);         // PushRequest
 inline constexpr uint8_t kLrMultiplier = wire::Tag(6, wire::kFixed32);    // PushRequest
+inline constexpr uint8_t kL2Coefficients =
+    wire::Tag(4, wire::kLengthDelimited);                                 // TableGradients
+inline constexpr uint8_t kStepGroup = wire::Tag(7, wire::kFixed64);      // PushRequest
+inline constexpr uint8_t kGeneration = wire::Tag(8, wire::kVarint);      // PushRequest
+inline constexpr uint8_t kRank = wire::Tag(9, wire::kVarint);            // PushRequest
+inline constexpr uint8_t kWorld = wire::Tag(10, wire::kVarint);          // PushRequest
+inline constexpr uint8_t kPart = wire::Tag(11, wire::kVarint);           // PushRequest
+inline constexpr uint8_t kParts = wire::Tag(12, wire::kVarint);          // PushRequest
 }  // namespace tags
 
 // Converts between the wire's table configs and the store's; INVALID_ARGUMENT naming the table and
@@ -138,12 +147,18 @@ class EmbeddingShard {
   // Remembers (client_id, sequence); false when it was already there. REQUIRES: client_id != 0.
   bool MarkPushApplied(uint64_t client_id, uint64_t sequence);
   void ForgetPush(uint64_t client_id, uint64_t sequence);
+  // A step push (request.step_group != 0, `pushes` decoded and checked against the tables): holds
+  // it, or applies the completed step (StepAggregator). REQUIRES: mu_ held (shared).
+  Status PushStepLocked(const pb::PushRequest& request,
+                        absl::Span<const EmbeddingStore::TablePush> pushes, float lr_multiplier,
+                        pb::PushResponse* response);
 
   const ShardOptions options_;
   mutable std::shared_mutex mu_;
   std::unique_ptr<EmbeddingStore> store_;  // guarded by mu_; null before Configure/Restore
   pb::ConfigureRequest config_;            // guarded by mu_; tables sorted by table_id
   absl::flat_hash_map<uint32_t, std::unique_ptr<Counters>> counters_;  // guarded by mu_
+  StepAggregator steps_;  // held step pushes; cleared with the tables (InstallLocked)
 
   std::mutex dedup_mu_;
   std::deque<std::pair<uint64_t, uint64_t>> dedup_order_;         // guarded by dedup_mu_

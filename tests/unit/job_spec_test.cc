@@ -345,8 +345,8 @@ TEST(JobSpecTest, UnknownKeysAreErrors) {
             "keys: epochs, batch_size, eval_batch_size, lr, lr_schedule, lr_warmup_steps, "
             "lr_final_fraction, weight_decay, sparse_l2, optimizer, "
             "sparse_optimizer, "
-            "staleness, seed, order, train_eval_samples, max_steps_per_epoch, recipe, "
-            "validation_fraction, keep_best, patience");
+            "staleness, sparse_update, seed, order, train_eval_samples, max_steps_per_epoch, "
+            "recipe, validation_fraction, keep_best, patience");
   EXPECT_THAT(ErrorOf("datset: d\n"),
               StartsWith("job.yaml:1: datset: unknown key (did you mean 'dataset'?); known keys: "
                          "name, dataset, model,"));

@@ -288,6 +288,52 @@ TEST_F(LoaderTest, DropRemainderGivesEqualFullBatchesPerRank) {
   }
 }
 
+// The synchronous sparse step's sample stream: with interleaved shares the W ranks' batch t at
+// batch size B/W are, together, exactly one process's batch t at batch size B (same seed, same
+// epoch), and they have as many steps — for every W that divides B, in training (drop_remainder)
+// and for the train-AUC sample's first batches (without it).
+TEST_F(LoaderTest, InterleavedRankBatchesTogetherAreTheOneProcessBatch) {
+  const int64_t B = 60;
+  for (const bool drop : {true, false}) {
+    BatchLoaderOptions one;
+    one.batch_size = B;
+    one.seed = 23;
+    one.threads = 2;
+    one.drop_remainder = drop;
+    auto single = MakeLoader(source(), one);
+    ASSERT_NE(single, nullptr);
+    single->StartEpoch(1);
+    std::vector<std::multiset<int64_t>> want;
+    while (const Batch* b = single->Next()) {
+      if (!drop && b->size < B) break;  // a partial last batch is split unevenly
+      want.emplace_back(b->index.begin(), b->index.begin() + b->size);
+    }
+    ASSERT_GT(want.size(), 3u);
+    for (int world = 1; world <= 5; ++world) {
+      if (B % world != 0) continue;
+      SCOPED_TRACE(::testing::Message() << "world " << world << " drop " << drop);
+      std::vector<std::multiset<int64_t>> got(want.size());
+      for (int r = 0; r < world; ++r) {
+        BatchLoaderOptions o = one;
+        o.batch_size = B / world;
+        o.rank = r;
+        o.world = world;
+        o.interleave = true;
+        auto l = MakeLoader(source(), o);
+        ASSERT_NE(l, nullptr);
+        if (drop) EXPECT_EQ(l->steps_per_epoch(), single->steps_per_epoch());
+        l->StartEpoch(1);
+        for (size_t t = 0; t < want.size(); ++t) {
+          const Batch* b = l->Next();
+          ASSERT_NE(b, nullptr);
+          got[t].insert(b->index.begin(), b->index.begin() + b->size);
+        }
+      }
+      for (size_t t = 0; t < want.size(); ++t) EXPECT_EQ(got[t], want[t]) << "step " << t;
+    }
+  }
+}
+
 TEST_F(LoaderTest, ShuffledOrderChangesWithEpochAndRepeatsForEqualSeeds) {
   BatchLoaderOptions o;
   o.batch_size = 64;

@@ -914,3 +914,120 @@ TEST(ShardTest, RestoreIntoAnotherShardCountKeepsEachKeyOnItsShard) {
 
 }  // namespace
 }  // namespace sift::embedding
+
+namespace sift::embedding {
+namespace {
+
+// A step push of rank `rank` of `world` (one part) at step 4.
+pb::PushRequest StepPushReq(uint32_t table, const std::vector<uint64_t>& keys,
+                            const std::vector<float>& grads, uint32_t rank, uint32_t world,
+                            uint64_t generation = 1) {
+  pb::PushRequest q = ::sift::testing::PushReq({{table, keys, grads}}, /*step=*/4);
+  q.set_step_group(77);
+  q.set_generation(generation);
+  q.set_rank(rank);
+  q.set_world(world);
+  q.set_parts(1);
+  return q;
+}
+
+std::vector<float> Scaled(std::vector<float> v, float s) {
+  for (float& x : v) x *= s;
+  return v;
+}
+
+// One update per key from the rank-ordered sum: the rows equal a fresh shard's after one push of
+// the summed gradients (every optimizer), and nothing moves before the last rank's part is in.
+TEST(ShardStepPushTest, TheStepAppliesOnceFromTheSumAndNotBefore) {
+  for (const uint32_t table : {kUser, kItem, kCat}) {
+    SCOPED_TRACE(table);
+    const int d = DimOf(table);
+    const std::vector<uint64_t> k0 = {2, 5}, k1 = {5, 9};
+    const std::vector<float> g0 = Scaled(Fill(2 * d, 0.3f), 1.0f), g1 = Fill(2 * d, -0.7f);
+    auto shard = ConfiguredShard();
+    const std::vector<float> before = Peek(*shard, table, {2, 5, 9});
+    pb::PushResponse r;
+    ASSERT_TRUE(shard->Push(StepPushReq(table, k1, g1, 1, 2), &r).ok());
+    EXPECT_TRUE(r.held());
+    EXPECT_EQ(r.applied_keys(), 0u);
+    // Half a step is never visible: the rows are untouched.
+    EXPECT_EQ(Peek(*shard, table, {2, 5, 9}), before);
+    pb::PushResponse r2;
+    ASSERT_TRUE(shard->Push(StepPushReq(table, k0, g0, 0, 2), &r2).ok());
+    EXPECT_FALSE(r2.held());
+    EXPECT_EQ(r2.applied_keys(), 3u);
+
+    auto one = ConfiguredShard();
+    std::vector<float> sum(3 * d);
+    for (int c = 0; c < d; ++c) {
+      sum[c] = g0[c];                           // key 2: rank 0 only
+      sum[d + c] = g0[d + c] + g1[c];           // key 5: rank 0 then rank 1
+      sum[2 * d + c] = g1[d + c];               // key 9: rank 1 only
+    }
+    pb::PushResponse r3;
+    ASSERT_TRUE(one->Push(::sift::testing::PushReq({{table, {2, 5, 9}, sum}}, 4), &r3).ok());
+    EXPECT_EQ(Peek(*shard, table, {2, 5, 9}), Peek(*one, table, {2, 5, 9}));
+  }
+}
+
+// A rank that died after its push: Restore (the recovery's) and Configure(replace) drop the held
+// part, and the next generation's step is its own.
+TEST(ShardStepPushTest, AHeldPartIsDroppedByANewGenerationOrRestore) {
+  auto shard = ConfiguredShard();
+  const std::vector<float> before = Peek(*shard, kItem, {3});
+  pb::PushResponse r;
+  ASSERT_TRUE(shard->Push(StepPushReq(kItem, {3}, Fill(8, 1.0f), 0, 2, 1), &r).ok());
+  ASSERT_TRUE(r.held());
+  // Generation 2 pushes: generation 1's part can never be completed.
+  ASSERT_TRUE(shard->Push(StepPushReq(kItem, {3}, Fill(8, 2.0f), 1, 2, 2), &r).ok());
+  EXPECT_TRUE(r.held());
+  ExpectError(shard->Push(StepPushReq(kItem, {3}, Fill(8, 1.0f), 1, 2, 1), &r),
+              absl::StatusCode::kFailedPrecondition, {"stale"});
+  EXPECT_EQ(Peek(*shard, kItem, {3}), before);
+  pb::ConfigureRequest replace = Config();
+  replace.set_replace(true);
+  pb::ConfigureResponse cr;
+  ASSERT_TRUE(shard->Configure(replace, &cr).ok());
+  // Generation 2's held part is gone with the tables: rank 0's push alone is held again.
+  ASSERT_TRUE(shard->Push(StepPushReq(kItem, {3}, Fill(8, 2.0f), 0, 2, 2), &r).ok());
+  EXPECT_TRUE(r.held());
+  EXPECT_EQ(Peek(*shard, kItem, {3}), before);
+}
+
+TEST(ShardStepPushTest, BadStepFieldsAndL2CoefficientsAreRefusedWhole) {
+  auto shard = ConfiguredShard();
+  pb::PushResponse r;
+  pb::PushRequest q = StepPushReq(kUser, {1}, Fill(4, 1.0f), 2, 2);
+  ExpectError(shard->Push(q, &r), absl::StatusCode::kInvalidArgument, {"'rank' is 2"});
+  q = StepPushReq(kUser, {1}, Fill(4, 1.0f), 0, 2);
+  q.mutable_tables(0)->set_l2_coefficients(std::string(3, '\0'));
+  ExpectError(shard->Push(q, &r), absl::StatusCode::kInvalidArgument, {"l2_coefficients"});
+  const float bad = -1.0f;
+  q.mutable_tables(0)->set_l2_coefficients(std::string(reinterpret_cast<const char*>(&bad), 4));
+  ExpectError(shard->Push(q, &r), absl::StatusCode::kInvalidArgument, {"finite and >= 0"});
+  q = StepPushReq(kUser, {1}, {1, 2, std::numeric_limits<float>::infinity(), 4}, 0, 2);
+  ExpectError(shard->Push(q, &r), absl::StatusCode::kInvalidArgument, {"non-finite"});
+}
+
+// The L2 term c * w is added once per key to the summed gradient (sgd: w -= lr (g + c w)).
+TEST(ShardStepPushTest, L2IsAddedOnceToTheSum) {
+  auto shard = ConfiguredShard();
+  const std::vector<float> w = Peek(*shard, kUser, {6});
+  const float c = 0.5f;
+  std::string l2(reinterpret_cast<const char*>(&c), 4);
+  pb::PushRequest q0 = StepPushReq(kUser, {6}, Fill(4, 1.0f), 0, 2);
+  pb::PushRequest q1 = StepPushReq(kUser, {6}, Fill(4, 2.0f), 1, 2);
+  q0.mutable_tables(0)->set_l2_coefficients(l2);
+  q1.mutable_tables(0)->set_l2_coefficients(l2);
+  pb::PushResponse r;
+  ASSERT_TRUE(shard->Push(q0, &r).ok());
+  ASSERT_TRUE(shard->Push(q1, &r).ok());
+  const std::vector<float> after = Peek(*shard, kUser, {6});
+  for (int i = 0; i < 4; ++i) {
+    const float g = (1.0f + 2.0f) + c * w[i];
+    EXPECT_EQ(after[i], w[i] - 0.125f * g) << i;
+  }
+}
+
+}  // namespace
+}  // namespace sift::embedding
