@@ -4,15 +4,18 @@
 // through the checkpoint every completed job now leaves: its dense parameters and every embedding
 // row, against `sift train --embedding-servers` on the same servers.
 //
-// The bound. The two runs add the same numbers in another order: the W ranks' gradient of a row
-// or a dense parameter is a sum of W partial sums (of B/W samples each) where one process sums B
-// samples in one pass, and the dense allreduce averages W means. fp32 reassociation of a sum of n
-// terms is off by at most (n - 1) u sum|x_i| (u = 2^-24); with B = 256 that is ~1.5e-5 of the
-// magnitude of a step's update, and 20 steps that feed back through the model compound it to
-// ~3e-4 of what training moved (measured here: 2e-6 to 4e-5). The test demands the difference
-// of all rows (and of all dense parameters) to be within 2e-3 of how far training moved them
-// (L2 norms, init to end) — far above reassociation, far below the per_rank semantics, which the
-// same measure puts at ~0.2 (checked below, so the bound can fail).
+// The bound, and what it rests on. The two runs add the same numbers in another order: a row's or
+// a dense parameter's gradient is a sum of W partial sums (B/W samples each) where one process
+// sums B samples in one pass; fp32 reassociation of n terms is off by at most (n-1) u sum|x_i|
+// (u = 2^-24), which is tiny relative to sum|x_i| but NOT relative to a cancelling sum, and
+// Adam's and Adagrad's normalisation turn a component's relative error into an update error.
+// So the comparison is of ONE step (no feedback through the model): all rows and all dense
+// parameters, as ||W-run - one process|| / ||how far the step moved them||. Measured here: about
+// 1e-7 at W = 2 (the CPU kernels' lanes over the batch split the same way as the interleaved
+// ranks), up to 1.03e-2 at W = 3, against 1.06 for per_rank. kBound = 2e-2 is an envelope twice
+// the worst measured, not a derived bound. Over 20 steps the same reassociation grows chaotically
+// (0.04 to 0.6 of the movement, DIEN worst): parameter equality after many steps is not a
+// property fp32 training has, and the test does not claim it.
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -42,8 +45,8 @@ using sift::testing::RunSift;
 using sift::testing::TestCluster;
 using sift::testing::TestClusterOptions;
 
-constexpr double kBound = 2e-3;
-constexpr int kSteps = 20;
+constexpr double kBound = 2e-2;
+constexpr int kSteps = 1;
 constexpr int kBatch = 240;  // divides by 2 and 3
 
 // A checkpoint's model: dense parameters, and every row's weights with its initial value.
@@ -220,7 +223,7 @@ TEST_F(SparseStepTest, PerRankIsOutsideTheBoundL2IsInsideAndRunsRepeat) {
   const Model one_l2 = ReadModel(dir_->Sub("pr_one_l2"));
   const double pr = RowDifference(per_rank, one);
   std::printf("per_rank W=2: rows %.3g of what training moved\n", pr);
-  EXPECT_GT(pr, 10 * kBound);
+  EXPECT_GT(pr, 10 * kBound) << "per_rank";
   const double l2 = RowDifference(step_a, one_l2);
   std::printf("step + sparse_l2 W=2: rows %.3g\n", l2);
   EXPECT_LT(l2, kBound);
