@@ -167,30 +167,30 @@ TEST_F(WorkerTest, TwoWorkersWithStalenessAndAMidEpochCheckpointComplete) {
     EXPECT_TRUE(std::isfinite(e.test_loss()));
   }
   EXPECT_EQ(info.samples_total(), 2 * 5 * 512) << "global batch 512 = 2 x 256";
-  // Checkpoints after global steps 3, 5 (epoch end), 6 and 9: the last committed is step 9,
-  // mid-epoch.
-  EXPECT_EQ(info.last_checkpoint().global_step(), 9);
-  EXPECT_EQ(info.last_checkpoint().epochs_done(), 1);
+  // Checkpoints after global steps 3, 5 (epoch end), 6, 9 and 10 (the job's final model, which
+  // every completed job writes): the last committed is step 10.
+  EXPECT_EQ(info.last_checkpoint().global_step(), 10);
+  EXPECT_EQ(info.last_checkpoint().epochs_done(), 2);
   // Each job writes its own directory under checkpoint.dir, a step-<N>/ per checkpoint.
   const std::string job_dir = job.checkpoint_dir + "/" + id;
-  EXPECT_EQ(info.last_checkpoint().dir(), job_dir + "/step-000000000009");
-  const std::string manifest = testing::ReadAll(job_dir + "/step-000000000009/manifest.json");
+  EXPECT_EQ(info.last_checkpoint().dir(), job_dir + "/step-000000000010");
+  const std::string manifest = testing::ReadAll(job_dir + "/step-000000000010/manifest.json");
   EXPECT_THAT(manifest, HasSubstr(absl::StrCat("ckpt-", id, "-g")));
-  // checkpoint.keep: 2 — of steps 3, 5, 6, 9 the newest two stay. The servers delete a
-  // snapshot at the next snapshot after its checkpoint went: step 3's when step 9's was written
-  // (5 and 6 were still on disk then); step 5's would go at the next checkpoint.
+  // checkpoint.keep: 2 — of steps 3, 5, 6, 9, 10 the newest two stay. The servers delete a
+  // snapshot at the next snapshot after its checkpoint went: step 5's when step 10's was written
+  // (6 and 9 were still on disk then); step 6's would go at the next checkpoint.
   std::vector<std::string> kept, snapshots;
   for (const auto& e : std::filesystem::directory_iterator(job_dir)) {
     kept.push_back(e.path().filename().string());
   }
   std::sort(kept.begin(), kept.end());
-  EXPECT_THAT(kept, ElementsAre("step-000000000006", "step-000000000009"));
+  EXPECT_THAT(kept, ElementsAre("step-000000000009", "step-000000000010"));
   for (const auto& e : std::filesystem::directory_iterator(dir_->Sub("two-snapshots"))) {
     const std::string name = e.path().filename().string();
     if (name.rfind("ckpt-", 0) == 0) snapshots.push_back(name.substr(name.rfind("-step-")));
   }
   std::sort(snapshots.begin(), snapshots.end());
-  EXPECT_THAT(snapshots, ElementsAre("-step-5", "-step-6", "-step-9"));
+  EXPECT_THAT(snapshots, ElementsAre("-step-10", "-step-6", "-step-9"));
 
   // Each worker's series: its own samples; the names pass promtool.
   const std::vector<std::string> targets = cluster.MetricsTargets();
