@@ -116,6 +116,10 @@ void AddWorker(CLI::App* app, Action* action) {
                   "Seconds the Gloo rendezvous and each collective may wait for the peers")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 86400.0));
+  // Tests only (hidden from --help): a rank that dies between its peers' pushes and its own.
+  cmd->add_option("--fault-exit-before-push", o.fault_exit_before_push_step,
+                  "Exit with code 3 just before pushing this global step (fault injection)")
+      ->group("");
   AddSecurityFlags(cmd, &o.security, SecurityFlagsFor::kMember);
   cmd->callback([flags, action] { *action = [flags] { return RunWorker(*flags); }; });
 }

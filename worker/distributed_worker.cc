@@ -449,6 +449,7 @@ void DistributedWorker::RunAssignment(const cpb::Assignment& a) {
                           ParseJobSpec(a.spec_yaml(), absl::StrCat("job ", a.job_id())));
     SIFT_ASSIGN_OR_RETURN(TrainerOptions o, TrainerOptionsForAssignment(spec, a, options_.threads));
     o.embedding_security = options_.security;
+    o.fault_exit_before_push_step = options_.fault_exit_before_push_step;
     o.cpu_isa = options_.cpu_isa;
     SIFT_RETURN_IF_ERROR(env->Connect(options_.advertise_host, options_.collective_timeout_s,
                                       UsesNccl(spec.cluster)));

@@ -48,6 +48,8 @@ struct DistributedWorkerOptions {
   // TLS to the coordinator and the embedding servers: the cluster CA and this worker's
   // certificate, worker-<i> or worker (common/security.h); off: plaintext.
   SecurityOptions security;
+  // Fault injection for tests (TrainerOptions::fault_exit_before_push_step): -1 = none.
+  int64_t fault_exit_before_push_step = -1;
 };
 
 // The job spec and assignment as the trainer options of rank a.rank() of a.world_size(): the

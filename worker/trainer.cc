@@ -823,6 +823,12 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
                                                  id_counts_, config_.embedding_dim, tb, &tk));
       }
     }
+    if (global_step_ == o_.fault_exit_before_push_step) {
+      std::fprintf(stderr, "fault injection: exiting before the push of step %lld\n",
+                   static_cast<long long>(global_step_));
+      std::fflush(nullptr);
+      ::_exit(3);
+    }
     SIFT_RETURN_IF_ERROR(tables_->Push(ps->keys, global_step_, lr_multiplier));
   }
   ++global_step_;

@@ -145,6 +145,10 @@ struct TrainerOptions {
   // the seed (sift train with servers: world 1 never sends it).
   uint64_t step_group = 0;
   uint64_t generation = 0;
+  // Fault injection for tests: the process exits with code 3 just before this rank pushes global
+  // step N (its gradients computed, the other ranks' pushes of the step possibly held on the
+  // servers): a rank dying in the middle of a step. -1 = never.
+  int64_t fault_exit_before_push_step = -1;
   // Benchmarks: the reference's performance calculator (warm-up 20, then benchmark_steps; 0 =
   // every step of every epoch).
   int64_t benchmark_steps = 0;

@@ -540,6 +540,7 @@ Status EmbeddingShard::Stats(pb::StatsResponse* response) const {
   response->set_max_message_bytes(options_.max_message_bytes);
   response->set_version(options_.version);
   response->set_configured(store_ != nullptr);
+  response->set_held_steps(static_cast<uint32_t>(steps_.pending()));
   if (store_ == nullptr) return absl::OkStatus();
   response->set_seed(config_.seed());
   *response->mutable_configs() = config_.tables();

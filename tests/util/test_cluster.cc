@@ -133,7 +133,7 @@ void TestCluster::StartServer(int shard) {
       ports.size() > 1 && ports[1] > 0 ? absl::StrCat("127.0.0.1:", ports[1]) : "";
 }
 
-void TestCluster::StartWorker(int index) {
+void TestCluster::StartWorker(int index, const std::vector<std::string>& extra_args) {
   std::vector<std::string> args = {"worker",
                                    "--coordinator",
                                    coordinator_address_,
@@ -145,6 +145,7 @@ void TestCluster::StartWorker(int index) {
                                    options_.metrics ? "0" : "-1",
                                    "--exit-after-jobs",
                                    std::to_string(options_.worker_exit_after_jobs)};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
   const std::vector<int> ports =
       Ports(Launch(&workers_[index], absl::StrCat("worker", index), args));
   workers_[index].metrics =

@@ -46,7 +46,8 @@ class TestCluster {
   // (Re)starts one member; a restart gets fresh log files (<name>-<role><i>-<n>.out/.err).
   void StartCoordinator();
   void StartServer(int shard);
-  void StartWorker(int index);
+  // extra_args: more `sift worker` flags (e.g. a fault-injection flag).
+  void StartWorker(int index, const std::vector<std::string>& extra_args = {});
   // Sends `sig` to the member and reaps it; returns its exit code (128 + signal when killed).
   int StopCoordinator(int sig);
   int StopServer(int shard, int sig);
