@@ -67,7 +67,8 @@ void AddBenchCluster(CLI::App* bench, Action* action) {
   ClusterBenchOptions& o = f->options;
   CLI::App* cmd = bench->add_subcommand(
       "cluster",
-      "Distributed overhead: 1 worker + 1 embedding server over loopback vs in-process tables");
+      "Distributed overhead: workers + embedding servers over loopback (1 + 1 by default) vs "
+      "in-process tables");
   cmd->add_option("--dataset", o.dataset, "Dataset directory (sift data gen / convert)")
       ->required();
   cmd->add_option("--model", o.model, "Model: sim, dien or din")
@@ -90,6 +91,16 @@ void AddBenchCluster(CLI::App* bench, Action* action) {
   cmd->add_flag("--compare-tls", o.compare_tls,
                 "Also run a secured cluster in every round next to the plaintext one and report "
                 "their samples/s ratio (this run's cost of TLS)");
+  cmd->add_option("--servers", o.servers, "Embedding servers (shards) of the cluster")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--workers", o.workers,
+                  "Workers of the cluster (--batch-size is the global batch: a multiple of it)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_flag("--compare-sparse-update", o.compare_sparse_update,
+                "Also run the job with training.sparse_update: per_rank next to the default step "
+                "in every round: samples/s ratio and Push bytes per step (needs --workers >= 2)");
   cmd->add_option("--server-threads", o.server_threads, "Threads of the embedding server")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

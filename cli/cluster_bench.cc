@@ -31,6 +31,7 @@
 #include "server/coordinator/client.h"
 #include "worker/collectives.h"
 #include "worker/distributed_worker.h"
+#include "worker/embedding_client.h"
 
 namespace sift::cli {
 namespace {
@@ -57,6 +58,17 @@ Status ValidateOptions(const ClusterBenchOptions& o) {
   }
   if (o.repeats < 1) return UsageError(absl::StrCat("--repeats must be >= 1, got ", o.repeats));
   if (o.staleness.empty()) return UsageError("--staleness needs at least one value");
+  if (o.servers < 1 || o.workers < 1) {
+    return UsageError(absl::StrCat("--servers and --workers must be >= 1, got ", o.servers,
+                                   " and ", o.workers));
+  }
+  if (o.batch_size % o.workers != 0) {
+    return UsageError(absl::StrCat("--batch-size ", o.batch_size, " is the global batch: it must "
+                                   "be a multiple of --workers ", o.workers));
+  }
+  if (o.compare_sparse_update && o.workers < 2) {
+    return UsageError("--compare-sparse-update needs --workers >= 2 (one worker has one push)");
+  }
   for (int64_t k : o.staleness) {
     if (k < 0) return UsageError(absl::StrCat("--staleness values must be >= 0, got ", k));
   }
@@ -65,9 +77,10 @@ Status ValidateOptions(const ClusterBenchOptions& o) {
 
 // The job both ways run: 1 epoch of warm-up + measured steps on 1 server and 1 worker, evaluation
 // kept to one train batch (the test split is evaluated in full), no checkpoints.
-JobSpec BenchJob(const ClusterBenchOptions& o, int threads, int64_t staleness) {
+JobSpec BenchJob(const ClusterBenchOptions& o, int threads, int64_t staleness,
+                 const std::string& sparse_update = "step") {
   JobSpec spec;
-  spec.name = absl::StrCat("bench-cluster-k", staleness);
+  spec.name = absl::StrCat("bench-cluster-k", staleness, "-", sparse_update);
   spec.dataset = o.dataset;
   spec.model.type = o.model;
   spec.training.epochs = 1;
@@ -76,8 +89,9 @@ JobSpec BenchJob(const ClusterBenchOptions& o, int threads, int64_t staleness) {
   spec.training.seed = o.seed;
   spec.training.train_eval_samples = o.batch_size;
   spec.training.max_steps_per_epoch = kClusterBenchWarmupSteps + o.steps;
-  spec.cluster.servers = 1;
-  spec.cluster.workers = 1;
+  spec.training.sparse_update = sparse_update;
+  spec.cluster.servers = o.servers;
+  spec.cluster.workers = o.workers;
   spec.cluster.threads_per_worker = threads;
   return spec;
 }
@@ -173,18 +187,20 @@ class BenchCluster {
     LocalClusterOptions lo;
     lo.binary = o.binary;
     lo.work_dir = work_dir;
-    lo.servers = 1;
-    lo.workers = 1;
+    lo.servers = o.servers;
+    lo.workers = o.workers;
     lo.server_threads = o.server_threads;
     lo.worker_threads = threads;
     lo.max_restarts = 0;  // a child that exits ends the benchmark
     lo.cluster_file = JoinPath(work_dir, "cluster.json");
     coordinator::CoordinatorClientOptions co;
     if (o.tls) {
-      SIFT_ASSIGN_OR_RETURN(RunSecurity sec, MakeRunSecurity(JoinPath(work_dir, "security"), 1, 1));
+      SIFT_ASSIGN_OR_RETURN(RunSecurity sec, MakeRunSecurity(JoinPath(work_dir, "security"), o.servers, o.workers));
       lo.security_dir = sec.dir;
       lo.tokens_file = sec.tokens_file;
       co.security = sec.client;
+      // The servers' Stats (push bytes) with a worker's certificate.
+      bc->servers_security_.tls_dir = JoinPath(sec.dir, "worker-0");
     }
     SIFT_ASSIGN_OR_RETURN(bc->cluster_, LocalCluster::Start(lo));
     SIFT_ASSIGN_OR_RETURN(bc->metrics_port_, WorkerMetricsPort(lo.cluster_file));
@@ -226,6 +242,11 @@ class BenchCluster {
     run.steps = job.global_step();
     run.test_auc = e.test_auc();
     run.phases = Subtract(after, before);
+    SIFT_ASSIGN_OR_RETURN(const uint64_t pushed, PushRequestBytes(job));
+    run.push_bytes_per_step =
+        run.steps > 0 ? static_cast<double>(pushed - push_bytes_) / static_cast<double>(run.steps)
+                      : 0;
+    push_bytes_ = pushed;
     return run;
   }
 
@@ -234,6 +255,22 @@ class BenchCluster {
  private:
   BenchCluster() = default;
   std::string LogsHint() const { return absl::StrCat("logs in ", work_dir_, "/logs"); }
+  // Push request bytes the cluster's servers received since they started (Stats).
+  StatusOr<uint64_t> PushRequestBytes(const pb::JobInfo& job) {
+    if (servers_ == nullptr) {
+      worker::EmbeddingClientOptions eo;
+      eo.servers.assign(job.servers().begin(), job.servers().end());
+      eo.security = servers_security_;
+      eo.connect_timeout_s = 10;
+      StatusOr<std::unique_ptr<worker::EmbeddingClient>> c = worker::EmbeddingClient::Connect(eo);
+      if (!c.ok()) return Annotate(c.status(), "the servers' Stats (push bytes)");
+      servers_ = std::move(*c);
+    }
+    SIFT_ASSIGN_OR_RETURN(std::vector<worker::pb::StatsResponse> stats, servers_->Stats());
+    uint64_t total = 0;
+    for (const worker::pb::StatsResponse& s : stats) total += s.push_request_bytes();
+    return total;
+  }
   StatusOr<PhaseTimes> ScrapePhases() {
     SIFT_ASSIGN_OR_RETURN(std::string text, HttpGet("127.0.0.1", metrics_port_, "/metrics"));
     StatusOr<PhaseTimes> p = ParseWorkerPhaseSeconds(text);
@@ -245,6 +282,9 @@ class BenchCluster {
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<coordinator::CoordinatorClient> client_;
   int metrics_port_ = -1;
+  SecurityOptions servers_security_;                  // plaintext, or a worker's certificate
+  std::unique_ptr<worker::EmbeddingClient> servers_;  // Stats of the servers (made at first use)
+  uint64_t push_bytes_ = 0;                           // Push request bytes after the last run
 };
 
 double Median(std::vector<double> v) {
@@ -296,6 +336,7 @@ nlohmann::json RunJson(const ClusterBenchRun& r) {
   nlohmann::json phases = nlohmann::json::object();
   for (const auto& [name, field] : PhaseFields()) phases[name] = r.phases.*field;
   return {{"samples_per_s", r.samples_per_s},
+          {"push_bytes_per_step", r.push_bytes_per_step},
           {"train_time_s", r.train_time_s},
           {"steps", r.steps},
           {"test_auc", r.test_auc},
@@ -362,8 +403,9 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
     if (*c != nullptr) return absl::OkStatus();
     SIFT_ASSIGN_OR_RETURN(*dir, MakeTempWorkDir());
     say(absl::StrCat("starting the cluster (", tls ? "mutual TLS; " : "plaintext; ",
-                     "coordinator, 1 embedding server with ", o.server_threads,
-                     " thread(s), 1 worker with ", result.threads, " thread(s)) in ", *dir));
+                     "coordinator, ", o.servers, " embedding server(s) with ", o.server_threads,
+                     " thread(s), ", o.workers, " worker(s) with ", result.threads,
+                     " thread(s)) in ", *dir));
     ClusterBenchOptions co = o;
     co.tls = tls;
     StatusOr<std::unique_ptr<BenchCluster>> started = BenchCluster::Start(co, result.threads, *dir);
@@ -401,12 +443,23 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
         say(absl::StrCat(label, " ", Describe("cluster+tls", r.cluster_tls)));
         return absl::OkStatus();
       };
+      // compare_sparse_update: the per_rank job right after the step one (odd rounds) or right
+      // before it (even rounds), on the same cluster.
+      auto per_rank_run = [&]() -> Status {
+        if (!o.compare_sparse_update) return absl::OkStatus();
+        SIFT_ASSIGN_OR_RETURN(r.cluster_per_rank,
+                              run_cluster(BenchJob(o, result.threads, series.staleness, "per_rank")));
+        say(absl::StrCat(label, " ", Describe("per_rank  ", r.cluster_per_rank)));
+        return absl::OkStatus();
+      };
       for (int i = 0; i < 2; ++i) {
         const bool cluster_now = (i == 0) == r.cluster_first;
         if (cluster_now && r.cluster_first) SIFT_RETURN_IF_ERROR(tls_run());
         if (cluster_now) {
+          if (!r.cluster_first) SIFT_RETURN_IF_ERROR(per_rank_run());
           SIFT_ASSIGN_OR_RETURN(r.cluster, run_cluster(spec));
           say(absl::StrCat(label, " ", Describe("cluster   ", r.cluster)));
+          if (r.cluster_first) SIFT_RETURN_IF_ERROR(per_rank_run());
           if (!r.cluster_first) SIFT_RETURN_IF_ERROR(tls_run());
         } else {
           StatusOr<ClusterBenchRun> in = RunInProcess(spec, result.threads);
@@ -427,6 +480,9 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
       }
       r.ratio = r.cluster.samples_per_s / r.in_process.samples_per_s;
       if (o.compare_tls) r.tls_ratio = r.cluster_tls.samples_per_s / r.cluster.samples_per_s;
+      if (o.compare_sparse_update) {
+        r.sparse_ratio = r.cluster.samples_per_s / r.cluster_per_rank.samples_per_s;
+      }
       series.rounds.push_back(r);
     }
   }
@@ -437,8 +493,10 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
   RemoveWorkDir(tls_work_dir);
 
   for (ClusterBenchSeries& s : result.series) {
-    std::vector<double> in, cl, ratio, tls, tls_ratio;
+    std::vector<double> in, cl, ratio, tls, tls_ratio, per_rank, sparse_ratio;
     for (const ClusterBenchRound& r : s.rounds) {
+      per_rank.push_back(r.cluster_per_rank.samples_per_s);
+      sparse_ratio.push_back(r.sparse_ratio);
       in.push_back(r.in_process.samples_per_s);
       cl.push_back(r.cluster.samples_per_s);
       ratio.push_back(r.ratio);
@@ -452,6 +510,10 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
       s.median_cluster_tls = Median(tls);
       s.median_tls_ratio = Median(tls_ratio);
     }
+    if (o.compare_sparse_update) {
+      s.median_cluster_per_rank = Median(per_rank);
+      s.median_sparse_ratio = Median(sparse_ratio);
+    }
   }
   result.load_average_after = LoadAverage1();
   RemoveWorkDir(work_dir);
@@ -462,12 +524,12 @@ std::string FormatClusterBench(const ClusterBenchOptions& o, const ClusterBenchR
   std::string out;
   absl::StrAppendFormat(&out,
                         "  setup:      %s, batch %lld, 1 epoch of %lld warm-up + %lld measured "
-                        "steps, %d thread(s) (worker and in-process), server %d thread(s), "
-                        "cluster %s\n",
+                        "steps, %d thread(s) (each worker and in-process), %d server(s) of %d "
+                        "thread(s), %d worker(s), cluster %s\n",
                         o.model, static_cast<long long>(o.batch_size),
                         static_cast<long long>(kClusterBenchWarmupSteps),
-                        static_cast<long long>(o.steps), r.threads, o.server_threads,
-                        o.tls ? "with mutual TLS" : "plaintext");
+                        static_cast<long long>(o.steps), r.threads, o.servers, o.server_threads,
+                        o.workers, o.tls ? "with mutual TLS" : "plaintext");
   absl::StrAppendFormat(&out, "  load avg:   %.2f before, %.2f after (1 min)\n",
                         r.load_average_before, r.load_average_after);
   for (const ClusterBenchSeries& s : r.series) {
@@ -494,6 +556,20 @@ std::string FormatClusterBench(const ClusterBenchOptions& o, const ClusterBenchR
                             s.median_cluster, s.median_cluster_tls, s.median_tls_ratio,
                             kClusterTlsTarget,
                             s.median_tls_ratio >= kClusterTlsTarget ? "met" : "NOT met");
+    }
+    if (o.compare_sparse_update) {
+      absl::StrAppendFormat(&out, "  %-6s %15s %15s %10s %14s %14s\n", "round", "step/s",
+                            "per_rank/s", "step/pr", "push B/step", "pr push B/step");
+      for (const ClusterBenchRound& rd : s.rounds) {
+        absl::StrAppendFormat(&out, "  %-6d %15.0f %15.0f %10.3f %14.0f %14.0f\n", rd.round + 1,
+                              rd.cluster.samples_per_s, rd.cluster_per_rank.samples_per_s,
+                              rd.sparse_ratio, rd.cluster.push_bytes_per_step,
+                              rd.cluster_per_rank.push_bytes_per_step);
+      }
+      absl::StrAppendFormat(&out, "  %-6s %15.0f %15.0f %10.3f  (target >= %.2f: %s)\n", "median",
+                            s.median_cluster, s.median_cluster_per_rank, s.median_sparse_ratio,
+                            kSparseStepTarget,
+                            s.median_sparse_ratio >= kSparseStepTarget ? "met" : "NOT met");
     }
     // Where the time goes: ms per step of each phase, summed over the rounds.
     PhaseTimes in, cl;
@@ -536,6 +612,10 @@ nlohmann::json ClusterBenchToJson(const ClusterBenchOptions& o, const ClusterBen
         rounds.back()["cluster_tls"] = RunJson(rd.cluster_tls);
         rounds.back()["tls_ratio"] = rd.tls_ratio;
       }
+      if (o.compare_sparse_update) {
+        rounds.back()["cluster_per_rank"] = RunJson(rd.cluster_per_rank);
+        rounds.back()["sparse_ratio"] = rd.sparse_ratio;
+      }
     }
     series.push_back({{"staleness", s.staleness},
                       {"rounds", rounds},
@@ -549,6 +629,11 @@ nlohmann::json ClusterBenchToJson(const ClusterBenchOptions& o, const ClusterBen
       series.back()["median_tls_ratio"] = s.median_tls_ratio;
       series.back()["tls_target_ratio"] = kClusterTlsTarget;
     }
+    if (o.compare_sparse_update) {
+      series.back()["median_cluster_per_rank_samples_per_s"] = s.median_cluster_per_rank;
+      series.back()["median_sparse_ratio"] = s.median_sparse_ratio;
+      series.back()["sparse_target_ratio"] = kSparseStepTarget;
+    }
   }
   return {{"benchmark", "cluster"},
           {"dataset", o.dataset},
@@ -560,6 +645,9 @@ nlohmann::json ClusterBenchToJson(const ClusterBenchOptions& o, const ClusterBen
           {"server_threads", o.server_threads},
           {"tls", o.tls},
           {"compare_tls", o.compare_tls},
+          {"servers", o.servers},
+          {"workers", o.workers},
+          {"compare_sparse_update", o.compare_sparse_update},
           {"repeats", o.repeats},
           {"load_average_before", r.load_average_before},
           {"load_average_after", r.load_average_after},

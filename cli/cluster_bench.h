@@ -1,7 +1,10 @@
 // The distributed overhead benchmark of docs/benchmarks.md (`sift bench cluster`): the same SIM /
 // DIEN / DIN training run two ways in one invocation — in this process with in-process tables,
-// and as a job of a real local cluster (coordinator, 1 embedding server, 1 worker as child
-// processes on loopback, cli/local_cluster.h) — alternating the two for `repeats` rounds. Both
+// and as a job of a real local cluster (coordinator, `servers` embedding servers, `workers` workers
+// as child processes on loopback, cli/local_cluster.h; 1 and 1 by default) — alternating the two
+// for `repeats` rounds. With compare_sparse_update every round also runs the cluster job with
+// training.sparse_update: per_rank next to the default `step` (samples/s ratio, push bytes per
+// step from the servers' Stats.push_request_bytes). Both
 // ways run the one step engine in kTrain mode from one JobSpec (the worker's own mapping,
 // worker::TrainerOptionsForAssignment): 1 epoch of kClusterBenchWarmupSteps + steps steps, the
 // staleness k's
@@ -39,6 +42,9 @@ struct ClusterBenchOptions {
   // Also a second, secured cluster in every round (after the plaintext one in odd rounds, before
   // it in even ones): its samples/s against the plaintext cluster's, in the same run.
   bool compare_tls = false;
+  int servers = 1, workers = 1;  // the cluster's; batch_size is the global batch (W divides it)
+  // Also a per_rank cluster job in every round next to the step one (needs workers >= 2).
+  bool compare_sparse_update = false;
   // Called with a line per finished run (progress); may be empty.
   std::function<void(const std::string&)> progress;
 };
@@ -50,6 +56,7 @@ struct ClusterBenchRun {
   int64_t steps = 0;          // steps trained (warm-up included)
   double test_auc = 0;        // after the epoch (a sanity check that both trained alike)
   worker::PhaseTimes phases;  // per-phase seconds over all the steps
+  double push_bytes_per_step = 0;  // cluster: Push request bytes the servers received / steps
 };
 
 struct ClusterBenchRound {
@@ -59,6 +66,8 @@ struct ClusterBenchRound {
   double ratio = 0;             // cluster / in-process samples/s
   ClusterBenchRun cluster_tls;  // compare_tls: the secured cluster
   double tls_ratio = 0;         // compare_tls: cluster_tls / cluster samples/s
+  ClusterBenchRun cluster_per_rank;  // compare_sparse_update: the per_rank job
+  double sparse_ratio = 0;           // compare_sparse_update: step / per_rank samples/s
 };
 
 struct ClusterBenchSeries {
@@ -67,6 +76,7 @@ struct ClusterBenchSeries {
   double median_in_process = 0, median_cluster = 0;     // samples/s
   double median_ratio = 0;                              // median of the rounds' ratios
   double median_cluster_tls = 0, median_tls_ratio = 0;  // compare_tls
+  double median_cluster_per_rank = 0, median_sparse_ratio = 0;  // compare_sparse_update
 };
 
 struct ClusterBenchResult {
@@ -77,6 +87,7 @@ struct ClusterBenchResult {
 
 inline constexpr double kClusterOverheadTarget = 0.8;  // docs/benchmarks.md
 inline constexpr double kClusterTlsTarget = 0.95;      // issue 17: secured / plaintext cluster
+inline constexpr double kSparseStepTarget = 0.95;      // sparse_update step / per_rank
 // The trainer's warm-up (TrainerOptions::warmup_steps; a job spec cannot change it): steps run
 // before the measured ones, excluded from samples/s.
 inline const int64_t kClusterBenchWarmupSteps = worker::TrainerOptions{}.warmup_steps;

@@ -160,6 +160,7 @@ class EmbeddingService final : public RawService {
     if (cached == nullptr) cached = std::make_unique<Req>();
     Req* req = cached.get();
     const size_t request_bytes = request->Length();
+    if (method == kPush) shard_->AddPushRequestBytes(request_bytes);
     {
       grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(request));
       if (!req->ParseFromZeroCopyStream(&reader)) {

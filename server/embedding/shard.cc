@@ -541,6 +541,7 @@ Status EmbeddingShard::Stats(pb::StatsResponse* response) const {
   response->set_version(options_.version);
   response->set_configured(store_ != nullptr);
   response->set_held_steps(static_cast<uint32_t>(steps_.pending()));
+  response->set_push_request_bytes(push_request_bytes_.load(std::memory_order_relaxed));
   if (store_ == nullptr) return absl::OkStatus();
   response->set_seed(config_.seed());
   *response->mutable_configs() = config_.tables();

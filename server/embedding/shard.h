@@ -127,6 +127,11 @@ class EmbeddingShard {
 
   const ShardOptions& options() const { return options_; }
 
+  // The transport's count of Push request bytes (StatsResponse.push_request_bytes).
+  void AddPushRequestBytes(uint64_t bytes) {
+    push_request_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
  private:
   struct Counters {
     std::atomic<uint64_t> pulled{0};
@@ -158,6 +163,7 @@ class EmbeddingShard {
   std::unique_ptr<EmbeddingStore> store_;  // guarded by mu_; null before Configure/Restore
   pb::ConfigureRequest config_;            // guarded by mu_; tables sorted by table_id
   absl::flat_hash_map<uint32_t, std::unique_ptr<Counters>> counters_;  // guarded by mu_
+  std::atomic<uint64_t> push_request_bytes_{0};
   StepAggregator steps_;  // held step pushes; cleared with the tables (InstallLocked)
 
   std::mutex dedup_mu_;

@@ -97,6 +97,32 @@ TEST_F(BenchClusterTest, JsonRunHasBothWaysPerRoundAndTheMedianRatio) {
   EXPECT_THAT(r.err, HasSubstr("k=0: cluster "));
 }
 
+// --compare-sparse-update: 2 workers and 2 servers, the step job and the per_rank job in every
+// round, their ratio, and the Push bytes per step the servers received for each.
+TEST_F(BenchClusterTest, SparseUpdateComparisonHasBothJobsTheRatioAndPushBytes) {
+  const testing::RunResult r = testing::RunSift(
+      ShortRun({"--staleness", "0", "--workers", "2", "--servers", "2", "--compare-sparse-update",
+                "--output", "json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << "stdout is not JSON: " << r.out;
+  EXPECT_EQ(j["workers"], 2);
+  EXPECT_EQ(j["servers"], 2);
+  const nlohmann::json& s = j["series"][0];
+  const nlohmann::json& round = s["rounds"][0];
+  for (const char* way : {"cluster", "cluster_per_rank"}) {
+    EXPECT_EQ(round[way]["steps"], 22) << way;
+    EXPECT_GT(round[way]["samples_per_s"].get<double>(), 0) << way;
+    // Keys (8 B) and 16 fp32 gradients per row of every table, for 64 samples per rank.
+    EXPECT_GT(round[way]["push_bytes_per_step"].get<double>(), 1000) << way;
+  }
+  EXPECT_DOUBLE_EQ(round["sparse_ratio"].get<double>(),
+                   round["cluster"]["samples_per_s"].get<double>() /
+                       round["cluster_per_rank"]["samples_per_s"].get<double>());
+  EXPECT_DOUBLE_EQ(s["median_sparse_ratio"].get<double>(), round["sparse_ratio"].get<double>());
+  EXPECT_THAT(r.err, HasSubstr("k=0: per_rank "));
+}
+
 TEST_F(BenchClusterTest, TooFewBatchesPerEpochIsAClearError) {
   const testing::RunResult r =
       testing::RunSift({"bench", "cluster", "--dataset", dataset_, "--batch-size", "2048",
@@ -116,6 +142,8 @@ TEST_F(BenchClusterTest, BadFlagsExit2) {
       {"bench", "cluster", "--dataset", dataset_, "--model", "xyz"},
       {"bench", "cluster", "--dataset", dataset_, "--output", "yaml"},
       {"bench", "cluster", "--dataset", dataset_, "--no-such-flag"},
+      {"bench", "cluster", "--dataset", dataset_, "--workers", "3"},  // 128 is not a multiple
+      {"bench", "cluster", "--dataset", dataset_, "--compare-sparse-update"},  // one worker
   };
   for (const std::vector<std::string>& args : bad) {
     const testing::RunResult r = testing::RunSift(args);
