@@ -133,6 +133,13 @@ double DenseDifference(const Model& a, const Model& b) {
 
 class SparseStepTest : public sift::testing::TinyDatasetSuite<1> {
  protected:
+  // 2 embedding servers and `workers` workers.
+  static TestClusterOptions ClusterOf(int workers) {
+    TestClusterOptions co;
+    co.servers = 2;
+    co.workers = workers;
+    return co;
+  }
   static std::string JobYaml(const std::string& model, const std::string& opt, int workers,
                              const std::string& update, const std::string& ckpt, int epochs = 1,
                              int max_steps = kSteps, double sparse_l2 = 0,
@@ -171,10 +178,7 @@ class SparseStepTest : public sift::testing::TinyDatasetSuite<1> {
 
 // Every model and sparse optimizer, 2 and 3 workers: the same model as one process.
 TEST_F(SparseStepTest, WWorkersTrainWhatOneProcessTrains) {
-  TestClusterOptions co;
-  co.servers = 2;
-  co.workers = 3;
-  TestCluster cluster(*dir_, "eq", co);
+  TestCluster cluster(*dir_, "eq", ClusterOf(3));
   for (const std::string model : {"din", "dien", "sim"}) {
     for (const std::string opt : {"adam", "adagrad", "sgd"}) {
       SCOPED_TRACE(model + " " + opt);
@@ -209,19 +213,18 @@ TEST_F(SparseStepTest, WWorkersTrainWhatOneProcessTrains) {
 // sparse L2 is inside it (the servers add λ w / n once per row, as one process does); a 2-worker
 // run repeated is bit-identical.
 TEST_F(SparseStepTest, PerRankIsOutsideTheBoundL2IsInsideAndRunsRepeat) {
-  TestClusterOptions co;
-  co.servers = 2;
-  co.workers = 2;
-  TestCluster cluster(*dir_, "pr", co);
+  TestCluster cluster(*dir_, "pr", ClusterOf(2));
   cpb::JobInfo info;
   const Model per_rank =
       ReadModel(RunJob(&cluster, JobYaml("din", "adam", 2, "per_rank", dir_->Sub("pr_a")), &info));
   const Model step_a = ReadModel(
       RunJob(&cluster, JobYaml("din", "adam", 2, "step", dir_->Sub("pr_b"), 1, kSteps, 1.0),
              &info));
-  const Model step_b = ReadModel(
-      RunJob(&cluster, JobYaml("din", "adam", 2, "step", dir_->Sub("pr_c"), 1, kSteps, 1.0),
-             &info));
+  // Repeated over 20 steps: bit for bit (rank-ordered sums, staleness 0).
+  const Model step_c = ReadModel(
+      RunJob(&cluster, JobYaml("din", "adam", 2, "step", dir_->Sub("pr_c"), 1, 20, 1.0), &info));
+  const Model step_d = ReadModel(
+      RunJob(&cluster, JobYaml("din", "adam", 2, "step", dir_->Sub("pr_d"), 1, 20, 1.0), &info));
   TrainOneProcess(info, "din", "adam", dir_->Sub("pr_one"));
   TrainOneProcess(info, "din", "adam", dir_->Sub("pr_one_l2"), 1.0);
   const Model one = ReadModel(dir_->Sub("pr_one"));
@@ -233,17 +236,15 @@ TEST_F(SparseStepTest, PerRankIsOutsideTheBoundL2IsInsideAndRunsRepeat) {
   std::printf("step + sparse_l2 W=2: rows %.3g\n", l2);
   EXPECT_LT(l2, kBound);
   EXPECT_GT(RowDifference(one_l2, one), 10 * kBound) << "sparse_l2 1.0 should matter";
-  EXPECT_EQ(step_a.rows, step_b.rows);
-  EXPECT_EQ(step_a.params, step_b.params);
+  EXPECT_EQ(step_c.step, 20);
+  EXPECT_EQ(step_c.rows, step_d.rows);
+  EXPECT_EQ(step_c.params, step_d.params);
 }
 
 // A completed job without periodic checkpoints leaves its final model; a job resumed from it
 // evaluates to the same test AUC.
 TEST_F(SparseStepTest, AFinalCheckpointResumesToTheSameTestAuc) {
-  TestClusterOptions co;
-  co.servers = 2;
-  co.workers = 2;
-  TestCluster cluster(*dir_, "fin", co);
+  TestCluster cluster(*dir_, "fin", ClusterOf(2));
   cpb::JobInfo first;
   const std::string ckpt =
       RunJob(&cluster, JobYaml("din", "adam", 2, "step", dir_->Sub("fin"), 2, 8), &first);
@@ -263,15 +264,35 @@ TEST_F(SparseStepTest, AFinalCheckpointResumesToTheSameTestAuc) {
             first.epochs_done(first.epochs_done_size() - 1).test_auc());
 }
 
+// keep_best: validation_auc — the job's final model is the kept (best validation) epoch's, even
+// when a later epoch was the last trained and no periodic checkpoint was asked for.
+TEST_F(SparseStepTest, WithKeepBestTheFinalModelIsTheKeptEpochs) {
+  TestCluster cluster(*dir_, "best", ClusterOf(2));
+  const std::string yaml = absl::StrReplaceAll(
+      JobYaml("din", "adam", 2, "step", dir_->Sub("best"), 4, 5),
+      {{"  sparse_update: step\n",
+        "  sparse_update: step\n  validation_fraction: 0.2\n  keep_best: validation_auc\n  lr: 0.2\n"}});
+  cpb::JobInfo info;
+  const std::string ckpt = RunJob(&cluster, yaml, &info);
+  ASSERT_FALSE(ckpt.empty());
+  ASSERT_EQ(info.epochs_done_size(), 4);
+  int best = 0;
+  for (int e = 1; e < 4; ++e) {
+    ASSERT_TRUE(info.epochs_done(e).has_validation());
+    if (info.epochs_done(e).validation_auc() > info.epochs_done(best).validation_auc()) best = e;
+  }
+  std::printf("best validation epoch %d of 4\n", best + 1);
+  EXPECT_EQ(info.last_checkpoint().epochs_done(), best + 1);
+  EXPECT_EQ(info.last_checkpoint().global_step(), 5 * (best + 1));
+  EXPECT_EQ(ReadModel(ckpt).step, 5 * (best + 1));
+}
+
 // A rank that dies between the other rank's push of a step and its own: the servers hold the
 // other part and apply nothing of the step (every table's last applied step stays the one
 // before); the job recovers from its epoch checkpoint, and its final test AUC is the
 // uninterrupted run's (deterministic at staleness 0).
 TEST_F(SparseStepTest, ARankDyingMidStepLeavesNoPartialStepAndRecoversToTheSameAuc) {
-  TestClusterOptions co;
-  co.servers = 2;
-  co.workers = 2;
-  TestCluster cluster(*dir_, "kill", co);
+  TestCluster cluster(*dir_, "kill", ClusterOf(2));
   cpb::JobInfo clean;
   const std::string yaml_clean = absl::StrReplaceAll(
       JobYaml("din", "adam", 2, "step", dir_->Sub("kill_a"), 2, 5), {{"every_epoch: false",
