@@ -75,8 +75,9 @@ Status ValidateOptions(const ClusterBenchOptions& o) {
   return absl::OkStatus();
 }
 
-// The job both ways run: 1 epoch of warm-up + measured steps on 1 server and 1 worker, evaluation
-// kept to one train batch (the test split is evaluated in full), no checkpoints.
+// The job both ways run: 1 epoch of warm-up + measured steps on the cluster's servers and workers,
+// evaluation kept to one train batch (the test split is evaluated in full), no periodic
+// checkpoints (a cluster job still writes its final model, after the measured epoch).
 JobSpec BenchJob(const ClusterBenchOptions& o, int threads, int64_t staleness,
                  const std::string& sparse_update = "step") {
   JobSpec spec;

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -356,8 +357,9 @@ class Trainer {
   // test evaluation: every epoch with checkpoint_every_epoch, every improving one with
   // keep_best, and always the final one (the last planned epoch, or a patience stop): the job's
   // model — with keep_best and a final epoch that did not improve, the best epoch's checkpoint
-  // committed again. Nothing when the run resumed from a checkpoint at this very step.
-  Status JobEpochCheckpoint(int64_t epoch, double validation_auc, int64_t resumed_step);
+  // committed again (or, when its save had failed, this epoch's). Nothing when a checkpoint was
+  // already taken at this step (the one the run resumed from, or an every_steps one).
+  Status JobEpochCheckpoint(int64_t epoch, double validation_auc);
   // Writes the checkpoint to `dir` (the servers' snapshot first).
   Status SaveCheckpointNow(const std::string& dir, int64_t epochs_done);
 
@@ -372,6 +374,10 @@ class Trainer {
   std::unique_ptr<data::HeldOutSamples> held_out_;
   const data::SampleSource* samples_ = nullptr;
   int64_t best_global_step_ = -1;  // the kept (best) epoch's checkpoint step; -1: none
+  // The global step of the last checkpoint taken (or resumed from); -1: none.
+  int64_t last_checkpoint_step_ = -1;
+  // JobEpochCheckpoint: the selection with the epoch being checkpointed counted (null: result_'s).
+  const ModelSelection* selection_to_save_ = nullptr;
   data::HistoryOptions history_;
   ModelConfig config_;
   std::unique_ptr<kernels::Backend> backend_;
@@ -918,6 +924,7 @@ StatusOr<double> Trainer::GatheredAuc(const EvalPredictions& p,
 }
 
 Status Trainer::Checkpoint(int64_t epochs_done) {
+  last_checkpoint_step_ = global_step_;  // every rank alike, whether the save then succeeds
   if (world_ > 1) SIFT_RETURN_IF_ERROR(Annotate(coll_->Barrier(), "checkpoint barrier"));
   if (rank_ == 0) {
     SIFT_RETURN_IF_ERROR(env_->CheckpointBegin(global_step_));
@@ -958,32 +965,36 @@ Status Trainer::Checkpoint(int64_t epochs_done) {
   return absl::OkStatus();
 }
 
-Status Trainer::JobEpochCheckpoint(int64_t epoch, double validation_auc, int64_t resumed_step) {
-  // The selection rule the test evaluation will apply (it does not depend on the test AUC).
+Status Trainer::JobEpochCheckpoint(int64_t epoch, double validation_auc) {
+  // The selection rule the test evaluation will apply (it does not depend on the test AUC); the
+  // checkpoint records the selection with this epoch counted, so that a run resumed from it
+  // chooses and stops as the uninterrupted run does.
   ModelSelection probe = result_.selection;
   const bool validating = held_out_ != nullptr;
   const bool improves = !validating || probe.Update(epoch, validation_auc, 0, 0);
   const bool stops = validating && probe.ShouldStop(epoch, o_.patience) && epoch + 1 < o_.epochs;
   const bool final_epoch = epoch + 1 == o_.epochs || stops;
-  const int64_t epochs_done = epoch + 1;
-  if (global_step_ == resumed_step) return absl::OkStatus();  // that checkpoint is on disk
   if (final_epoch && o_.keep_best && validating && !improves && best_global_step_ >= 0) {
-    // The kept model is an earlier epoch's, checkpointed when it improved: it is the job's
-    // final model.
-    if (rank_ != 0) return absl::OkStatus();
-    return env_->CheckpointCommit(CheckpointStepDir(o_.save_checkpoint, best_global_step_),
-                                  result_.selection.best_epoch + 1, best_global_step_);
+    // The kept model is an earlier epoch's, checkpointed when it improved: it is the job's final
+    // model. (Every rank sees the same shared checkpoint directory, so all take the same branch.)
+    const std::string kept = CheckpointStepDir(o_.save_checkpoint, best_global_step_);
+    if (PathExists(JoinPath(kept, "manifest.json"))) {
+      if (rank_ != 0) return absl::OkStatus();
+      return env_->CheckpointCommit(kept, result_.selection.best_epoch + 1, best_global_step_);
+    }
+    // Its save had failed: the last epoch's model is the best left to keep.
   }
+  // Already written at this step: the checkpoint this run resumed from, or a checkpoint.every_steps
+  // one at the epoch's last step.
+  if (global_step_ == last_checkpoint_step_) return absl::OkStatus();
   if (!final_epoch && !o_.checkpoint_every_epoch && !(o_.keep_best && validating && improves)) {
     return absl::OkStatus();
   }
-  if (o_.keep_best && validating && improves) {
-    // Kept from now on (PruneStepCheckpoints spares it).
-    SIFT_RETURN_IF_ERROR(Checkpoint(epochs_done));
-    best_global_step_ = global_step_;
-    return absl::OkStatus();
-  }
-  return Checkpoint(epochs_done);
+  if (validating && improves) best_global_step_ = global_step_;  // kept from now on (pruning)
+  selection_to_save_ = &probe;
+  const Status s = Checkpoint(epoch + 1);
+  selection_to_save_ = nullptr;
+  return s;
 }
 
 Status Trainer::SaveCheckpointNow(const std::string& dir, int64_t epochs_done) {
@@ -1000,7 +1011,8 @@ Status Trainer::SaveCheckpointNow(const std::string& dir, int64_t epochs_done) {
     st.loss_scale = {true, loss_scaler_->scale(), loss_scaler_->good_steps()};
   }
   if (held_out_ != nullptr) {
-    const ModelSelection& sel = result_.selection;
+    const ModelSelection& sel =
+        selection_to_save_ != nullptr ? *selection_to_save_ : result_.selection;
     st.selection = {true,
                     sel.best_epoch,
                     std::max<int64_t>(best_global_step_, 0),
@@ -1075,9 +1087,16 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
   // A cluster job's final checkpoint (every completed job writes one) resumed: nothing is left to
   // train, the last epoch is evaluated again (a recovery during its evaluation, or a new job
   // --resume-from the final model).
-  const int64_t resumed_step = o_.load_checkpoint.empty() ? -1 : global_step_;
-  if (!bench && o_.resume_within_epoch && first_epoch == o_.epochs && first_epoch > 0) {
-    first_epoch = o_.epochs - 1;
+  if (!o_.load_checkpoint.empty()) last_checkpoint_step_ = global_step_;
+  // A final checkpoint: the last epoch's, or — a recovery of the same job, whose coordinator holds
+  // the epochs before it — the epoch a patience stop ended the job at.
+  const bool own_checkpoint = !o_.save_checkpoint.empty() &&
+                              absl::StartsWith(o_.load_checkpoint, o_.save_checkpoint + "/");
+  const bool stopped = own_checkpoint && held_out_ != nullptr && epochs_done_ > 0 &&
+                       result_.selection.ShouldStop(epochs_done_ - 1, o_.patience);
+  if (!bench && o_.resume_within_epoch && first_epoch > 0 &&
+      (first_epoch == o_.epochs || (stopped && first_epoch < o_.epochs))) {
+    first_epoch -= 1;
   }
   if (first_epoch >= o_.epochs) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint already completed ", first_epoch,
@@ -1159,6 +1178,11 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
       }
     }
     pipeline.Drain();
+    if (step_pushes() && o_.staleness > 0) {
+      // Without the per-step barrier another rank's last push may still be held: evaluate (and
+      // choose by validation) the model with every step applied.
+      SIFT_RETURN_IF_ERROR(Annotate(coll_->Barrier(), "epoch-end barrier"));
+    }
     bar.Finish();
     EpochMetrics em;
     em.epoch = epoch;
@@ -1179,7 +1203,7 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
     // A cluster job's checkpoints come before the test evaluation, whose last report completes
     // the job at the coordinator: the final epoch's can only be written before it.
     if (o_.checkpoint_keep > 0 && !o_.save_checkpoint.empty()) {
-      SIFT_RETURN_IF_ERROR(JobEpochCheckpoint(epoch, validation.auc, resumed_step));
+      SIFT_RETURN_IF_ERROR(JobEpochCheckpoint(epoch, validation.auc));
     }
     SIFT_ASSIGN_OR_RETURN(EvalResult test, Evaluate(data::Split::kTest, 0, epoch));
     em.train_auc = train.auc;

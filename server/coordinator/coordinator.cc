@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -573,7 +574,11 @@ StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobReques
   if (spec.checkpoint.dir.empty()) {
     // Every completed job leaves its model: without a checkpoint.dir, only the final one, under
     // the state directory (rank 0 writes it: a shared file system in a real cluster).
-    spec.checkpoint.dir = JoinPath(options_.state_dir, "checkpoints");
+    std::error_code ec;  // absolute: the members' working directories may differ
+    const std::filesystem::path dir = std::filesystem::absolute(
+        std::filesystem::path(options_.state_dir) / "checkpoints", ec);
+    spec.checkpoint.dir =
+        ec ? JoinPath(options_.state_dir, "checkpoints") : dir.lexically_normal().string();
     spec.checkpoint.every_epoch = false;
     spec.checkpoint.every_steps = 0;
   }

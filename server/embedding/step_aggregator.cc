@@ -148,15 +148,16 @@ StatusOr<SummedStep> SumStepInRankOrder(
 }
 
 Status StepAggregator::CheckTag(const StepTag& t) {
-  if (t.world < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("push: field 'world' is ", t.world, ", a step push needs >= 2 ranks"));
+  if (t.world < 2 || t.world > kMaxStepWorld) {
+    return absl::InvalidArgumentError(absl::StrCat("push: field 'world' is ", t.world,
+                                                   ", a step push needs 2 to ", kMaxStepWorld,
+                                                   " ranks"));
   }
   if (t.rank >= t.world) {
     return absl::InvalidArgumentError(
         absl::StrCat("push: field 'rank' is ", t.rank, ", must be < world = ", t.world));
   }
-  if (t.parts < 1 || t.part >= t.parts) {
+  if (t.parts < 1 || t.parts > kMaxStepParts || t.part >= t.parts) {
     return absl::InvalidArgumentError(absl::StrCat("push: field 'part' is ", t.part, " of parts = ",
                                                    t.parts, " (need 0 <= part < parts)"));
   }

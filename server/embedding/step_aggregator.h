@@ -28,6 +28,10 @@ namespace sift::embedding {
 
 // Steps held at once over all groups (a 2-deep pipeline per job needs 2).
 inline constexpr size_t kMaxPendingSteps = 16;
+// Largest world and parts a step push may name (a job has at most 4096 workers; a rank's push to
+// one shard is split into ~1 MiB parts).
+inline constexpr uint32_t kMaxStepWorld = 65536;
+inline constexpr uint32_t kMaxStepParts = 65536;
 
 // Which step, and which piece of it, a request is.
 struct StepTag {
@@ -58,7 +62,8 @@ struct SummedStep {
 
 class StepAggregator {
  public:
-  // INVALID_ARGUMENT (naming the field) for world < 2, rank >= world, parts < 1, part >= parts.
+  // INVALID_ARGUMENT (naming the field) for world < 2 or > kMaxStepWorld, rank >= world,
+  // parts < 1 or > kMaxStepParts, part >= parts.
   static Status CheckTag(const StepTag& tag);
 
   // Holds `tables` as part tag.part of rank tag.rank of the step. Returns the summed step when

@@ -140,6 +140,11 @@ TEST(StepAggregatorTest, RefusesWhatCannotBelongToTheStep) {
   StepAggregator agg;
   EXPECT_EQ(agg.Add(Tag(2, 2), 1.0f, {}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(agg.Add(Tag(0, 1), 1.0f, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  // Sizes a server would allocate for: refused before anything is held.
+  EXPECT_EQ(agg.Add(Tag(0, 0xffffffffu), 1.0f, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(agg.Add(Tag(0, 2, 5, 0, 0xffffffffu), 1.0f, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(agg.Add(Tag(0, 2, 5, 1, 1), 1.0f, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_FALSE(agg.Add(Tag(0, 3, 5, 0, 2), 1.0f, {})->has_value());
