@@ -59,12 +59,14 @@ Status ValidateOptions(const ClusterBenchOptions& o) {
   if (o.repeats < 1) return UsageError(absl::StrCat("--repeats must be >= 1, got ", o.repeats));
   if (o.staleness.empty()) return UsageError("--staleness needs at least one value");
   if (o.servers < 1 || o.workers < 1) {
-    return UsageError(absl::StrCat("--servers and --workers must be >= 1, got ", o.servers,
-                                   " and ", o.workers));
+    return UsageError(
+        absl::StrCat("--servers and --workers must be >= 1, got ", o.servers, " and ", o.workers));
   }
   if (o.batch_size % o.workers != 0) {
-    return UsageError(absl::StrCat("--batch-size ", o.batch_size, " is the global batch: it must "
-                                   "be a multiple of --workers ", o.workers));
+    return UsageError(absl::StrCat("--batch-size ", o.batch_size,
+                                   " is the global batch: it must "
+                                   "be a multiple of --workers ",
+                                   o.workers));
   }
   if (o.compare_sparse_update && o.workers < 2) {
     return UsageError("--compare-sparse-update needs --workers >= 2 (one worker has one push)");
@@ -196,7 +198,8 @@ class BenchCluster {
     lo.cluster_file = JoinPath(work_dir, "cluster.json");
     coordinator::CoordinatorClientOptions co;
     if (o.tls) {
-      SIFT_ASSIGN_OR_RETURN(RunSecurity sec, MakeRunSecurity(JoinPath(work_dir, "security"), o.servers, o.workers));
+      SIFT_ASSIGN_OR_RETURN(RunSecurity sec,
+                            MakeRunSecurity(JoinPath(work_dir, "security"), o.servers, o.workers));
       lo.security_dir = sec.dir;
       lo.tokens_file = sec.tokens_file;
       co.security = sec.client;
@@ -336,12 +339,9 @@ const std::vector<std::pair<const char*, double PhaseTimes::*>>& PhaseFields() {
 nlohmann::json RunJson(const ClusterBenchRun& r) {
   nlohmann::json phases = nlohmann::json::object();
   for (const auto& [name, field] : PhaseFields()) phases[name] = r.phases.*field;
-  return {{"samples_per_s", r.samples_per_s},
-          {"push_bytes_per_step", r.push_bytes_per_step},
-          {"train_time_s", r.train_time_s},
-          {"steps", r.steps},
-          {"test_auc", r.test_auc},
-          {"phases_s", phases}};
+  return {{"samples_per_s", r.samples_per_s}, {"push_bytes_per_step", r.push_bytes_per_step},
+          {"train_time_s", r.train_time_s},   {"steps", r.steps},
+          {"test_auc", r.test_auc},           {"phases_s", phases}};
 }
 
 }  // namespace
@@ -448,8 +448,9 @@ StatusOr<ClusterBenchResult> RunClusterBenchmark(const ClusterBenchOptions& opti
       // before it (even rounds), on the same cluster.
       auto per_rank_run = [&]() -> Status {
         if (!o.compare_sparse_update) return absl::OkStatus();
-        SIFT_ASSIGN_OR_RETURN(r.cluster_per_rank,
-                              run_cluster(BenchJob(o, result.threads, series.staleness, "per_rank")));
+        SIFT_ASSIGN_OR_RETURN(
+            r.cluster_per_rank,
+            run_cluster(BenchJob(o, result.threads, series.staleness, "per_rank")));
         say(absl::StrCat(label, " ", Describe("per_rank  ", r.cluster_per_rank)));
         return absl::OkStatus();
       };

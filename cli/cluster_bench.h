@@ -51,11 +51,11 @@ struct ClusterBenchOptions {
 
 // One run of one way.
 struct ClusterBenchRun {
-  double samples_per_s = 0;   // the epoch's throughput (warm-up excluded)
-  double train_time_s = 0;    // wall time of the epoch's training steps (warm-up included)
-  int64_t steps = 0;          // steps trained (warm-up included)
-  double test_auc = 0;        // after the epoch (a sanity check that both trained alike)
-  worker::PhaseTimes phases;  // per-phase seconds over all the steps
+  double samples_per_s = 0;        // the epoch's throughput (warm-up excluded)
+  double train_time_s = 0;         // wall time of the epoch's training steps (warm-up included)
+  int64_t steps = 0;               // steps trained (warm-up included)
+  double test_auc = 0;             // after the epoch (a sanity check that both trained alike)
+  worker::PhaseTimes phases;       // per-phase seconds over all the steps
   double push_bytes_per_step = 0;  // cluster: Push request bytes the servers received / steps
 };
 
@@ -63,9 +63,9 @@ struct ClusterBenchRound {
   int round = 0;
   bool cluster_first = false;  // odd rounds run the cluster first (ABBA order)
   ClusterBenchRun in_process, cluster;
-  double ratio = 0;             // cluster / in-process samples/s
-  ClusterBenchRun cluster_tls;  // compare_tls: the secured cluster
-  double tls_ratio = 0;         // compare_tls: cluster_tls / cluster samples/s
+  double ratio = 0;                  // cluster / in-process samples/s
+  ClusterBenchRun cluster_tls;       // compare_tls: the secured cluster
+  double tls_ratio = 0;              // compare_tls: cluster_tls / cluster samples/s
   ClusterBenchRun cluster_per_rank;  // compare_sparse_update: the per_rank job
   double sparse_ratio = 0;           // compare_sparse_update: step / per_rank samples/s
 };
@@ -73,9 +73,9 @@ struct ClusterBenchRound {
 struct ClusterBenchSeries {
   int64_t staleness = 0;
   std::vector<ClusterBenchRound> rounds;
-  double median_in_process = 0, median_cluster = 0;     // samples/s
-  double median_ratio = 0;                              // median of the rounds' ratios
-  double median_cluster_tls = 0, median_tls_ratio = 0;  // compare_tls
+  double median_in_process = 0, median_cluster = 0;             // samples/s
+  double median_ratio = 0;                                      // median of the rounds' ratios
+  double median_cluster_tls = 0, median_tls_ratio = 0;          // compare_tls
   double median_cluster_per_rank = 0, median_sparse_ratio = 0;  // compare_sparse_update
 };
 

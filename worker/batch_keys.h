@@ -32,7 +32,7 @@ struct TableKeys {
   // Step pushes with sparse L2 (worker/sparse_l2.h): [keys.size()] coefficients λ / n_j that the
   // servers apply once per row; empty otherwise.
   std::vector<float> l2;
-  int64_t slot_ids = 0;        // the batch's id slots (not padding) these keys serve
+  int64_t slot_ids = 0;  // the batch's id slots (not padding) these keys serve
 };
 
 struct BatchKeys {

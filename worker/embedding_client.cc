@@ -703,10 +703,10 @@ Status EmbeddingClient::Push(absl::Span<const PushItem> items, int64_t step, flo
   for (const PushItem& item : items) {
     if (item.l2.empty()) continue;
     if (step_push == nullptr || item.l2.size() != item.keys.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "embedding client: push of table ", item.table_id, ": ", item.l2.size(),
-          " L2 coefficients for ", item.keys.size(), " keys",
-          step_push == nullptr ? " (coefficients travel with step pushes only)" : ""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("embedding client: push of table ", item.table_id, ": ", item.l2.size(),
+                       " L2 coefficients for ", item.keys.size(), " keys",
+                       step_push == nullptr ? " (coefficients travel with step pushes only)" : ""));
     }
     any_l2 = true;
   }

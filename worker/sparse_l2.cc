@@ -32,8 +32,8 @@ namespace {
 
 // Calls fn(k, c) with c = scale / n(key k) for every key of `table`, in key order.
 template <typename Fn>
-Status ForEachCoefficient(float scale, const IdCounts& counts, size_t table,
-                          const TableKeys& keys, Fn fn) {
+Status ForEachCoefficient(float scale, const IdCounts& counts, size_t table, const TableKeys& keys,
+                          Fn fn) {
   if (keys.keys.empty()) return absl::OkStatus();
   if (table >= counts.tables.size()) {
     return absl::InvalidArgumentError(absl::StrCat("table ", table, " has no id counts"));
@@ -42,9 +42,8 @@ Status ForEachCoefficient(float scale, const IdCounts& counts, size_t table,
   for (size_t k = 0; k < keys.keys.size(); ++k) {
     const auto it = n.find(keys.keys[k]);
     if (it == n.end() || it->second < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table ", table, ": id ", keys.keys[k],
-                       " is in a training batch but was never counted"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", table, ": id ", keys.keys[k], " is in a training batch but was never counted"));
     }
     fn(k, scale / static_cast<float>(it->second));
   }

@@ -1090,8 +1090,8 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
   if (!o_.load_checkpoint.empty()) last_checkpoint_step_ = global_step_;
   // A final checkpoint: the last epoch's, or — a recovery of the same job, whose coordinator holds
   // the epochs before it — the epoch a patience stop ended the job at.
-  const bool own_checkpoint = !o_.save_checkpoint.empty() &&
-                              absl::StartsWith(o_.load_checkpoint, o_.save_checkpoint + "/");
+  const bool own_checkpoint =
+      !o_.save_checkpoint.empty() && absl::StartsWith(o_.load_checkpoint, o_.save_checkpoint + "/");
   const bool stopped = own_checkpoint && held_out_ != nullptr && epochs_done_ > 0 &&
                        result_.selection.ShouldStop(epochs_done_ - 1, o_.patience);
   if (!bench && o_.resume_within_epoch && first_epoch > 0 &&

@@ -256,9 +256,8 @@ BatchLoader::BatchLoader(const SampleSource* source, const BatchLoaderOptions& o
     : source_(source),
       options_(options),
       n_(source->NumSamples(options.split)),
-      share_(
-          ComputeRankShare(n_, options.order, options.rank, options.world, options.drop_remainder,
-                           options.interleave)),
+      share_(ComputeRankShare(n_, options.order, options.rank, options.world,
+                              options.drop_remainder, options.interleave)),
       pool_(options.threads) {
   const int64_t B = options_.batch_size;
   if (options_.order == SampleOrder::kReference) {

@@ -3,10 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
@@ -575,8 +575,8 @@ StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobReques
     // Every completed job leaves its model: without a checkpoint.dir, only the final one, under
     // the state directory (rank 0 writes it: a shared file system in a real cluster).
     std::error_code ec;  // absolute: the members' working directories may differ
-    const std::filesystem::path dir = std::filesystem::absolute(
-        std::filesystem::path(options_.state_dir) / "checkpoints", ec);
+    const std::filesystem::path dir =
+        std::filesystem::absolute(std::filesystem::path(options_.state_dir) / "checkpoints", ec);
     spec.checkpoint.dir =
         ec ? JoinPath(options_.state_dir, "checkpoints") : dir.lexically_normal().string();
     spec.checkpoint.every_epoch = false;

@@ -461,27 +461,27 @@ Status EmbeddingShard::PushStepLocked(const pb::PushRequest& request,
     }
     for (size_t k = 0; k < p.grads.size(); ++k) {
       if (!(std::fabs(p.grads[k]) <= options_.max_abs_gradient)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": gradient ", p.grads[k], " for id ", p.ids[k / config->dim], " component ",
-            k % config->dim, " is non-finite or beyond +-", options_.max_abs_gradient,
-            "; the push is refused whole"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": gradient ", p.grads[k], " for id ", p.ids[k / config->dim],
+                         " component ", k % config->dim, " is non-finite or beyond +-",
+                         options_.max_abs_gradient, "; the push is refused whole"));
       }
     }
     HeldTable& h = held[i];
     const std::string& l2 = t.l2_coefficients();
     if (!l2.empty()) {
       if (l2.size() != p.ids.size() * sizeof(float)) {
-        return absl::InvalidArgumentError(absl::StrCat(what, " field 'l2_coefficients': ",
-                                                       l2.size(), " bytes, expected ",
-                                                       p.ids.size() * sizeof(float)));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " field 'l2_coefficients': ", l2.size(), " bytes, expected ",
+                         p.ids.size() * sizeof(float)));
       }
       h.l2.resize(p.ids.size());
       std::memcpy(h.l2.data(), l2.data(), l2.size());
       for (size_t k = 0; k < h.l2.size(); ++k) {
         if (!(std::isfinite(h.l2[k]) && h.l2[k] >= 0.0f)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              what, " field 'l2_coefficients': ", h.l2[k], " for id ", p.ids[k],
-              " (must be finite and >= 0)"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, " field 'l2_coefficients': ", h.l2[k], " for id ", p.ids[k],
+                           " (must be finite and >= 0)"));
         }
       }
     }

@@ -74,14 +74,13 @@ inline constexpr uint8_t kEncoding = wire::Tag(3, wire::kVarint);         // Pul
 inline constexpr uint8_t kClientId = wire::Tag(4, wire::kFixed64);        // PushRequest
 inline constexpr uint8_t kSequence = wire::Tag(5, wire::kVarint);         // PushRequest
 inline constexpr uint8_t kLrMultiplier = wire::Tag(6, wire::kFixed32);    // PushRequest
-inline constexpr uint8_t kL2Coefficients =
-    wire::Tag(4, wire::kLengthDelimited);                                 // TableGradients
-inline constexpr uint8_t kStepGroup = wire::Tag(7, wire::kFixed64);      // PushRequest
-inline constexpr uint8_t kGeneration = wire::Tag(8, wire::kVarint);      // PushRequest
-inline constexpr uint8_t kRank = wire::Tag(9, wire::kVarint);            // PushRequest
-inline constexpr uint8_t kWorld = wire::Tag(10, wire::kVarint);          // PushRequest
-inline constexpr uint8_t kPart = wire::Tag(11, wire::kVarint);           // PushRequest
-inline constexpr uint8_t kParts = wire::Tag(12, wire::kVarint);          // PushRequest
+inline constexpr uint8_t kL2Coefficients = wire::Tag(4, wire::kLengthDelimited);  // TableGradients
+inline constexpr uint8_t kStepGroup = wire::Tag(7, wire::kFixed64);               // PushRequest
+inline constexpr uint8_t kGeneration = wire::Tag(8, wire::kVarint);               // PushRequest
+inline constexpr uint8_t kRank = wire::Tag(9, wire::kVarint);                     // PushRequest
+inline constexpr uint8_t kWorld = wire::Tag(10, wire::kVarint);                   // PushRequest
+inline constexpr uint8_t kPart = wire::Tag(11, wire::kVarint);                    // PushRequest
+inline constexpr uint8_t kParts = wire::Tag(12, wire::kVarint);                   // PushRequest
 }  // namespace tags
 
 // Converts between the wire's table configs and the store's; INVALID_ARGUMENT naming the table and

@@ -82,9 +82,8 @@ uint64_t SummedStep::keys() const {
   return n;
 }
 
-StatusOr<SummedStep> SumStepInRankOrder(
-    std::vector<std::vector<std::vector<HeldTable>>> rank_parts, int64_t step,
-    float lr_multiplier) {
+StatusOr<SummedStep> SumStepInRankOrder(std::vector<std::vector<std::vector<HeldTable>>> rank_parts,
+                                        int64_t step, float lr_multiplier) {
   SummedStep out;
   out.step = step;
   out.lr_multiplier = lr_multiplier;
@@ -149,17 +148,16 @@ StatusOr<SummedStep> SumStepInRankOrder(
 
 Status StepAggregator::CheckTag(const StepTag& t) {
   if (t.world < 2 || t.world > kMaxStepWorld) {
-    return absl::InvalidArgumentError(absl::StrCat("push: field 'world' is ", t.world,
-                                                   ", a step push needs 2 to ", kMaxStepWorld,
-                                                   " ranks"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push: field 'world' is ", t.world, ", a step push needs 2 to ", kMaxStepWorld, " ranks"));
   }
   if (t.rank >= t.world) {
     return absl::InvalidArgumentError(
         absl::StrCat("push: field 'rank' is ", t.rank, ", must be < world = ", t.world));
   }
   if (t.parts < 1 || t.parts > kMaxStepParts || t.part >= t.parts) {
-    return absl::InvalidArgumentError(absl::StrCat("push: field 'part' is ", t.part, " of parts = ",
-                                                   t.parts, " (need 0 <= part < parts)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push: field 'part' is ", t.part, " of parts = ", t.parts, " (need 0 <= part < parts)"));
   }
   if (t.step < 0) {
     return absl::InvalidArgumentError(
@@ -176,9 +174,9 @@ StatusOr<std::optional<SummedStep>> StepAggregator::Add(const StepTag& tag, floa
     std::lock_guard<std::mutex> lock(mu_);
     const auto newest = newest_generation_.find(tag.group);
     if (newest != newest_generation_.end() && tag.generation < newest->second) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "push: generation ", tag.generation, " of this job is stale (generation ",
-          newest->second, " has pushed since); the step is not applied"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("push: generation ", tag.generation, " of this job is stale (generation ",
+                       newest->second, " has pushed since); the step is not applied"));
     }
     if (newest == newest_generation_.end() || tag.generation > newest->second) {
       newest_generation_[tag.group] = tag.generation;
@@ -208,8 +206,8 @@ StatusOr<std::optional<SummedStep>> StepAggregator::Add(const StepTag& tag, floa
     Pending& p = *it->second;
     const std::string what = absl::StrCat("push of step ", tag.step, " rank ", tag.rank);
     if (p.world != tag.world) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": world ", tag.world,
-                                                     ", but the step's other ranks said ", p.world));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": world ", tag.world, ", but the step's other ranks said ", p.world));
     }
     if (std::memcmp(&p.lr_multiplier, &lr_multiplier, sizeof(float)) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": lr_multiplier ", lr_multiplier,
@@ -217,8 +215,8 @@ StatusOr<std::optional<SummedStep>> StepAggregator::Add(const StepTag& tag, floa
                                                      p.lr_multiplier));
     }
     if (p.parts[tag.rank] != 0 && p.parts[tag.rank] != tag.parts) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": parts ", tag.parts,
-                                                     ", an earlier part said ", p.parts[tag.rank]));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": parts ", tag.parts, ", an earlier part said ", p.parts[tag.rank]));
     }
     if (p.parts[tag.rank] == 0) {
       p.parts[tag.rank] = tag.parts;

@@ -92,15 +92,14 @@ class StepAggregator {
   using Key = std::tuple<uint64_t, uint64_t, int64_t>;  // group, generation, step
 
   mutable std::mutex mu_;
-  std::map<Key, std::unique_ptr<Pending>> pending_;                // guarded by mu_
+  std::map<Key, std::unique_ptr<Pending>> pending_;            // guarded by mu_
   absl::flat_hash_map<uint64_t, uint64_t> newest_generation_;  // guarded by mu_
 };
 
 // Sums held parts in rank order (exposed for tests): rank_parts[r] = rank r's parts in part
 // order. INVALID_ARGUMENT for a key one rank sent twice in a table, or a table whose dim differs
 // between ranks.
-StatusOr<SummedStep> SumStepInRankOrder(
-    std::vector<std::vector<std::vector<HeldTable>>> rank_parts, int64_t step,
-    float lr_multiplier);
+StatusOr<SummedStep> SumStepInRankOrder(std::vector<std::vector<std::vector<HeldTable>>> rank_parts,
+                                        int64_t step, float lr_multiplier);
 
 }  // namespace sift::embedding

@@ -100,9 +100,9 @@ TEST_F(BenchClusterTest, JsonRunHasBothWaysPerRoundAndTheMedianRatio) {
 // --compare-sparse-update: 2 workers and 2 servers, the step job and the per_rank job in every
 // round, their ratio, and the Push bytes per step the servers received for each.
 TEST_F(BenchClusterTest, SparseUpdateComparisonHasBothJobsTheRatioAndPushBytes) {
-  const testing::RunResult r = testing::RunSift(
-      ShortRun({"--staleness", "0", "--workers", "2", "--servers", "2", "--compare-sparse-update",
-                "--output", "json"}));
+  const testing::RunResult r =
+      testing::RunSift(ShortRun({"--staleness", "0", "--workers", "2", "--servers", "2",
+                                 "--compare-sparse-update", "--output", "json"}));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(j.is_discarded()) << "stdout is not JSON: " << r.out;

@@ -73,9 +73,9 @@ Model ReadModel(const std::string& dir) {
   EXPECT_TRUE(dense.ok()) << dense.status();
   if (!dense.ok()) return m;
   worker::CheckpointState st;
-  const Status s = worker::LoadCheckpoint(dir, j.at("model").get<std::string>(),
-                                          static_cast<int64_t>(dense->header().counts[0]), &st,
-                                          nullptr);
+  const Status s =
+      worker::LoadCheckpoint(dir, j.at("model").get<std::string>(),
+                             static_cast<int64_t>(dense->header().counts[0]), &st, nullptr);
   EXPECT_TRUE(s.ok()) << s;
   m.params = st.params;
   m.seed = st.seed;
@@ -165,12 +165,32 @@ class SparseStepTest : public sift::testing::TinyDatasetSuite<1> {
   static void TrainOneProcess(const cpb::JobInfo& info, const std::string& model,
                               const std::string& opt, const std::string& dir,
                               double sparse_l2 = 0) {
-    auto r = RunSift({"train", "--dataset", Tiny(), "--model", model, "--epochs", "1",
-                      "--batch-size", std::to_string(kBatch), "--max-steps-per-epoch",
-                      std::to_string(kSteps), "--train-eval-samples", "1024", "--threads", "1",
-                      "--seed", "7", "--sparse-optimizer", opt, "--sparse-l2",
-                      absl::StrCat(sparse_l2), "--progress", "off", "--embedding-servers",
-                      absl::StrCat(info.servers(0), ",", info.servers(1)), "--save-checkpoint",
+    auto r = RunSift({"train",
+                      "--dataset",
+                      Tiny(),
+                      "--model",
+                      model,
+                      "--epochs",
+                      "1",
+                      "--batch-size",
+                      std::to_string(kBatch),
+                      "--max-steps-per-epoch",
+                      std::to_string(kSteps),
+                      "--train-eval-samples",
+                      "1024",
+                      "--threads",
+                      "1",
+                      "--seed",
+                      "7",
+                      "--sparse-optimizer",
+                      opt,
+                      "--sparse-l2",
+                      absl::StrCat(sparse_l2),
+                      "--progress",
+                      "off",
+                      "--embedding-servers",
+                      absl::StrCat(info.servers(0), ",", info.servers(1)),
+                      "--save-checkpoint",
                       dir});
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
@@ -187,9 +207,8 @@ TEST_F(SparseStepTest, WWorkersTrainWhatOneProcessTrains) {
       std::map<int, Model> got;
       for (const int w : {2, 3}) {
         if (w == 3 && opt != "adam" && model != "din") continue;  // 3 ranks: every model w/ adam
-        const std::string ckpt =
-            RunJob(&cluster, JobYaml(model, opt, w, "step", base + "/w" + std::to_string(w)),
-                   &info);
+        const std::string ckpt = RunJob(
+            &cluster, JobYaml(model, opt, w, "step", base + "/w" + std::to_string(w)), &info);
         ASSERT_FALSE(ckpt.empty()) << "no final checkpoint";
         got[w] = ReadModel(ckpt);
         EXPECT_EQ(got[w].step, kSteps);
@@ -217,9 +236,8 @@ TEST_F(SparseStepTest, PerRankIsOutsideTheBoundL2IsInsideAndRunsRepeat) {
   cpb::JobInfo info;
   const Model per_rank =
       ReadModel(RunJob(&cluster, JobYaml("din", "adam", 2, "per_rank", dir_->Sub("pr_a")), &info));
-  const Model step_a = ReadModel(
-      RunJob(&cluster, JobYaml("din", "adam", 2, "step", dir_->Sub("pr_b"), 1, kSteps, 1.0),
-             &info));
+  const Model step_a = ReadModel(RunJob(
+      &cluster, JobYaml("din", "adam", 2, "step", dir_->Sub("pr_b"), 1, kSteps, 1.0), &info));
   // Repeated over 20 steps: bit for bit (rank-ordered sums, staleness 0).
   const Model step_c = ReadModel(
       RunJob(&cluster, JobYaml("din", "adam", 2, "step", dir_->Sub("pr_c"), 1, 20, 1.0), &info));
@@ -268,10 +286,11 @@ TEST_F(SparseStepTest, AFinalCheckpointResumesToTheSameTestAuc) {
 // when a later epoch was the last trained and no periodic checkpoint was asked for.
 TEST_F(SparseStepTest, WithKeepBestTheFinalModelIsTheKeptEpochs) {
   TestCluster cluster(*dir_, "best", ClusterOf(2));
-  const std::string yaml = absl::StrReplaceAll(
-      JobYaml("din", "adam", 2, "step", dir_->Sub("best"), 4, 5),
-      {{"  sparse_update: step\n",
-        "  sparse_update: step\n  validation_fraction: 0.2\n  keep_best: validation_auc\n  lr: 0.2\n"}});
+  const std::string yaml =
+      absl::StrReplaceAll(JobYaml("din", "adam", 2, "step", dir_->Sub("best"), 4, 5),
+                          {{"  sparse_update: step\n",
+                            "  sparse_update: step\n  validation_fraction: 0.2\n  keep_best: "
+                            "validation_auc\n  lr: 0.2\n"}});
   cpb::JobInfo info;
   const std::string ckpt = RunJob(&cluster, yaml, &info);
   ASSERT_FALSE(ckpt.empty());
@@ -312,8 +331,8 @@ TEST_F(SparseStepTest, ARankDyingMidStepLeavesNoPartialStepAndRecoversToTheSameA
   cluster.StartWorker(1, {"--fault-exit-before-push", std::to_string(kFaultStep)});
   // The stopped worker's lease (1.5 s) must end first, or the job would be given to it.
   absl::SleepFor(absl::Seconds(4));
-  const std::string yaml = absl::StrReplaceAll(yaml_clean, {{dir_->Sub("kill_a"),
-                                                             dir_->Sub("kill_b")}});
+  const std::string yaml =
+      absl::StrReplaceAll(yaml_clean, {{dir_->Sub("kill_a"), dir_->Sub("kill_b")}});
   const std::string id = cluster.Submit(yaml);
   ASSERT_FALSE(id.empty());
   EXPECT_EQ(cluster.WaitWorkerExit(1, 240), 3) << cluster.AllErrors();

@@ -960,9 +960,9 @@ TEST(ShardStepPushTest, TheStepAppliesOnceFromTheSumAndNotBefore) {
     auto one = ConfiguredShard();
     std::vector<float> sum(3 * d);
     for (int c = 0; c < d; ++c) {
-      sum[c] = g0[c];                           // key 2: rank 0 only
-      sum[d + c] = g0[d + c] + g1[c];           // key 5: rank 0 then rank 1
-      sum[2 * d + c] = g1[d + c];               // key 9: rank 1 only
+      sum[c] = g0[c];                  // key 2: rank 0 only
+      sum[d + c] = g0[d + c] + g1[c];  // key 5: rank 0 then rank 1
+      sum[2 * d + c] = g1[d + c];      // key 9: rank 1 only
     }
     pb::PushResponse r3;
     ASSERT_TRUE(one->Push(::sift::testing::PushReq({{table, {2, 5, 9}, sum}}, 4), &r3).ok());

@@ -14,8 +14,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-StepTag Tag(uint32_t rank, uint32_t world, int64_t step = 5, uint32_t part = 0,
-            uint32_t parts = 1, uint64_t generation = 1) {
+StepTag Tag(uint32_t rank, uint32_t world, int64_t step = 5, uint32_t part = 0, uint32_t parts = 1,
+            uint64_t generation = 1) {
   StepTag t;
   t.group = 0xabc;
   t.generation = generation;
@@ -126,8 +126,8 @@ TEST(StepAggregatorTest, EmptyPartsCountAndTablesAreUnited) {
 
 TEST(StepAggregatorTest, L2CoefficientComesOnceFromTheLowestRankThatSentOne) {
   StepAggregator agg;
-  ASSERT_FALSE(agg.Add(Tag(1, 2), 1.0f, One(Table(0, 1, {5, 6}, {1, 1}, {0.25f, 0.5f})))
-                   ->has_value());
+  ASSERT_FALSE(
+      agg.Add(Tag(1, 2), 1.0f, One(Table(0, 1, {5, 6}, {1, 1}, {0.25f, 0.5f})))->has_value());
   auto done = agg.Add(Tag(0, 2), 1.0f, One(Table(0, 1, {4, 5}, {1, 1}, {0.125f, 0.25f})));
   ASSERT_TRUE(done.ok() && done->has_value());
   const HeldTable& t = (*done)->tables[0];
@@ -149,8 +149,7 @@ TEST(StepAggregatorTest, RefusesWhatCannotBelongToTheStep) {
             absl::StatusCode::kInvalidArgument);
   ASSERT_FALSE(agg.Add(Tag(0, 3, 5, 0, 2), 1.0f, {})->has_value());
   // The same part twice, another parts count, another world, another lr multiplier.
-  EXPECT_THAT(agg.Add(Tag(0, 3, 5, 0, 2), 1.0f, {}).status().message(),
-              HasSubstr("already held"));
+  EXPECT_THAT(agg.Add(Tag(0, 3, 5, 0, 2), 1.0f, {}).status().message(), HasSubstr("already held"));
   EXPECT_THAT(agg.Add(Tag(0, 3, 5, 1, 3), 1.0f, {}).status().message(),
               HasSubstr("an earlier part said 2"));
   EXPECT_THAT(agg.Add(Tag(1, 4), 1.0f, {}).status().message(), HasSubstr("world 4"));
