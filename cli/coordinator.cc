@@ -35,13 +35,16 @@ Status RunCoordinator(CoordinatorFlags flags) {
   SIFT_ASSIGN_OR_RETURN(auto server, coordinator::CoordinatorServer::Start(flags.options));
   const auto& o = flags.options;
   std::printf(
-      "sift coordinator: serving on %s:%d, metrics %s, state in %s, lease %lld ms, heartbeat "
-      "%lld ms, TLS %s, tokens %s\n",
+      "sift coordinator: serving on %s:%d, metrics %s, state in %s, results under %s, "
+      "checkpoints under %s, lease %lld ms, heartbeat %lld ms, TLS %s, tokens %s\n",
       o.bind_address.c_str(), server->port(),
       server->metrics_port() >= 0
           ? absl::StrCat(o.bind_address, ":", server->metrics_port(), "/metrics").c_str()
           : "off",
-      o.coordinator.state_dir.c_str(), static_cast<long long>(o.coordinator.lease_ms),
+      o.coordinator.state_dir.c_str(),
+      server->coordinator().options().results_root.c_str(),
+      server->coordinator().options().checkpoint_root.c_str(),
+      static_cast<long long>(o.coordinator.lease_ms),
       static_cast<long long>(o.coordinator.heartbeat_ms),
       o.security.tls() ? absl::StrCat("on (", o.security.tls_dir, ")").c_str() : "off",
       o.security.tokens_file.empty() ? "none" : o.security.tokens_file.c_str());
@@ -74,6 +77,15 @@ void AddCoordinator(CLI::App* app, Action* action) {
                   "Directory of job records and logs (a restarted coordinator resumes from it)")
       ->required()
       ->envname("SIFT_STATE_DIR");
+  cmd->add_option("--results-root", o.coordinator.results_root,
+                  "Jobs write their results only under this directory; a spec's results_dir "
+                  "outside it is refused (default: <state-dir>/results)")
+      ->envname("SIFT_RESULTS_ROOT");
+  cmd->add_option("--checkpoint-root", o.coordinator.checkpoint_root,
+                  "Jobs write and resume checkpoints only under this directory; a spec's "
+                  "checkpoint.dir or resume_from outside it is refused (default: "
+                  "<state-dir>/checkpoints)")
+      ->envname("SIFT_CHECKPOINT_ROOT");
   cmd->add_option("--metrics-port", o.metrics_port,
                   "Prometheus /metrics port (0: any free port; -1: off)")
       ->capture_default_str()

@@ -34,8 +34,9 @@ struct ServerFlags {
 };
 
 // Joins the cluster of the coordinator at flags.coordinator as the server of its shard.
+// Each assignment (the job and generation this shard serves) becomes the server's job grant.
 StatusOr<std::unique_ptr<coordinator::MemberSession>> JoinCluster(
-    const ServerFlags& flags, const embedding::EmbeddingServer& server,
+    const ServerFlags& flags, embedding::EmbeddingServer& server,
     std::unique_ptr<coordinator::CoordinatorClient>* client) {
   coordinator::CoordinatorClientOptions co;
   co.address = flags.coordinator;
@@ -51,8 +52,19 @@ StatusOr<std::unique_ptr<coordinator::MemberSession>> JoinCluster(
     req.set_metrics_address(absl::StrCat(flags.advertise_host, ":", server.metrics_port()));
   }
   req.set_pid(::getpid());
+  auto serve = [&server](const std::optional<coordinator::pb::Assignment>& a) {
+    if (!a.has_value()) {
+      server.SetJobGrant(std::nullopt);
+      return;
+    }
+    server.SetJobGrant(embedding::JobGrant{a->job_id(), a->generation(), a->job_credential(),
+                                           a->restorable_snapshot()});
+    std::printf("sift embedding-server: serving %s generation %lld\n", a->job_id().c_str(),
+                static_cast<long long>(a->generation()));
+    std::fflush(stdout);
+  };
   return coordinator::MemberSession::Start(client->get(), req,
-                                           absl::Seconds(flags.register_timeout_s));
+                                           absl::Seconds(flags.register_timeout_s), serve);
 }
 
 Status RunEmbeddingServer(ServerFlags flags) {
@@ -74,6 +86,8 @@ Status RunEmbeddingServer(ServerFlags flags) {
     flags.options.shard.memory_budget_bytes = AvailableMemoryBytes() / 10 * 8;
   }
   StopSignals stop;  // before any thread starts
+  // With a coordinator, the tables serve only the job it assigns (its generation's credential).
+  flags.options.managed = !flags.coordinator.empty();
 
   SIFT_ASSIGN_OR_RETURN(auto server, embedding::EmbeddingServer::Start(flags.options));
   const auto& o = flags.options;

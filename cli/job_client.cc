@@ -76,9 +76,17 @@ std::string AbsolutePath(const std::string& path, const std::string& base_dir) {
 
 void MakeSpecPathsAbsolute(JobSpec* spec, const std::string& base_dir) {
   spec->dataset = AbsolutePath(spec->dataset, base_dir);
-  spec->checkpoint.dir = AbsolutePath(spec->checkpoint.dir, base_dir);
-  spec->checkpoint.resume_from = AbsolutePath(spec->checkpoint.resume_from, base_dir);
-  spec->results_dir = AbsolutePath(spec->results_dir, base_dir);
+  // The directories the job writes or resumes from, with this machine's symbolic links resolved:
+  // the coordinator follows none below its roots.
+  for (std::string* dir :
+       {&spec->checkpoint.dir, &spec->checkpoint.resume_from, &spec->results_dir}) {
+    *dir = AbsolutePath(*dir, base_dir);
+    std::error_code ec;
+    if (!dir->empty()) {
+      const std::filesystem::path real = std::filesystem::weakly_canonical(*dir, ec);
+      if (!ec) *dir = real.string();
+    }
+  }
   spec->security.tls_dir = AbsolutePath(spec->security.tls_dir, base_dir);
   spec->security.token_file = AbsolutePath(spec->security.token_file, base_dir);
 }

@@ -33,7 +33,8 @@ Status JobOutcome(const coordinator::pb::JobInfo& job);
 
 // `path` relative to `base_dir` (unchanged when absolute or empty), without "." components.
 std::string AbsolutePath(const std::string& path, const std::string& base_dir);
-// dataset, checkpoint.dir and results_dir made absolute against `base_dir`.
+// dataset, checkpoint.dir and results_dir made absolute against `base_dir` (the directories with
+// their symbolic links resolved on this machine).
 void MakeSpecPathsAbsolute(JobSpec* spec, const std::string& base_dir);
 // The current working directory ("." when it cannot be read).
 std::string CurrentDirectory();

@@ -221,9 +221,8 @@ std::string FormatJobTable(const std::vector<pb::JobInfo>& jobs) {
 }
 
 std::string DllLogPath(const pb::JobInfo& job) {
-  StatusOr<JobSpec> spec = ParseJobSpec(job.spec_yaml(), "job spec");
-  if (!spec.ok() || spec->results_dir.empty()) return "";
-  return JoinPath(spec->results_dir, "log.json");
+  if (job.results_dir().empty()) return "";
+  return JoinPath(job.results_dir(), "log.json");
 }
 
 std::string FormatFinalReport(const pb::JobInfo& job) {

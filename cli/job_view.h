@@ -33,7 +33,8 @@ std::string FormatJobTable(const std::vector<pb::JobInfo>& jobs);
 // The per-epoch table, then test AUC / oracle / ratio, time to train, samples/s, and where the
 // DLLL log is (from the spec's results_dir).
 std::string FormatFinalReport(const pb::JobInfo& job);
-// "<results_dir>/log.json", or "" when the job has no results_dir.
+// "<JobInfo.results_dir>/log.json" (the spec's results_dir/<job id>), or "" when the job has no
+// results_dir.
 std::string DllLogPath(const pb::JobInfo& job);
 
 // Follows a job through successive GetJob answers. Prints one line per state change and per

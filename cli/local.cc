@@ -211,6 +211,14 @@ Status RunLocal(const LocalFlags& f) {
     return WithExitCode(s, kExitUsage);  // before any process starts
   }
   if (spec.results_dir.empty()) spec.results_dir = JoinPath(work_dir, "results");
+  // The coordinator follows no symbolic link below its roots: name the real directories.
+  for (std::string* path :
+       {&spec.results_dir, &spec.checkpoint.dir, &spec.checkpoint.resume_from}) {
+    std::error_code ec;
+    if (path->empty()) continue;
+    const std::filesystem::path real = std::filesystem::weakly_canonical(*path, ec);
+    if (!ec) *path = real.string();
+  }
   int server_threads = 1;
   SplitThreads(f, &spec, &server_threads);
   if (!embedded && !PathExists(spec.dataset)) {

@@ -73,6 +73,12 @@ std::vector<std::string> LocalCluster::RoleArgv(const Child& c) const {
             kLoopback,
             "--state-dir",
             JoinPath(options_.work_dir, "state"),
+            // One user's cluster on this machine: its spec may name any directory the user can
+            // write (sift local resolves the spec's symbolic links before it submits).
+            "--results-root",
+            "/",
+            "--checkpoint-root",
+            "/",
             "--metrics-port",
             "0",
             "--port-file",

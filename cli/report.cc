@@ -319,6 +319,24 @@ class RunLauncher {
   std::unique_ptr<coordinator::CoordinatorClient> client_;
 };
 
+// A run's result files: the coordinator writes them to <results>/<job id>/ (the run cleared
+// <results> before it started, so there is one such directory); `results` itself when none.
+std::string RunResultsDir(const std::string& results) {
+  std::error_code ec;
+  std::string found;
+  std::filesystem::file_time_type newest;
+  for (const auto& e : std::filesystem::directory_iterator(results, ec)) {
+    if (!e.is_directory(ec) || e.is_symlink(ec)) continue;
+    if (!PathExists(JoinPath(e.path().string(), "log.json"))) continue;
+    const auto t = std::filesystem::last_write_time(e.path(), ec);
+    if (found.empty() || t > newest) {
+      found = e.path().string();
+      newest = t;
+    }
+  }
+  return found.empty() ? results : found;
+}
+
 json MachineJson() {
   json m;
   const MachineInfo machine = GetMachineInfo();
@@ -607,7 +625,8 @@ Status RunReport(const ReportFlags& f_in) {
       } else if (StateOf(r) == "completed") {
         // The numbers come from the run's DLLL log every time, so a reused run is measured as
         // this build of sift measures (a log that no longer reads makes the run failed).
-        Status numbers = ReadRunNumbers(JoinPath(JoinPath(p.dir, "results"), "log.json"), &r);
+        Status numbers =
+            ReadRunNumbers(JoinPath(RunResultsDir(JoinPath(p.dir, "results")), "log.json"), &r);
         if (!numbers.ok()) {
           r["state"] = "failed";
           r["message"] = std::string(numbers.message());
@@ -639,7 +658,7 @@ Status RunReport(const ReportFlags& f_in) {
       const double wall = absl::ToDoubleSeconds(absl::Now() - start);
       r["wall_s"] = wall;
       if (StateOf(r) == "completed") {
-        Status numbers = ReadRunNumbers(JoinPath(spec.results_dir, "log.json"), &r);
+        Status numbers = ReadRunNumbers(JoinPath(RunResultsDir(spec.results_dir), "log.json"), &r);
         if (!numbers.ok()) {
           r["state"] = "failed";
           r["message"] = std::string(numbers.message());
@@ -666,7 +685,8 @@ Status RunReport(const ReportFlags& f_in) {
     json axes = json::object();
     for (const auto& [axis, value] : c.axes) axes[axis] = value;
     r["axes"] = axes;
-    const std::string predictions = JoinPath(JoinPath(p.dir, "results"), kTestPredictionsFile);
+    const std::string predictions =
+        JoinPath(RunResultsDir(JoinPath(p.dir, "results")), kTestPredictionsFile);
     r["predictions"] = PathExists(predictions) ? predictions : "";
     if (!p.done && !f.render_only && StateOf(r) != "missing") {
       SIFT_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(p.dir, kResultFile), r.dump(2) + "\n"));

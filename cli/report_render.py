@@ -449,7 +449,7 @@ class Report:
     def commands(self):
         lines = ["## Commands", "", f"The report: `{self.r['command']}`", "",
                  "Every number above comes from one of these (each run's DLLL log is "
-                 "`<dir>/results/log.json`):", ""]
+                 "`<dir>/results/<job id>/log.json`):", ""]
         for r in self.runs:
             if r.get("command"):
                 lines.append(f"- `{r['command']}`")

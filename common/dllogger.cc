@@ -128,7 +128,8 @@ std::string JsonQuote(absl::string_view s) {
 // ---- Sinks ----
 
 StatusOr<std::unique_ptr<FileLineSink>> FileLineSink::Open(const std::string& path, bool truncate) {
-  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND);
+  // O_NOFOLLOW: a log file that is a symbolic link is refused (ELOOP), never appended through.
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (truncate ? O_TRUNC : O_APPEND);
   const int fd = ::open(path.c_str(), flags, 0644);
   if (fd < 0) {
     return absl::FailedPreconditionError(

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_split.h"
+
 namespace sift {
 namespace {
 
@@ -38,6 +40,64 @@ Status FsyncDir(const std::string& path) {
 }
 
 }  // namespace
+
+StatusOr<std::string> NormalizedAbsolutePath(const std::string& path, absl::string_view what) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty path"));
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", path, " has a '..' component (name the directory itself)"));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", path, ": ", ec.message()));
+  }
+  std::string out = p.lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+bool PathIsUnder(const std::string& path, const std::string& root) {
+  if (root == "/") return !path.empty() && path[0] == '/';
+  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+                          path[root.size()] == '/');
+}
+
+Status CheckNoSymlinksUnder(const std::string& root, const std::string& path, bool create) {
+  if (!PathIsUnder(path, root)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not under ", root));
+  }
+  std::string cur = root;
+  const std::string rest = path.substr(std::min(path.size(), root == "/" ? 1 : root.size() + 1));
+  for (absl::string_view part : absl::StrSplit(rest, '/', absl::SkipEmpty())) {
+    cur = JoinPath(cur, part);
+    struct stat st;
+    if (::lstat(cur.c_str(), &st) != 0) {
+      if (errno != ENOENT) {
+        return absl::FailedPreconditionError(absl::StrCat(cur, ": ", std::strerror(errno)));
+      }
+      if (!create) return absl::OkStatus();  // nothing below a missing directory exists
+      if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(cur, ": cannot create directory: ", std::strerror(errno)));
+      }
+      if (::lstat(cur.c_str(), &st) != 0) {
+        return absl::FailedPreconditionError(absl::StrCat(cur, ": ", std::strerror(errno)));
+      }
+    }
+    if (S_ISLNK(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(cur, " is a symbolic link: sift never follows one under ", root,
+                       " (name the real directory)"));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(cur, " is not a directory"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::string JoinPath(absl::string_view dir, absl::string_view name) {
   if (dir.empty()) return std::string(name);
@@ -84,7 +144,8 @@ AtomicFileWriter::~AtomicFileWriter() {
 Status AtomicFileWriter::Open(const std::string& path) {
   path_ = path;
   tmp_path_ = absl::StrCat(path, ".tmp.", ::getpid());
-  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a symbolic link planted at the temp name is an error, never a way out.
+  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd_ < 0) return ErrnoError("cannot create", tmp_path_);
   size_ = 0;
   buffer_.clear();

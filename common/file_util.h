@@ -72,4 +72,19 @@ class MappedFile {
 // "dir/name", tolerating a trailing slash on dir.
 std::string JoinPath(absl::string_view dir, absl::string_view name);
 
+// ---- Paths under an operator's root (the coordinator's --results-root / --checkpoint-root) ----
+
+// `path` made absolute (against the working directory) and lexically normal ("a/./b/" -> "a/b");
+// INVALID_ARGUMENT naming `what` when it has a ".." component (before normalizing: a path that
+// climbs out is refused, never silently resolved).
+StatusOr<std::string> NormalizedAbsolutePath(const std::string& path, absl::string_view what);
+// `path` is `root` or lies under it (both normalized, absolute), lexically.
+bool PathIsUnder(const std::string& path, const std::string& root);
+// Walks `path` from `root` down (REQUIRES: PathIsUnder(path, root), both normalized): every
+// component below root that exists must be a directory, not a symbolic link — FAILED_PRECONDITION
+// naming the first symlink ("... is a symbolic link: sift never follows one under ROOT"). With
+// `create`, missing components are created (mode 0755); without, they are fine. The root itself
+// is the operator's and is not checked. Nothing follows a link while it walks (lstat, mkdir).
+Status CheckNoSymlinksUnder(const std::string& root, const std::string& path, bool create);
+
 }  // namespace sift

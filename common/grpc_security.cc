@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/file_util.h"
+#include "common/job_credential.h"
 #include "common/metrics.h"
 
 namespace sift {
@@ -260,6 +261,11 @@ Principal IdentifyCaller(const grpc::ServerContextBase& ctx, bool checked,
                          const TokenStore* tokens) {
   Principal p;
   p.checked = checked;
+  p.remote = true;
+  const auto& md = ctx.client_metadata();
+  if (auto cred = md.find(kJobCredentialHeader); cred != md.end()) {
+    p.job_credential.assign(cred->second.data(), cred->second.size());
+  }
   if (!checked) return p;
   const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth != nullptr) {
@@ -269,7 +275,6 @@ Principal IdentifyCaller(const grpc::ServerContextBase& ctx, bool checked,
       break;
     }
   }
-  const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
   if (it == md.end()) {
     p.token_problem = "no bearer token";
@@ -296,11 +301,14 @@ Principal IdentifyCaller(const grpc::ServerContextBase& ctx, bool checked,
 
 // ---- RefusalRecorder ----
 
-RefusalRecorder::RefusalRecorder(prometheus::Registry& registry, std::string server_name)
+RefusalRecorder::RefusalRecorder(prometheus::Registry& registry, std::string server_name,
+                                 const std::string& metric, const std::string& help)
     : family_(&prometheus::BuildCounter()
-                   .Name("sift_auth_refusals_total")
-                   .Help("Calls refused for their credentials (UNAUTHENTICATED, "
-                         "PERMISSION_DENIED, ALREADY_EXISTS of a live member slot).")
+                   .Name(metric.empty() ? "sift_auth_refusals_total" : metric)
+                   .Help(metric.empty() ? "Calls refused for their credentials (UNAUTHENTICATED, "
+                                          "PERMISSION_DENIED, ALREADY_EXISTS of a live member "
+                                          "slot, a job credential or scope)."
+                                        : help)
                    .Register(registry)),
       server_name_(std::move(server_name)) {}
 

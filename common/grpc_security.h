@@ -95,8 +95,9 @@ void RequestTokenReload();
 // Installs a SIGHUP handler calling RequestTokenReload (SIGHUP would otherwise end the process).
 void InstallTokenReloadSignal();
 
-// The Principal of a call on a server whose security is `checked` (off: Principal::Unchecked()
-// plus nothing): the verified client certificate's CN, and the user of its bearer token. The
+// The Principal of a call on a server whose security is `checked`: the verified client
+// certificate's CN, and the user of its bearer token (off: neither); always remote, with the job
+// credential the call presents (common/job_credential.h). The
 // peer is left empty (a string per call on the Pull/Push path): RefusalRecorder::Record fills it.
 Principal IdentifyCaller(const grpc::ServerContextBase& ctx, bool checked,
                          const TokenStore* tokens);
@@ -109,7 +110,10 @@ class RefusalRecorder {
  public:
   static constexpr int kLogBurst = 20;
   static constexpr int kLogWindowSeconds = 10;
-  RefusalRecorder(prometheus::Registry& registry, std::string server_name);
+  // `metric`: the counter's name ("" = sift_auth_refusals_total) and `help` its help text (other
+  // refusals than the caller's credentials: an embedding server's table bounds).
+  RefusalRecorder(prometheus::Registry& registry, std::string server_name,
+                  const std::string& metric = "", const std::string& help = "");
   // `ctx`: the refused call (its peer goes into the log line).
   void Record(absl::string_view method, const Principal& who, const Status& refusal,
               const grpc::ServerContextBase& ctx);

@@ -41,6 +41,10 @@ struct SecurityOptions {
   std::string token_file;
   // Clients, tests: the name the server's certificate must carry ("" = the host dialled).
   std::string server_name_override;
+  // Clients acting inside a job (a worker's rank): the generation's credential
+  // (common/job_credential.h), sent with every call; "" = none. Not a file: the coordinator
+  // hands it out per generation.
+  std::string job_credential;
 
   bool tls() const { return !tls_dir.empty(); }
 };
@@ -66,6 +70,10 @@ struct Principal {
   UserRole role = UserRole::kNone;
   std::string token_problem;  // why no user: "no bearer token" / "an unknown bearer token"
   std::string peer;           // "ipv4:10.0.0.5:41234"
+  // The call came over the network (security on or off), not from in-process code: the job
+  // credential rules (common/job_credential.h) apply to it.
+  bool remote = false;
+  std::string job_credential;  // the kJobCredentialHeader value presented ("" = none)
 
   // A principal for in-process calls and servers with security off: every check passes.
   static Principal Unchecked() { return Principal(); }

@@ -170,6 +170,7 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointState& state,
                       {"best_test_auc", sel.best_test_auc},
                       {"best_test_loss", sel.best_test_loss}};
   }
+  if (!state.job_id.empty()) m["job"] = {{"id", state.job_id}, {"owner", state.owner}};
   if (store == nullptr) {
     nlohmann::json shard_files = nlohmann::json::array();
     for (const CheckpointState::RemoteSnapshot::File& f : state.remote.files) {

@@ -35,6 +35,8 @@ struct CheckpointState {
   int64_t adam_t = 0;       // dense Adam step count
   uint64_t seed = 0;
   std::string model;  // a summary string of the model config; must match on load
+  // Cluster jobs: the job that wrote it and its owner (manifest "job"; "" = not recorded).
+  std::string job_id, owner;
   std::vector<float> params, adam_m, adam_v;
   // fp16 runs: the dynamic loss scaler's state (worker/loss_scaler.h), manifest "loss_scaler".
   struct LossScale {

@@ -326,7 +326,12 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   o.embedding_servers.assign(a.servers().begin(), a.servers().end());
   // One directory per job: a new job (one resumed from another's checkpoint too) never
   // overwrites another job's checkpoint.
-  if (!spec.checkpoint.dir.empty()) o.save_checkpoint = JoinPath(spec.checkpoint.dir, a.job_id());
+  if (!spec.checkpoint.dir.empty()) {
+    o.save_checkpoint = JoinPath(spec.checkpoint.dir, a.job_id());
+    o.checkpoint_root = spec.checkpoint.dir;  // under the coordinator's root, checked there
+  }
+  o.checkpoint_job = a.job_id();
+  o.checkpoint_owner = a.owner();
   o.checkpoint_keep = spec.checkpoint.keep;
   for (const auto& [name, table] : spec.tables) {
     o.table_capacity[name] = static_cast<uint64_t>(table.capacity);
@@ -439,6 +444,7 @@ Status DistributedWorker::Serve() {
 
 void DistributedWorker::RunAssignment(const cpb::Assignment& a) {
   session_->SetRunning(a.job_id(), a.generation());
+  client_->SetJobCredential(a.job_credential());  // KV, fenced calls, GetJob of this job
   (void)session_->BeatNow();
   Log(a, absl::StrCat("started", a.resume_checkpoint().empty()
                                      ? std::string()
@@ -449,6 +455,7 @@ void DistributedWorker::RunAssignment(const cpb::Assignment& a) {
                           ParseJobSpec(a.spec_yaml(), absl::StrCat("job ", a.job_id())));
     SIFT_ASSIGN_OR_RETURN(TrainerOptions o, TrainerOptionsForAssignment(spec, a, options_.threads));
     o.embedding_security = options_.security;
+    o.embedding_security.job_credential = a.job_credential();  // the servers' calls
     o.fault_exit_before_push_step = options_.fault_exit_before_push_step;
     o.cpu_isa = options_.cpu_isa;
     SIFT_RETURN_IF_ERROR(env->Connect(options_.advertise_host, options_.collective_timeout_s,

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
+#include "common/job_credential.h"
 #include "common/metrics.h"
 #include "common/proto_wire.h"
 #include "common/sharding.h"
@@ -321,6 +322,7 @@ class EmbeddingClient::Impl {
     auto start = [&](Rpc& r) {
       r.ctx = std::make_unique<grpc::ClientContext>();
       r.ctx->set_deadline(Deadline());
+      AddJobCredential(r.ctx.get());
       r.reply.Clear();
       r.reader = generic[s]->PrepareUnaryCall(r.ctx.get(), method, r.request, cq);
       r.reader->StartCall();
@@ -367,6 +369,13 @@ class EmbeddingClient::Impl {
     return failed;
   }
 
+  // The servers of a cluster job serve only its generation's ranks (common/job_credential.h).
+  void AddJobCredential(grpc::ClientContext* ctx) const {
+    if (!options.security.job_credential.empty()) {
+      ctx->AddMetadata(kJobCredentialHeader, options.security.job_credential);
+    }
+  }
+
   // One RPC to shard s with a deadline, retried on UNAVAILABLE.
   template <typename Req, typename Resp, typename Method>
   Status Call(uint32_t s, const char* name, Method method, const Req& req, Resp* resp) {
@@ -377,6 +386,7 @@ class EmbeddingClient::Impl {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::microseconds(static_cast<int64_t>(options.deadline_s * 1e6)));
+      AddJobCredential(&ctx);
       const grpc::Status st = (stubs[s].get()->*method)(&ctx, req, resp);
       if (st.ok()) return absl::OkStatus();
       if (st.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= options.max_retries) {
@@ -497,6 +507,7 @@ StatusOr<std::unique_ptr<EmbeddingClient>> EmbeddingClient::Connect(
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
     ctx.set_wait_for_ready(true);
+    impl->AddJobCredential(&ctx);
     pb::StatsResponse stats;
     const grpc::Status st = impl->stubs[s]->Stats(&ctx, pb::StatsRequest(), &stats);
     if (!st.ok()) {

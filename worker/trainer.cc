@@ -362,6 +362,9 @@ class Trainer {
   Status JobEpochCheckpoint(int64_t epoch, double validation_auc);
   // Writes the checkpoint to `dir` (the servers' snapshot first).
   Status SaveCheckpointNow(const std::string& dir, int64_t epochs_done);
+  // Creates `dir` (a checkpoint or job directory), refusing a symbolic link on the way below
+  // checkpoint_root.
+  Status MakeCheckpointDir(const std::string& dir) const;
 
   const TrainerOptions& o_;
   TrainerEnv* const env_;
@@ -600,7 +603,7 @@ Status Trainer::Setup(RunMode mode) {
   }
 
   // Fail before training, not after the first epoch, when the checkpoint directory is unusable.
-  if (!o_.save_checkpoint.empty()) SIFT_RETURN_IF_ERROR(MakeDirs(o_.save_checkpoint));
+  if (!o_.save_checkpoint.empty()) SIFT_RETURN_IF_ERROR(MakeCheckpointDir(o_.save_checkpoint));
   if (!o_.load_checkpoint.empty()) {
     // Every rank reads the dense state (a shared file system, like the dataset); rank 0 restores
     // the tables.
@@ -937,7 +940,8 @@ Status Trainer::Checkpoint(int64_t epochs_done) {
     Status saved;
     for (int attempt = 0; attempt < kCheckpointAttempts; ++attempt) {
       if (attempt > 0) absl::SleepFor(kCheckpointBackoff * (1 << (attempt - 1)));
-      saved = SaveCheckpointNow(dir, epochs_done);
+      saved = MakeCheckpointDir(dir);
+      if (saved.ok()) saved = SaveCheckpointNow(dir, epochs_done);
       if (saved.ok()) break;
     }
     if (saved.ok()) {
@@ -945,10 +949,12 @@ Status Trainer::Checkpoint(int64_t epochs_done) {
       SIFT_RETURN_IF_ERROR(env_->CheckpointCommit(dir, epochs_done, global_step_));
       // Older checkpoints go only now that a newer one is the recovery point.
       if (o_.checkpoint_keep > 0) {
-        // keep_best: the kept model's checkpoint stays too.
-        const Status pruned =
-            PruneStepCheckpoints(o_.save_checkpoint, global_step_, o_.checkpoint_keep,
-                                 o_.keep_best ? best_global_step_ : -1);
+        // keep_best: the kept model's checkpoint stays too. Never through a symbolic link.
+        Status pruned = MakeCheckpointDir(o_.save_checkpoint);
+        if (pruned.ok()) {
+          pruned = PruneStepCheckpoints(o_.save_checkpoint, global_step_, o_.checkpoint_keep,
+                                        o_.keep_best ? best_global_step_ : -1);
+        }
         if (!pruned.ok()) {
           std::fprintf(stderr, "warning: %s\n", std::string(pruned.message()).c_str());
         }
@@ -997,8 +1003,17 @@ Status Trainer::JobEpochCheckpoint(int64_t epoch, double validation_auc) {
   return s;
 }
 
+Status Trainer::MakeCheckpointDir(const std::string& dir) const {
+  if (o_.checkpoint_root.empty()) return MakeDirs(dir);
+  // The root (the spec's checkpoint.dir) the coordinator checked under its own root.
+  SIFT_RETURN_IF_ERROR(MakeDirs(o_.checkpoint_root));
+  return CheckNoSymlinksUnder(o_.checkpoint_root, dir, /*create=*/true);
+}
+
 Status Trainer::SaveCheckpointNow(const std::string& dir, int64_t epochs_done) {
   CheckpointState st;
+  st.job_id = o_.checkpoint_job;
+  st.owner = o_.checkpoint_owner;
   st.epochs_done = epochs_done;
   st.global_step = global_step_;
   st.adam_t = adam_.t;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
+#include "common/job_credential.h"
 
 namespace sift::coordinator {
 
@@ -56,8 +57,17 @@ Status CoordinatorClient::Call(const char* method, Fn fn, const Req& request, Re
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    absl::ToChronoMilliseconds(options_.rpc_timeout + extra));
+  {
+    std::lock_guard<std::mutex> lock(credential_mu_);
+    if (!job_credential_.empty()) ctx.AddMetadata(kJobCredentialHeader, job_credential_);
+  }
   const grpc::Status s = (rpc_.get()->*fn)(&ctx, request, response);
   return FromGrpc(s, absl::StrCat("coordinator ", options_.address, " ", method));
+}
+
+void CoordinatorClient::SetJobCredential(std::string credential) {
+  std::lock_guard<std::mutex> lock(credential_mu_);
+  job_credential_ = std::move(credential);
 }
 
 StatusOr<std::string> CoordinatorClient::SubmitJob(const std::string& spec_yaml,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ class CoordinatorClient {
       const CoordinatorClientOptions& options);
 
   const std::string& address() const { return options_.address; }
+
+  // The job credential (common/job_credential.h) sent with every later call ("" = none): a
+  // worker's rank sets its generation's before it acts inside the job.
+  void SetJobCredential(std::string credential);
 
   // ---- Jobs ----
   StatusOr<std::string> SubmitJob(const std::string& spec_yaml, const std::string& source_name);
@@ -70,6 +75,8 @@ class CoordinatorClient {
 
   CoordinatorClientOptions options_;
   std::unique_ptr<pb::CoordinatorService::Stub> rpc_;
+  mutable std::mutex credential_mu_;
+  std::string job_credential_;  // guarded by credential_mu_
 };
 
 // The address from --coordinator, else $SIFT_COORDINATOR, else "127.0.0.1:7070"

@@ -21,6 +21,7 @@
 #include "common/hash.h"
 #include "common/model_selection.h"
 #include "common/text.h"
+#include "nlohmann/json.hpp"
 #include "server/coordinator/client.h"
 
 namespace sift::coordinator {
@@ -101,6 +102,37 @@ std::string RangesText(const std::vector<int>& sorted) {
   return absl::StrJoin(parts, ", ");
 }
 
+// The embedding snapshot the checkpoint in `dir` (or its newest step directory) names; "" when
+// there is none or the manifest cannot be read (the restore then fails naming the rule).
+std::string ManifestSnapshotName(const std::string& dir) {
+  for (const std::string& candidate : {dir, std::string()}) {
+    std::string manifest_dir = candidate;
+    if (manifest_dir.empty()) {
+      // A job directory: its newest step-<N> directory with a manifest.
+      std::error_code ec;
+      std::string best;
+      for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (absl::StartsWith(name, "step-") && name > best &&
+            PathExists(JoinPath(e.path().string(), "manifest.json"))) {
+          best = name;
+        }
+      }
+      if (best.empty()) return "";
+      manifest_dir = JoinPath(dir, best);
+    }
+    StatusOr<std::string> text = ReadFileToString(JoinPath(manifest_dir, "manifest.json"));
+    if (!text.ok()) continue;
+    const nlohmann::json m = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!m.is_object()) return "";
+    auto snap = m.find("embedding_snapshot");
+    if (snap == m.end() || !snap->is_object()) return "";
+    auto name = snap->find("name");
+    return name != snap->end() && name->is_string() ? name->get<std::string>() : "";
+  }
+  return "";
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
@@ -131,7 +163,16 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions opti
         absl::StrCat("--pending-timeout-ms ", options.pending_timeout_ms, " < 0"));
   }
   if (!options.clock) options.clock = [] { return absl::Now(); };
+  for (auto [root, name, flag] : {std::tuple{&options.results_root, "results", "--results-root"},
+                                  std::tuple{&options.checkpoint_root, "checkpoints",
+                                             "--checkpoint-root"}}) {
+    if (root->empty()) *root = JoinPath(options.state_dir, name);
+    SIFT_ASSIGN_OR_RETURN(*root, NormalizedAbsolutePath(*root, flag));
+    SIFT_RETURN_IF_ERROR(MakeDirs(*root));
+  }
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
+  SIFT_ASSIGN_OR_RETURN(JobCredentialIssuer issuer, JobCredentialIssuer::Create());
+  c->credentials_ = std::make_unique<JobCredentialIssuer>(std::move(issuer));
   JobStore::Loaded loaded;
   SIFT_ASSIGN_OR_RETURN(c->store_, JobStore::Open(c->options_.state_dir, &loaded));
 
@@ -143,6 +184,10 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions opti
     job->log = std::move(loaded.logs[i]);
     const std::string path = c->store_->RecordPath(job->rec.info.job_id());
     SIFT_ASSIGN_OR_RETURN(job->spec, ParseJobSpec(job->rec.info.spec_yaml(), path));
+    if (job->rec.info.results_dir().empty() && !job->spec.results_dir.empty()) {
+      // A record written before results directories were per job.
+      job->rec.info.set_results_dir(JoinPath(job->spec.results_dir, job->rec.info.job_id()));
+    }
     c->jobs_.push_back(std::move(job));
   }
   // Jobs that were running lost their generation with the old coordinator.
@@ -188,8 +233,34 @@ Coordinator::Job* Coordinator::ActiveJob() {
   return nullptr;
 }
 
-StatusOr<Coordinator::Job*> Coordinator::Fence(const std::string& job_id, int64_t generation) {
+Status Coordinator::CheckJobCredential(const Principal& who, const std::string& job_id,
+                                       int64_t generation, absl::string_view method) const {
+  if (!who.remote) return absl::OkStatus();
+  JobCredentialClaim claim;
+  if (who.job_credential.empty()) {
+    return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                       absl::StrCat(method, ": no job credential: only a rank of ", job_id,
+                                    " generation ", generation, " may act on it"));
+  }
+  if (!credentials_->Verify(who.job_credential, &claim)) {
+    return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                       absl::StrCat(method, ": the job credential presented is not one this "
+                                    "coordinator issued; only a rank of ",
+                                    job_id, " generation ", generation, " may act on it"));
+  }
+  if (claim.job_id != job_id || claim.generation != generation) {
+    return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                       absl::StrCat(method, ": the call names ", job_id, " generation ", generation,
+                                    " but presents the credential of ", claim.Describe(),
+                                    "; a member acts only inside its own job and generation"));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<Coordinator::Job*> Coordinator::Fence(const std::string& job_id, int64_t generation,
+                                               const Principal& who, absl::string_view method) {
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  SIFT_RETURN_IF_ERROR(CheckJobCredential(who, job_id, generation, method));
   Job* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("unknown job \"", job_id, "\""));
   const pb::JobInfo& info = job->rec.info;
@@ -209,6 +280,60 @@ Status Coordinator::CheckRank(const Job& job, int rank) const {
                                                    job.rec.info.generation()));
   }
   return absl::OkStatus();
+}
+
+Status Coordinator::CheckSpecPaths(JobSpec* spec, const std::string& source,
+                                   const Principal& who) {
+  struct Field {
+    std::string* path;
+    const char* name;
+    const std::string& root;
+    const char* flag;
+  };
+  const Field fields[] = {
+      {&spec->results_dir, "results_dir", options_.results_root, "--results-root"},
+      {&spec->checkpoint.dir, "checkpoint.dir", options_.checkpoint_root, "--checkpoint-root"},
+      {&spec->checkpoint.resume_from, "checkpoint.resume_from", options_.checkpoint_root,
+       "--checkpoint-root"},
+  };
+  for (const Field& f : fields) {
+    if (f.path->empty()) continue;
+    const std::string field = absl::StrCat(source, ": ", f.name);
+    // Relative paths are relative to the root (the CLI sends absolute ones).
+    const std::string raw = (*f.path)[0] == '/' ? *f.path : JoinPath(f.root, *f.path);
+    SIFT_ASSIGN_OR_RETURN(std::string path, NormalizedAbsolutePath(raw, field));
+    if (!PathIsUnder(path, f.root)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", path, " is outside ", f.root,
+                       ", the directory this coordinator lets jobs use (coordinator ", f.flag, ")"));
+    }
+    const Status links = CheckNoSymlinksUnder(f.root, path, /*create=*/false);
+    if (!links.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", links.message()));
+    *f.path = path;
+  }
+  const std::string& resume = spec->checkpoint.resume_from;
+  if (resume.empty() || !who.checked || who.role == UserRole::kAdmin) return absl::OkStatus();
+  // A job's checkpoints are <checkpoint.dir>/<job_id>/...: the job whose directory holds it.
+  for (const auto& other : jobs_) {
+    const std::string dir = JoinPath(other->spec.checkpoint.dir, other->rec.info.job_id());
+    if (!PathIsUnder(resume, dir)) continue;
+    if (!other->rec.info.owner().empty() && other->rec.info.owner() == who.user) {
+      return absl::OkStatus();
+    }
+    return AuthRefusal(
+        absl::StatusCode::kPermissionDenied,
+        absl::StrCat(source, ": checkpoint.resume_from: ", resume, " is a checkpoint of ",
+                     other->rec.info.job_id(), ", owned by ",
+                     other->rec.info.owner().empty() ? "nobody" : other->rec.info.owner(),
+                     "; user ", who.user, " may resume only from its own jobs' checkpoints "
+                     "(admins from any)"));
+  }
+  return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                     absl::StrCat(source, ": checkpoint.resume_from: ", resume,
+                                  " is not a checkpoint of a job this coordinator ran; user ",
+                                  who.user,
+                                  " may resume only from its own jobs' checkpoints (admins "
+                                  "from any)"));
 }
 
 Status Coordinator::CheckOwner(const Job& job, const Principal& who, absl::string_view method,
@@ -298,6 +423,7 @@ std::string Coordinator::KvPrefix(const Job& job) const {
 }
 
 void Coordinator::DropKvPrefix(const std::string& prefix) {
+  kv_prefix_bytes_.erase(prefix);
   for (auto it = kv_.lower_bound(prefix); it != kv_.end() && absl::StartsWith(it->first, prefix);) {
     // "job-1/g1" must not take "job-1/g10/..." with it.
     const bool ours =
@@ -317,7 +443,32 @@ pb::Assignment Coordinator::AssignmentFor(const Job& job, int rank) const {
   for (const std::string& s : job.rec.info.servers()) a.add_servers(s);
   a.set_resume_checkpoint(job.rec.info.last_checkpoint().dir());
   a.set_kv_prefix(KvPrefix(job));
+  a.set_job_credential(credentials_->Issue(job.rec.info.job_id(), job.rec.info.generation()));
+  a.set_owner(job.rec.info.owner());
   return a;
+}
+
+pb::Assignment Coordinator::ServerAssignmentFor(const Job& job, int shard) const {
+  pb::Assignment a;
+  a.set_job_id(job.rec.info.job_id());
+  a.set_generation(job.rec.info.generation());
+  a.set_rank(shard);
+  a.set_world_size(static_cast<int>(job.worker_ids.size()));
+  a.set_job_credential(credentials_->Issue(job.rec.info.job_id(), job.rec.info.generation()));
+  a.set_owner(job.rec.info.owner());
+  a.set_restorable_snapshot(job.restorable_snapshot);
+  return a;
+}
+
+bool Coordinator::ServersReady(const Job& job) const {
+  for (const std::string& id : job.server_ids) {
+    auto it = members_.find(id);
+    if (it == members_.end() || it->second.running_job != job.rec.info.job_id() ||
+        it->second.running_generation != job.rec.info.generation()) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -488,10 +639,11 @@ void Coordinator::Schedule() {
 }
 
 Status Coordinator::OpenDll(Job* job) {
-  if (job->dll != nullptr || job->spec.results_dir.empty()) return absl::OkStatus();
-  SIFT_RETURN_IF_ERROR(MakeDirs(job->spec.results_dir));
-  SIFT_ASSIGN_OR_RETURN(
-      auto sink, FileLineSink::Open(JoinPath(job->spec.results_dir, options_.dll_log_filename)));
+  if (job->dll != nullptr || job->rec.info.results_dir().empty()) return absl::OkStatus();
+  SIFT_RETURN_IF_ERROR(CheckNoSymlinksUnder(options_.results_root, job->rec.info.results_dir(),
+                                            /*create=*/true));
+  SIFT_ASSIGN_OR_RETURN(auto sink, FileLineSink::Open(JoinPath(job->rec.info.results_dir(),
+                                                               options_.dll_log_filename)));
   Clock clock = options_.clock;
   auto dll = std::make_unique<DLLogger>(std::move(sink), nullptr,
                                         [clock] { return absl::ToUnixMicros(clock()); });
@@ -505,7 +657,7 @@ Status Coordinator::OpenDll(Job* job) {
 }
 
 Status Coordinator::DllLog(Job* job, const DllStep& step, const DllMetrics& metrics) {
-  if (job->spec.results_dir.empty()) return absl::OkStatus();
+  if (job->rec.info.results_dir().empty()) return absl::OkStatus();
   SIFT_RETURN_IF_ERROR(OpenDll(job));
   return job->dll->Log(step, metrics);
 }
@@ -517,6 +669,11 @@ Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& 
   if (!dll.ok()) {
     return Finish(job, pb::FAILED, absl::StrCat("results_dir: ", dll.message()));
   }
+  // Rank 0 writes and prunes <checkpoint.dir>/<job id>/: never through a symbolic link.
+  const Status links = CheckNoSymlinksUnder(
+      options_.checkpoint_root, JoinPath(job->spec.checkpoint.dir, info.job_id()),
+      /*create=*/false);
+  if (!links.ok()) return Finish(job, pb::FAILED, absl::StrCat("checkpoint.dir: ", links.message()));
   info.set_generation(info.generation() + 1);
   info.set_state(pb::RUNNING);
   info.set_message("");
@@ -537,6 +694,7 @@ Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& 
     info.add_servers(s->address);
   }
   const pb::CheckpointRef& ckpt = info.last_checkpoint();
+  job->restorable_snapshot = ckpt.dir().empty() ? "" : ManifestSnapshotName(ckpt.dir());
   std::string from;
   if (ckpt.dir().empty()) {
     info.set_epoch(0);
@@ -573,17 +731,19 @@ StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobReques
   SIFT_RETURN_IF_ERROR(CheckClusterJob(spec, source));
   if (spec.checkpoint.dir.empty()) {
     // Every completed job leaves its model: without a checkpoint.dir, only the final one, under
-    // the state directory (rank 0 writes it: a shared file system in a real cluster).
-    std::error_code ec;  // absolute: the members' working directories may differ
-    const std::filesystem::path dir =
-        std::filesystem::absolute(std::filesystem::path(options_.state_dir) / "checkpoints", ec);
-    spec.checkpoint.dir =
-        ec ? JoinPath(options_.state_dir, "checkpoints") : dir.lexically_normal().string();
+    // <state-dir>/checkpoints, or the checkpoint root when that is elsewhere (rank 0 writes it:
+    // a shared file system in a real cluster).
+    StatusOr<std::string> under_state =
+        NormalizedAbsolutePath(JoinPath(options_.state_dir, "checkpoints"), "--state-dir");
+    spec.checkpoint.dir = under_state.ok() && PathIsUnder(*under_state, options_.checkpoint_root)
+                              ? *under_state
+                              : options_.checkpoint_root;
     spec.checkpoint.every_epoch = false;
     spec.checkpoint.every_steps = 0;
   }
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  SIFT_RETURN_IF_ERROR(CheckSpecPaths(&spec, source, who));
   auto job = std::make_unique<Job>();
   const std::string id = absl::StrCat("job-", next_job_number_);
   SIFT_RETURN_IF_ERROR(store_->SaveNextJobNumber(next_job_number_ + 1));
@@ -594,6 +754,7 @@ StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobReques
   info.set_state(pb::PENDING);
   info.set_owner(who.user);
   info.set_spec_yaml(JobSpecToYaml(spec));
+  if (!spec.results_dir.empty()) info.set_results_dir(JoinPath(spec.results_dir, id));
   info.set_epochs(spec.training.epochs);
   info.set_oracle_test_auc(-1);
   info.set_submit_time(UnixSeconds(Now()));
@@ -624,6 +785,17 @@ StatusOr<pb::JobInfo> Coordinator::GetJob(const pb::GetJobRequest& request, cons
   }
   SIFT_ASSIGN_OR_RETURN(Job * job, FindJobOrError(request.job_id()));
   SIFT_RETURN_IF_ERROR(CheckOwner(*job, who, "GetJob", /*cancel=*/false));
+  if (who.checked && who.user.empty() && !who.member.empty()) {
+    // A member reads only a job it has run (a credential of one of its generations).
+    JobCredentialClaim claim;
+    if (!credentials_->Verify(who.job_credential, &claim) ||
+        claim.job_id != job->rec.info.job_id()) {
+      return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                         absl::StrCat("GetJob: member ", who.member, " presents no credential of ",
+                                      job->rec.info.job_id(),
+                                      "; a member reads only the jobs it has run"));
+    }
+  }
   return job->rec.info;
 }
 
@@ -746,18 +918,22 @@ StatusOr<pb::HeartbeatResponse> Coordinator::Heartbeat(const pb::HeartbeatReques
   SIFT_RETURN_IF_ERROR(CheckIdentity(m, who, "Heartbeat"));
   m.last_seen = Now();
   const std::string id = m.id;
-  if (m.role == pb::WORKER) {
-    m.running_job = request.running_job_id();
-    m.running_generation = request.running_job_id().empty() ? 0 : request.running_generation();
-    WorkerHeartbeat(m);
-  }
+  m.running_job = request.running_job_id();
+  m.running_generation = request.running_job_id().empty() ? 0 : request.running_generation();
+  if (m.role == pb::WORKER) WorkerHeartbeat(m);
   Schedule();
   pb::HeartbeatResponse response;
   Job* job = ActiveJob();
   if (job != nullptr && IsRunning(job->rec.info.state())) {
     for (size_t r = 0; r < job->worker_ids.size(); ++r) {
-      if (job->worker_ids[r] == id) {
+      // A rank's calls go to the servers: they must know the generation first.
+      if (job->worker_ids[r] == id && ServersReady(*job)) {
         *response.mutable_assignment() = AssignmentFor(*job, static_cast<int>(r));
+      }
+    }
+    for (size_t i = 0; i < job->server_ids.size(); ++i) {
+      if (job->server_ids[i] == id) {
+        *response.mutable_assignment() = ServerAssignmentFor(*job, static_cast<int>(i));
       }
     }
   }
@@ -767,7 +943,40 @@ StatusOr<pb::HeartbeatResponse> Coordinator::Heartbeat(const pb::HeartbeatReques
 // ---------------------------------------------------------------------------------------------
 // KV
 
-StatusOr<pb::KvSetResponse> Coordinator::KvSet(const pb::KvSetRequest& request) {
+StatusOr<Coordinator::Job*> Coordinator::KvCaller(const Principal& who, absl::string_view method) {
+  Job* job = ActiveJob();
+  if (!who.remote) return job;  // in-process: FenceKvKey decides
+  JobCredentialClaim claim;
+  if (who.job_credential.empty() || !credentials_->Verify(who.job_credential, &claim)) {
+    return AuthRefusal(
+        absl::StatusCode::kPermissionDenied,
+        absl::StrCat(method, who.job_credential.empty() ? ": no job credential"
+                                                        : ": a job credential this coordinator "
+                                                          "did not issue",
+                     ": only the ranks of a running generation use the rendezvous store, under "
+                     "their generation's prefix"));
+  }
+  if (job == nullptr || job->rec.info.job_id() != claim.job_id ||
+      job->rec.info.generation() != claim.generation || !IsRunning(job->rec.info.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stale generation: ", method, " with the credential of ", claim.Describe(),
+        ", which is not running", job == nullptr ? "" : absl::StrCat(" (", job->rec.info.job_id(),
+                                                                   " is ", JobStateName(job->rec.info.state()),
+                                                                   " at generation ",
+                                                                   job->rec.info.generation(), ")")));
+  }
+  return job;
+}
+
+namespace {
+// `key` is `prefix` or continues it with '/'.
+bool UnderKvPrefix(absl::string_view key, absl::string_view prefix) {
+  return absl::StartsWith(key, prefix) && (key.size() == prefix.size() || key[prefix.size()] == '/');
+}
+}  // namespace
+
+StatusOr<pb::KvSetResponse> Coordinator::KvSet(const pb::KvSetRequest& request,
+                                               const Principal& who) {
   if (request.key().empty()) return absl::InvalidArgumentError("key is empty");
   if (request.key().size() > kMaxKvKeyBytes || request.value().size() > kMaxKvValueBytes) {
     return absl::InvalidArgumentError(
@@ -777,7 +986,21 @@ StatusOr<pb::KvSetResponse> Coordinator::KvSet(const pb::KvSetRequest& request) 
   }
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-  SIFT_RETURN_IF_ERROR(FenceKvKey(request.key()));
+  SIFT_ASSIGN_OR_RETURN(Job * job, KvCaller(who, "KvSet"));
+  std::string prefix;
+  if (who.remote) {
+    prefix = KvPrefix(*job);
+    if (!UnderKvPrefix(request.key(), prefix)) {
+      return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                         absl::StrCat("KvSet: key \"", SanitizeUtf8(request.key(), 256),
+                                      "\" is outside \"", prefix, "/\", the prefix of ",
+                                      job->rec.info.job_id(), " generation ",
+                                      job->rec.info.generation(),
+                                      " whose credential the call presents"));
+    }
+  } else {
+    SIFT_RETURN_IF_ERROR(FenceKvKey(request.key()));
+  }
   auto it = kv_.find(request.key());
   const int64_t old_bytes =
       it == kv_.end() ? 0 : static_cast<int64_t>(it->first.size() + it->second.size());
@@ -787,6 +1010,17 @@ StatusOr<pb::KvSetResponse> Coordinator::KvSet(const pb::KvSetRequest& request) 
                                                      " bytes; this value would "
                                                      "take it past its limit of ",
                                                      kMaxKvTotalBytes));
+  }
+  if (!prefix.empty()) {
+    int64_t& used = kv_prefix_bytes_[prefix];
+    if (used - old_bytes + new_bytes > kMaxKvJobBytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("KvSet: ", job->rec.info.job_id(), " generation ",
+                       job->rec.info.generation(), " holds ", used,
+                       " bytes of the key-value store; this value would take it past its quota of ",
+                       kMaxKvJobBytes));
+    }
+    used += new_bytes - old_bytes;
   }
   kv_bytes_ += new_bytes - old_bytes;
   kv_[request.key()] = request.value();
@@ -817,12 +1051,27 @@ Status Coordinator::FenceKvKey(const std::string& key) {
                    JobStateName(info.state()), " at generation ", info.generation(), ")"));
 }
 
-StatusOr<pb::KvGetResponse> Coordinator::KvGet(const pb::KvGetRequest& request) {
+StatusOr<pb::KvGetResponse> Coordinator::KvGet(const pb::KvGetRequest& request,
+                                               const Principal& who) {
   for (const std::string& key : request.keys()) {
     if (key.empty()) return absl::InvalidArgumentError("a key is empty");
   }
   const int64_t wait_ms = std::clamp<int64_t>(request.timeout_ms(), 0, kMaxKvWaitMs);
   absl::MutexLock lock(&mu_);
+  if (who.remote) {
+    SIFT_ASSIGN_OR_RETURN(Job * job, KvCaller(who, "KvGet"));
+    const std::string prefix = KvPrefix(*job);
+    for (const std::string& key : request.keys()) {
+      if (!UnderKvPrefix(key, prefix)) {
+        return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                           absl::StrCat("KvGet: key \"", SanitizeUtf8(key, 256),
+                                        "\" is outside \"", prefix, "/\", the prefix of ",
+                                        job->rec.info.job_id(), " generation ",
+                                        job->rec.info.generation(),
+                                        " whose credential the call presents"));
+      }
+    }
+  }
   auto ready = [this, &request]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (shutting_down_) return true;
     for (const std::string& key : request.keys()) {
@@ -851,7 +1100,7 @@ StatusOr<pb::KvGetResponse> Coordinator::KvGet(const pb::KvGetRequest& request) 
 StatusOr<pb::ReportProgressResponse> Coordinator::ReportProgress(
     const pb::ReportProgressRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
-  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation(), who, "ReportProgress"));
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
   SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, request.rank(), who, "ReportProgress"));
   const int64_t epochs = job->spec.training.epochs;
@@ -932,7 +1181,7 @@ StatusOr<pb::ReportProgressResponse> Coordinator::ReportProgress(
 StatusOr<pb::ReportEvalResponse> Coordinator::ReportEval(const pb::ReportEvalRequest& request,
                                                          const Principal& who) {
   absl::MutexLock lock(&mu_);
-  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation(), who, "ReportEval"));
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
   SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, request.rank(), who, "ReportEval"));
   int split = -1;
@@ -1045,11 +1294,15 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
     stop = sel.ShouldStop(epoch, t.patience) && epoch + 1 < t.epochs;
   }
   const bool final_epoch = epoch == t.epochs - 1 || stop;
-  if (!job->spec.results_dir.empty() && (keep_best ? kept : final_epoch)) {
+  const std::string& results = job->rec.info.results_dir();
+  if (!results.empty() && (keep_best ? kept : final_epoch)) {
     // The kept model's test predictions, for ROC curves (sift report). A failed write is a line
     // in the job's log, never a failed job: the training is done.
-    const Status saved = WritePredictionsCsv(JoinPath(job->spec.results_dir, kTestPredictionsFile),
-                                             test_scores, test_labels);
+    Status saved = CheckNoSymlinksUnder(options_.results_root, results, /*create=*/true);
+    if (saved.ok()) {
+      saved = WritePredictionsCsv(JoinPath(results, kTestPredictionsFile), test_scores,
+                                  test_labels);
+    }
     if (!saved.ok()) {
       (void)Log(job,
                 absl::StrCat("warning: the test predictions were not saved: ", saved.message()));
@@ -1107,7 +1360,7 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
 StatusOr<pb::CheckpointBeginResponse> Coordinator::CheckpointBegin(
     const pb::CheckpointBeginRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
-  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation(), who, "CheckpointBegin"));
   SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, 0, who, "CheckpointBegin"));
   if (request.global_step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("global_step ", request.global_step(), " < 0"));
@@ -1122,7 +1375,7 @@ StatusOr<pb::CheckpointBeginResponse> Coordinator::CheckpointBegin(
 StatusOr<pb::CheckpointCommitResponse> Coordinator::CheckpointCommit(
     const pb::CheckpointCommitRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
-  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation(), who, "CheckpointCommit"));
   SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, 0, who, "CheckpointCommit"));
   if (!request.failed().empty()) {
     // A failed save does not fail the job: it trains on; recovery uses the last good one.
@@ -1139,6 +1392,14 @@ StatusOr<pb::CheckpointCommitResponse> Coordinator::CheckpointCommit(
     return pb::CheckpointCommitResponse();
   }
   if (request.dir().empty()) return absl::InvalidArgumentError("dir is empty");
+  const std::string own = JoinPath(job->spec.checkpoint.dir, job->rec.info.job_id());
+  if (!PathIsUnder(request.dir(), own) || request.dir() == own ||
+      absl::StrContains(request.dir(), "/../") || absl::StrContains(request.dir(), "/./")) {
+    return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                       absl::StrCat("CheckpointCommit: ", request.dir(), " is not under ", own,
+                                    ", the job's checkpoint directory: a job commits only its "
+                                    "own checkpoints"));
+  }
   if (request.epochs_done() < 0 || request.epochs_done() > job->spec.training.epochs ||
       request.global_step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("epochs_done ", request.epochs_done(), " (of ",
@@ -1164,7 +1425,7 @@ StatusOr<pb::CheckpointCommitResponse> Coordinator::CheckpointCommit(
 StatusOr<pb::ReportFailureResponse> Coordinator::ReportFailure(
     const pb::ReportFailureRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
-  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation()));
+  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation(), who, "ReportFailure"));
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
   SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, request.rank(), who, "ReportFailure"));
   const std::string why =

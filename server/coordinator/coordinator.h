@@ -31,6 +31,15 @@
 //   until that member's lease ends (MemberSession retries). Heartbeat must come from the CN that
 //   registered the member id, a fenced call from the CN of the rank's worker. Refusals carry
 //   the AuthRefusal mark.
+// - Job credentials (common/job_credential.h; security on or off, for every remote call:
+//   Principal::remote). Each generation gets a credential, issued under a secret drawn when the
+//   coordinator starts; it goes to the generation's ranks and to the job's servers only. KvSet,
+//   KvGet and the fenced calls need the credential of the job and generation they act on
+//   (PERMISSION_DENIED otherwise: an idle worker, another job's member); KV keys must lie under
+//   the credential's generation prefix, at most kMaxKvJobBytes per generation. A member's GetJob
+//   needs a credential of that job. A worker's assignment is handed out only once every server of
+//   the generation has reported (heartbeat) that it serves it: no rank calls a server that does
+//   not know the generation yet.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/dllogger.h"
+#include "common/job_credential.h"
 #include "common/job_spec.h"
 #include "common/security.h"
 #include "common/status.h"
@@ -60,6 +70,7 @@ using Clock = std::function<absl::Time()>;
 inline constexpr size_t kMaxKvKeyBytes = 1024;
 inline constexpr size_t kMaxKvValueBytes = size_t{1} << 20;
 inline constexpr int64_t kMaxKvTotalBytes = int64_t{64} << 20;
+inline constexpr int64_t kMaxKvJobBytes = int64_t{32} << 20;  // per generation
 
 struct CoordinatorOptions {
   std::string state_dir;       // required: job records and logs (job_store.h)
@@ -75,7 +86,14 @@ struct CoordinatorOptions {
   // has run (RECOVERING) waits forever.
   int64_t pending_timeout_ms = 30 * 60 * 1000;
   Clock clock;                                // null: absl::Now
-  std::string dll_log_filename = "log.json";  // in the job's results_dir
+  std::string dll_log_filename = "log.json";  // in the job's results directory
+  // The directories jobs may write under (absolute; "" = <state_dir>/results and
+  // <state_dir>/checkpoints). A spec's results_dir, checkpoint.dir and checkpoint.resume_from
+  // must lie under them (INVALID_ARGUMENT at submission naming the root); each job writes its
+  // results to <results_dir>/<job_id>/ (JobInfo.results_dir) and its checkpoints to
+  // <checkpoint.dir>/<job_id>/; no symbolic link below a root is ever followed.
+  std::string results_root;
+  std::string checkpoint_root;
 };
 
 // Scrape-time view of one job for the Prometheus series (coordinator_metrics.h).
@@ -125,10 +143,12 @@ class Coordinator {
   // kv_prefix ("job-1/g2") or continuing it with a non-digit ("job-1/g2/rank0"). Setting a key
   // under the prefix of a known job's generation that is not running is FAILED_PRECONDITION
   // ("stale generation"), so a late rank of an ended generation leaves no keys behind.
-  StatusOr<pb::KvSetResponse> KvSet(const pb::KvSetRequest& request);
+  StatusOr<pb::KvSetResponse> KvSet(const pb::KvSetRequest& request,
+                                    const Principal& who = Principal::Unchecked());
   // Blocks (real time) until every key is set, up to min(timeout_ms, 10000) ms:
   // DEADLINE_EXCEEDED naming the missing keys; UNAVAILABLE once Shutdown was called.
-  StatusOr<pb::KvGetResponse> KvGet(const pb::KvGetRequest& request);
+  StatusOr<pb::KvGetResponse> KvGet(const pb::KvGetRequest& request,
+                                    const Principal& who = Principal::Unchecked());
 
   // ---- Workers of the running job (fenced) ----
   StatusOr<pb::ReportProgressResponse> ReportProgress(
@@ -164,7 +184,9 @@ class Coordinator {
     uint32_t shard = 0, num_shards = 0;
     int64_t seq = 0;  // registration order
     absl::Time last_seen;
-    std::string running_job;  // WORKER: from its last heartbeat ("" = idle)
+    // From its last heartbeat: WORKER the (job, generation) it runs ("" = idle); EMBEDDING_SERVER
+    // the one it serves.
+    std::string running_job;
     int64_t running_generation = 0;
     std::string identity;  // the CN of its certificate ("" with security off)
   };
@@ -188,6 +210,9 @@ class Coordinator {
     int64_t stop_epoch = -1;        // patience ended the job after this epoch (-1: not early)
     std::unique_ptr<DLLogger> dll;  // results_dir/log.json
     std::string recover_reason;     // why it is RECOVERING (kept in front of "waiting for ...")
+    // The snapshot the current generation's servers may restore besides the job's own (the one
+    // the checkpoint it resumes from names; "" = none or unreadable).
+    std::string restorable_snapshot;
     // When it became the head of the queue, PENDING (not persisted; absl::InfinitePast = not).
     absl::Time head_since = absl::InfinitePast();
   };
@@ -198,10 +223,28 @@ class Coordinator {
   Job* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StatusOr<Job*> FindJobOrError(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* ActiveJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job named by a fenced call, or FAILED_PRECONDITION ("stale generation").
-  StatusOr<Job*> Fence(const std::string& job_id, int64_t generation)
+  // The job named by a fenced call, or FAILED_PRECONDITION ("stale generation"); for a remote
+  // caller, first CheckJobCredential.
+  StatusOr<Job*> Fence(const std::string& job_id, int64_t generation, const Principal& who,
+                       absl::string_view method) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK for in-process callers, and for a remote one presenting the credential of (job_id,
+  // generation); else PERMISSION_DENIED (AuthRefusal) naming what was presented.
+  Status CheckJobCredential(const Principal& who, const std::string& job_id, int64_t generation,
+                            absl::string_view method) const;
+  // The running job and generation whose credential `who` presents, for the KV calls: the
+  // active job (PERMISSION_DENIED without a valid credential, FAILED_PRECONDITION for a stale one).
+  StatusOr<Job*> KvCaller(const Principal& who, absl::string_view method)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every server of the job's current generation reported (heartbeat) that it serves it.
+  bool ServersReady(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The assignment of the job's server of shard `shard`.
+  pb::Assignment ServerAssignmentFor(const Job& job, int shard) const;
   Status CheckRank(const Job& job, int rank) const;
+  // A submitted spec's paths against the roots (normalized in place), and its resume_from against
+  // the owner rule: with security on, a checkpoint of a job `who` owns (admins: any under the
+  // checkpoint root). INVALID_ARGUMENT / PERMISSION_DENIED naming the field and the rule.
+  Status CheckSpecPaths(JobSpec* spec, const std::string& source, const Principal& who)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PERMISSION_DENIED when `who` may not see (or, `cancel`, cancel) `job` (the owner rules).
   static Status CheckOwner(const Job& job, const Principal& who, absl::string_view method,
                            bool cancel);
@@ -260,6 +303,8 @@ class Coordinator {
   int64_t next_member_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
   int64_t kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // keys and values of kv_
+  std::map<std::string, int64_t> kv_prefix_bytes_ ABSL_GUARDED_BY(mu_);  // by generation prefix
+  std::unique_ptr<JobCredentialIssuer> credentials_;  // set by Open
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -10,8 +10,9 @@ namespace sift::coordinator {
 
 StatusOr<std::unique_ptr<MemberSession>> MemberSession::Start(CoordinatorClient* client,
                                                               const pb::RegisterRequest& request,
-                                                              absl::Duration register_timeout) {
-  std::unique_ptr<MemberSession> s(new MemberSession(client, request));
+                                                              absl::Duration register_timeout,
+                                                              AssignmentListener listener) {
+  std::unique_ptr<MemberSession> s(new MemberSession(client, request, std::move(listener)));
   const absl::Time deadline = absl::Now() + register_timeout;
   while (true) {
     Status st;
@@ -50,14 +51,29 @@ MemberSession::~MemberSession() {
 
 Status MemberSession::RegisterOnce() {
   SIFT_ASSIGN_OR_RETURN(pb::RegisterResponse r, client_->Register(request_));
-  std::lock_guard<std::mutex> l(mu_);
-  member_id_ = r.member_id();
-  if (r.heartbeat_interval_ms() > 0) interval_ = absl::Milliseconds(r.heartbeat_interval_ms());
-  if (r.lease_ms() > 0) lease_ = absl::Milliseconds(r.lease_ms());
-  assignment_.reset();
-  last_ok_ = absl::Now();
-  cv_.notify_all();
+  bool had_assignment = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    member_id_ = r.member_id();
+    if (r.heartbeat_interval_ms() > 0) interval_ = absl::Milliseconds(r.heartbeat_interval_ms());
+    if (r.lease_ms() > 0) lease_ = absl::Milliseconds(r.lease_ms());
+    had_assignment = assignment_.has_value();
+    assignment_.reset();
+    last_ok_ = absl::Now();
+    cv_.notify_all();
+  }
+  if (had_assignment) AssignmentChanged(std::nullopt);
   return absl::OkStatus();
+}
+
+void MemberSession::AssignmentChanged(const std::optional<pb::Assignment>& now) {
+  if (listener_) listener_(now);
+  if (request_.role() != pb::EMBEDDING_SERVER) return;
+  std::lock_guard<std::mutex> l(mu_);
+  running_job_ = now.has_value() ? now->job_id() : std::string();
+  running_generation_ = now.has_value() ? now->generation() : 0;
+  beat_soon_ = true;
+  cv_.notify_all();
 }
 
 Status MemberSession::Beat() {
@@ -74,14 +90,20 @@ Status MemberSession::Beat() {
     return RegisterOnce();
   }
   if (!r.ok()) return r.status();
-  std::lock_guard<std::mutex> l(mu_);
-  if (r->has_assignment()) {
-    assignment_ = r->assignment();
-  } else {
-    assignment_.reset();
+  std::optional<pb::Assignment> now;
+  if (r->has_assignment()) now = r->assignment();
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    changed = now.has_value() != assignment_.has_value() ||
+              (now.has_value() && (now->job_id() != assignment_->job_id() ||
+                                   now->generation() != assignment_->generation() ||
+                                   now->job_credential() != assignment_->job_credential()));
+    assignment_ = now;
+    last_ok_ = absl::Now();
+    cv_.notify_all();
   }
-  last_ok_ = absl::Now();
-  cv_.notify_all();
+  if (changed) AssignmentChanged(now);
   return absl::OkStatus();
 }
 
@@ -93,8 +115,10 @@ Status MemberSession::BeatNow() {
 void MemberSession::Loop() {
   std::unique_lock<std::mutex> l(mu_);
   while (!stop_) {
-    cv_.wait_for(l, absl::ToChronoMilliseconds(interval_), [this] { return stop_; });
+    cv_.wait_for(l, absl::ToChronoMilliseconds(interval_),
+                 [this] { return stop_ || beat_soon_; });
     if (stop_) break;
+    beat_soon_ = false;
     l.unlock();
     Status st;
     {

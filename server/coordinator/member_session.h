@@ -3,11 +3,15 @@
 // heartbeat NOT_FOUND (the coordinator restarted, or our lease expired) registers again under a
 // new member id; UNAVAILABLE is retried on the next beat. Workers read the latest assignment
 // and tell the session which (job, generation) they are running, which the next heartbeat
-// reports. Thread-safe; the destructor stops the thread (at most one RPC deadline later).
+// reports. An embedding server's session hands each new assignment (the job it serves, with its
+// credential) to an AssignmentListener, then reports it back as what it serves, and beats again
+// at once so that the coordinator can hand the workers theirs. Thread-safe; the destructor stops
+// the thread (at most one RPC deadline later).
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,12 +26,18 @@ namespace sift::coordinator {
 
 class MemberSession {
  public:
+  // Called on the heartbeat thread when the assignment changes (nullopt: none any more), before
+  // the session reports it as running (servers).
+  using AssignmentListener = std::function<void(const std::optional<pb::Assignment>&)>;
+
   // Registers `request` (retrying UNAVAILABLE, and ALREADY_EXISTS of a live slot, until
   // `register_timeout`, or until StopRequested(): CANCELLED) and starts heartbeating. `client` must
-  // outlive the session.
+  // outlive the session. For an EMBEDDING_SERVER, the heartbeats report the latest assignment
+  // as what it serves, after `listener` saw it.
   static StatusOr<std::unique_ptr<MemberSession>> Start(CoordinatorClient* client,
                                                         const pb::RegisterRequest& request,
-                                                        absl::Duration register_timeout);
+                                                        absl::Duration register_timeout,
+                                                        AssignmentListener listener = nullptr);
   ~MemberSession();
   MemberSession(const MemberSession&) = delete;
   MemberSession& operator=(const MemberSession&) = delete;
@@ -56,14 +66,19 @@ class MemberSession {
   Status BeatNow();
 
  private:
-  MemberSession(CoordinatorClient* client, pb::RegisterRequest request)
-      : client_(client), request_(std::move(request)) {}
+  MemberSession(CoordinatorClient* client, pb::RegisterRequest request,
+                AssignmentListener listener)
+      : client_(client), request_(std::move(request)), listener_(std::move(listener)) {}
+  // Tells the listener (and, for a server, what the heartbeats report) about a changed
+  // assignment. REQUIRES: beat_mu_ held, mu_ not held.
+  void AssignmentChanged(const std::optional<pb::Assignment>& now);
   Status RegisterOnce();  // REQUIRES: beat_mu_ held
   Status Beat();          // REQUIRES: beat_mu_ held
   void Loop();
 
   CoordinatorClient* const client_;
   const pb::RegisterRequest request_;
+  const AssignmentListener listener_;
 
   std::mutex beat_mu_;  // serializes Register/Heartbeat calls (thread and BeatNow)
 
@@ -77,6 +92,7 @@ class MemberSession {
   std::string running_job_;
   int64_t running_generation_ = 0;
   bool stop_ = false;
+  bool beat_soon_ = false;  // the assignment changed: report it without waiting an interval
   std::thread thread_;
 };
 

@@ -108,12 +108,12 @@ class CoordinatorService final : public pb::CoordinatorService::Service {
   grpc::Status KvSet(grpc::ServerContext* ctx, const pb::KvSetRequest* q,
                      pb::KvSetResponse* r) override {
     return Handle(
-        kKvSet, ctx, [&](const Principal&) { return c_->KvSet(*q); }, r);
+        kKvSet, ctx, [&](const Principal& who) { return c_->KvSet(*q, who); }, r);
   }
   grpc::Status KvGet(grpc::ServerContext* ctx, const pb::KvGetRequest* q,
                      pb::KvGetResponse* r) override {
     return Handle(
-        kKvGet, ctx, [&](const Principal&) { return c_->KvGet(*q); }, r);
+        kKvGet, ctx, [&](const Principal& who) { return c_->KvGet(*q, who); }, r);
   }
   grpc::Status ReportProgress(grpc::ServerContext* ctx, const pb::ReportProgressRequest* q,
                               pb::ReportProgressResponse* r) override {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -13,11 +14,13 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/proto_buffer_writer.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/dir_lock.h"
 #include "common/grpc_listener_watchdog.h"
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
+#include "common/job_credential.h"
 #include "common/metrics.h"
 #include "common/thread_pool.h"
 #include "google/protobuf/arena.h"
@@ -49,19 +52,106 @@ using RawService = pb::EmbeddingService::WithRawCallbackMethod_Configure<
                     pb::EmbeddingService::WithRawCallbackMethod_Restore<
                         pb::EmbeddingService::Service>>>>>>;
 
+// The job a managed server serves (EmbeddingServer::SetJobGrant), read on every table call.
+class GrantHolder {
+ public:
+  void Set(std::optional<JobGrant> grant) {
+    std::lock_guard<std::mutex> lock(mu_);
+    grant_ = grant ? std::make_shared<const JobGrant>(std::move(*grant)) : nullptr;
+  }
+  std::shared_ptr<const JobGrant> Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return grant_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const JobGrant> grant_;  // guarded by mu_
+};
+
+// A managed server's check of the job credential a table call presents.
+Status CheckJobCredential(const grpc::ServerContextBase& ctx, const JobGrant* grant,
+                          absl::string_view method) {
+  const auto& md = ctx.client_metadata();
+  auto it = md.find(kJobCredentialHeader);
+  const absl::string_view presented =
+      it == md.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size());
+  if (grant != nullptr && JobCredentialEquals(presented, grant->credential)) {
+    return absl::OkStatus();
+  }
+  const std::string serving =
+      grant == nullptr ? std::string("serves no job now (none is running on it)")
+                       : absl::StrCat("serves ", grant->job_id, " generation ", grant->generation);
+  if (presented.empty()) {
+    return AuthRefusal(absl::StatusCode::kPermissionDenied,
+                       absl::StrCat(method, ": no job credential; this server ", serving,
+                                    " and takes table calls only from that generation's ranks"));
+  }
+  StatusOr<JobCredentialClaim> claim = ParseJobCredential(presented);
+  if (claim.ok() && grant != nullptr && claim->job_id == grant->job_id &&
+      claim->generation < grant->generation) {
+    // An honest rank of an ended generation: the coordinator has moved on.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stale generation: ", method, " from ", claim->Describe(), "; this server ", serving));
+  }
+  return AuthRefusal(
+      absl::StatusCode::kPermissionDenied,
+      absl::StrCat(method, ": the job credential presented ",
+                   claim.ok() ? absl::StrCat("(", claim->Describe(), ") is not this server's")
+                              : std::string("is malformed"),
+                   "; this server ", serving,
+                   " and takes table calls only from that generation's ranks"));
+}
+
+// Snapshot and Restore name snapshots: a managed server's calls stay inside its job's.
+Status CheckRequestScope(const pb::SnapshotRequest& q, const JobGrant& grant) {
+  return CheckSnapshotScope(grant, q.name(), /*restore=*/false);
+}
+Status CheckRequestScope(const pb::RestoreRequest& q, const JobGrant& grant) {
+  return CheckSnapshotScope(grant, q.name(), /*restore=*/true);
+}
+template <typename Req>
+Status CheckRequestScope(const Req&, const JobGrant&) {
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string JobSnapshotPrefix(const std::string& job_id) {
+  return absl::StrCat("ckpt-", job_id, "-g");
+}
+
+Status CheckSnapshotScope(const JobGrant& grant, const std::string& name, bool restore) {
+  const std::string prefix = JobSnapshotPrefix(grant.job_id);
+  if (absl::StartsWith(name, prefix)) return absl::OkStatus();
+  if (restore && !grant.restorable_snapshot.empty() && name == grant.restorable_snapshot) {
+    return absl::OkStatus();
+  }
+  return AuthRefusal(
+      absl::StatusCode::kPermissionDenied,
+      absl::StrCat(restore ? "Restore" : "Snapshot", ": snapshot \"", name, "\" is not ",
+                   grant.job_id, "'s (its names start with \"", prefix, "\"",
+                   restore && !grant.restorable_snapshot.empty()
+                       ? absl::StrCat("; it may also restore \"", grant.restorable_snapshot,
+                                      "\", the checkpoint it resumes from")
+                       : std::string(),
+                   "): a job ", restore ? "reads" : "writes and prunes", " only its own snapshots"));
+}
 
 // The service: parses each raw request, runs the shard's method on the request pool, serializes
 // the reply, and records the gRPC metrics.
 class EmbeddingService final : public RawService {
  public:
   EmbeddingService(EmbeddingShard* shard, int threads, GrpcServerMetrics* metrics, bool secured,
-                   RefusalRecorder* refusals)
+                   RefusalRecorder* refusals, RefusalRecorder* bound_refusals,
+                   const GrantHolder* grants)
       : shard_(shard),
         pool_(threads + 1),
         metrics_(metrics),
         secured_(secured),
-        refusals_(refusals) {}
+        refusals_(refusals),
+        bound_refusals_(bound_refusals),
+        grants_(grants) {}
 
   // The generated typed (sync) overloads stay visible; they are disabled by the raw bases.
   using RawService::Configure;
@@ -125,21 +215,27 @@ class EmbeddingService final : public RawService {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     metrics_->Started(method);
     const auto start = std::chrono::steady_clock::now();
+    // Checked on gRPC's thread, before any request bytes are parsed.
+    std::shared_ptr<const JobGrant> grant;
+    Status allowed;
     if (secured_) {
-      // Checked on gRPC's thread, before any request bytes are parsed.
-      const Principal who = IdentifyCaller(*ctx, /*checked=*/true, /*tokens=*/nullptr);
-      const Status allowed = CheckCaller(who, kMethodNeeds[method], kMethodNames[method]);
-      if (!allowed.ok()) {
-        refusals_->Record(kMethodNames[method], who, allowed, *ctx);
-        metrics_->Handled(
-            method, static_cast<int>(allowed.code()),
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        reactor->Finish(ToGrpc(allowed));
-        return reactor;
-      }
+      allowed = CheckCaller(IdentifyCaller(*ctx, /*checked=*/true, /*tokens=*/nullptr),
+                            kMethodNeeds[method], kMethodNames[method]);
     }
-    pool_.Schedule([this, method, ctx, request, response, reactor, start, fn] {
-      grpc::Status status = Run<Req, Resp>(method, ctx, request, response, fn);
+    if (allowed.ok() && grants_ != nullptr && method != kStats) {
+      grant = grants_->Get();
+      allowed = CheckJobCredential(*ctx, grant.get(), kMethodNames[method]);
+    }
+    if (!allowed.ok()) {
+      if (IsAuthRefusal(allowed)) RecordRefusal(method, allowed, *ctx);
+      metrics_->Handled(
+          method, static_cast<int>(allowed.code()),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      reactor->Finish(ToGrpc(allowed));
+      return reactor;
+    }
+    pool_.Schedule([this, method, ctx, request, response, reactor, start, fn, grant] {
+      grpc::Status status = Run<Req, Resp>(method, ctx, request, response, fn, grant.get());
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       metrics_->Handled(method, static_cast<int>(status.error_code()), seconds);
@@ -148,9 +244,15 @@ class EmbeddingService final : public RawService {
     return reactor;
   }
 
+  void RecordRefusal(Method method, const Status& refusal, const grpc::ServerContextBase& ctx) {
+    refusals_->Record(kMethodNames[method],
+                      IdentifyCaller(ctx, secured_, /*tokens=*/nullptr), refusal, ctx);
+  }
+
+  // `grant`: a managed server's job (null: not managed), for the request's scope check.
   template <typename Req, typename Resp, typename Fn>
   grpc::Status Run(Method method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
-                   grpc::ByteBuffer* response, Fn& fn) {
+                   grpc::ByteBuffer* response, Fn& fn, const JobGrant* grant) {
     if (ctx->IsCancelled()) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled or past its deadline");
     }
@@ -172,6 +274,14 @@ class EmbeddingService final : public RawService {
       }
     }
     grpc::Status result;
+    if (grant != nullptr) {
+      const Status scope = CheckRequestScope(*req, *grant);
+      if (!scope.ok()) {
+        RecordRefusal(method, scope, *ctx);
+        req->Clear();
+        return ToGrpc(scope);
+      }
+    }
     try {
       if constexpr (std::is_same_v<Resp, grpc::ByteBuffer>) {
         result = ToGrpc(fn(*req, response));
@@ -193,6 +303,19 @@ class EmbeddingService final : public RawService {
                        absl::StrCat(kMethodNames[method], ": out of memory serving this request (",
                                     request_bytes, " bytes); split it"));
     }
+    // A pull or push refused whole by a table bound (the memory budget, a capacity, a row the
+    // shard does not hold): who, what, from where.
+    const bool bound_refusal =
+        (method == kPull && result.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ||
+        (method == kPush && (result.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                             result.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED));
+    if (bound_refusal) {
+      bound_refusals_->Record(kMethodNames[method],
+                              IdentifyCaller(*ctx, secured_, /*tokens=*/nullptr),
+                              Status(static_cast<absl::StatusCode>(result.error_code()),
+                                     result.error_message()),
+                              *ctx);
+    }
     // Keep the memory of ordinary requests; let an unusually large one go — by what the parsed
     // message holds, not its wire size (millions of empty sub-messages are small on the wire).
     if (request_bytes > kMaxCachedRequestBytes ||
@@ -209,6 +332,8 @@ class EmbeddingService final : public RawService {
   GrpcServerMetrics* metrics_;
   const bool secured_;
   RefusalRecorder* refusals_;
+  RefusalRecorder* bound_refusals_;
+  const GrantHolder* grants_;  // null: not managed (no job checks)
 };
 
 class EmbeddingServer::Impl {
@@ -220,6 +345,8 @@ class EmbeddingServer::Impl {
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<GrpcServerMetrics> grpc_metrics;
   std::unique_ptr<RefusalRecorder> refusals;
+  std::unique_ptr<RefusalRecorder> bound_refusals;
+  std::unique_ptr<GrantHolder> grants;  // managed servers only
   std::unique_ptr<MetricsExposer> exposer;
   // The gRPC server under the listener watchdog (common/grpc_listener_watchdog.h): rebuilt on
   // its port when it stops accepting; the tables live on in the shard.
@@ -236,6 +363,10 @@ EmbeddingServer::~EmbeddingServer() {
 int EmbeddingServer::port() const { return impl_->grpc->port(); }
 int EmbeddingServer::metrics_port() const { return impl_->exposer ? impl_->exposer->port() : -1; }
 EmbeddingShard& EmbeddingServer::shard() { return *impl_->shard; }
+
+void EmbeddingServer::SetJobGrant(std::optional<JobGrant> grant) {
+  if (impl_->grants != nullptr) impl_->grants->Set(std::move(grant));
+}
 
 namespace {
 
@@ -331,6 +462,11 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
       std::map<std::string, std::string>{{"shard", absl::StrCat(options.shard.shard)}});
   impl->refusals = std::make_unique<RefusalRecorder>(
       *impl->registry, absl::StrCat("sift embedding-server shard ", options.shard.shard));
+  impl->bound_refusals = std::make_unique<RefusalRecorder>(
+      *impl->registry, absl::StrCat("sift embedding-server shard ", options.shard.shard),
+      "sift_ps_refused_requests_total",
+      "Pulls and pushes refused whole (INVALID_ARGUMENT / RESOURCE_EXHAUSTED): a table bound (the "
+      "memory budget, a capacity), a row this shard does not hold, a bad gradient.");
   if (options.metrics_port >= 0) {
     SIFT_ASSIGN_OR_RETURN(
         impl->exposer,
@@ -350,11 +486,15 @@ StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
   EmbeddingShard* shard = impl->shard.get();
   GrpcServerMetrics* metrics = impl->grpc_metrics.get();
   RefusalRecorder* refusals = impl->refusals.get();
+  RefusalRecorder* bound_refusals = impl->bound_refusals.get();
+  if (options.managed) impl->grants = std::make_unique<GrantHolder>();
+  const GrantHolder* grants = impl->grants.get();
   const int threads = options.shard.threads;
   const bool secured = options.security.tls();
   auto grpc = WatchedGrpcServer::Start(g, OneService([=] {
                                          return std::make_unique<EmbeddingService>(
-                                             shard, threads, metrics, secured, refusals);
+                                             shard, threads, metrics, secured, refusals,
+                                             bound_refusals, grants);
                                        }));
   if (!grpc.ok()) return grpc.status();
   impl->grpc = std::move(*grpc);

@@ -13,7 +13,9 @@
 //   grpc_server_handling_seconds (histogram) per grpc_method;
 //   sift_ps_rows, sift_ps_memory_bytes (gauges) and sift_ps_pulled_keys_total,
 //   sift_ps_pushed_keys_total (counters) per table; sift_auth_refusals_total{grpc_method,
-//   grpc_code} (common/grpc_security.h); sift_build_info{version}.
+//   grpc_code} (common/grpc_security.h: credentials, job credentials, snapshot scope);
+//   sift_ps_refused_requests_total{grpc_method, grpc_code} (pulls and pushes refused whole: table
+//   bounds, absent rows, bad gradients), each refusal also a log line; sift_build_info{version}.
 //
 // The gRPC server runs under the listener watchdog of common/grpc_listener_watchdog.h: when it
 // stops accepting (file descriptors ran out) it is rebuilt on the same port, tables intact.
@@ -23,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/grpc_server_limits.h"
@@ -43,7 +46,27 @@ struct EmbeddingServerOptions {
   // TLS and member certificates (common/security.h): Configure, Pull, Push, Snapshot and Restore
   // need a worker's certificate, Stats any member's. Off: plaintext, no checks.
   SecurityOptions security;
+  // Registered with a coordinator (`--coordinator`): Configure, Pull, Push, Snapshot and Restore
+  // need the job credential of the generation this server serves (SetJobGrant), security on or
+  // off, and Snapshot/Restore names are that job's (JobGrant). Not managed (a standalone server):
+  // no job checks.
+  bool managed = false;
 };
+
+// What a managed server serves: one generation of one job (the coordinator's assignment).
+struct JobGrant {
+  std::string job_id;
+  int64_t generation = 0;
+  std::string credential;  // common/job_credential.h
+  // Besides the job's own ("ckpt-<job_id>-g..."), the one snapshot it may Restore ("" = none).
+  std::string restorable_snapshot;
+};
+
+// The snapshot names of `job_id`'s checkpoints start with this ("ckpt-job-3-g").
+std::string JobSnapshotPrefix(const std::string& job_id);
+// OK when a server serving `grant` may write (Snapshot; restore = false) or read (Restore) the
+// snapshot `name`; PERMISSION_DENIED (AuthRefusal) naming the rule otherwise.
+Status CheckSnapshotScope(const JobGrant& grant, const std::string& name, bool restore);
 
 class EmbeddingServer {
  public:
@@ -53,6 +76,9 @@ class EmbeddingServer {
   ~EmbeddingServer();  // Shutdown()
   EmbeddingServer(const EmbeddingServer&) = delete;
   EmbeddingServer& operator=(const EmbeddingServer&) = delete;
+
+  // A managed server's current job (nullopt: none — it refuses every table call). Thread-safe.
+  void SetJobGrant(std::optional<JobGrant> grant);
 
   int port() const;          // the bound gRPC port
   int metrics_port() const;  // the bound metrics port, -1 when disabled

@@ -174,8 +174,9 @@ grep -q "^\[sift.sbatch .*\] job $job ($layout)" "$out" || fail "the script did 
 grep -Eq 'job job-[0-9]+ COMPLETED' "$out" || fail "no COMPLETED job in the output"
 grep -Eq 'epoch 0: train AUC [0-9.]+ loss [0-9.]+, test AUC 0\.[0-9]+' "$out" ||
   fail "no test AUC in the job log (sift logs) printed by the script"
-grep -Eq '"type": "LOG", "step": \[\], "data": \{.*"test_auc": 0\.[0-9]+' "$tmp/results/log.json" ||
-  fail "no final test_auc record in $tmp/results/log.json"
+# The coordinator writes each job's results to <results_dir>/<job id>/.
+grep -Eq '"type": "LOG", "step": \[\], "data": \{.*"test_auc": 0\.[0-9]+' "$tmp"/results/job-*/log.json ||
+  fail "no final test_auc record in $tmp/results/job-*/log.json"
 grep -q 'done: exit code 0' "$out" || fail "the script did not finish cleanly"
 
 # The coordinator's port: the explicit one, or the free one it picked (its port file).

@@ -27,6 +27,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/client.h"
+#include "common/job_credential.h"
 #include "server/coordinator/service.h"
 #include "tests/integration/flood_util.h"
 #include "tests/util/test_util.h"
@@ -72,6 +73,33 @@ std::unique_ptr<CoordinatorClient> Connect(int port) {
   return client.ok() ? std::move(*client) : nullptr;
 }
 
+// Submits kSpec to `c` (in process) and makes one server and one worker its cluster, the server
+// serving it: the worker's assignment, with the generation's job credential.
+pb::Assignment RunningRank(Coordinator& c) {
+  pb::SubmitJobRequest submit;
+  submit.set_spec_yaml(kSpec);
+  EXPECT_TRUE(c.SubmitJob(submit).ok());
+  pb::RegisterRequest q;
+  q.set_role(pb::EMBEDDING_SERVER);
+  q.set_address("127.0.0.1:1");
+  q.set_num_shards(1);
+  const std::string server = c.Register(q)->member_id();
+  q.set_role(pb::WORKER);
+  q.set_num_shards(0);
+  const std::string worker = c.Register(q)->member_id();
+  pb::HeartbeatRequest beat;
+  beat.set_member_id(server);
+  const pb::Assignment served = c.Heartbeat(beat)->assignment();
+  beat.set_running_job_id(served.job_id());
+  beat.set_running_generation(served.generation());
+  EXPECT_TRUE(c.Heartbeat(beat).ok());
+  beat = pb::HeartbeatRequest();
+  beat.set_member_id(worker);
+  auto a = c.Heartbeat(beat);
+  EXPECT_TRUE(a.ok() && a->has_assignment());
+  return a.ok() ? a->assignment() : pb::Assignment();
+}
+
 class CoordinatorServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -110,10 +138,19 @@ TEST_F(CoordinatorServiceTest, AJobRunsToCompletionOverGrpc) {
   EXPECT_EQ(info->message(),
             "waiting for embedding server shard 0 of 1; waiting for 1 more worker");
 
-  RegisterMember(pb::EMBEDDING_SERVER, "127.0.0.1:1");
+  const std::string server = RegisterMember(pb::EMBEDDING_SERVER, "127.0.0.1:1");
   const std::string worker = RegisterMember(pb::WORKER, "127.0.0.1");
   pb::HeartbeatRequest beat;
   beat.set_member_id(worker);
+  EXPECT_FALSE(client_->Heartbeat(beat)->has_assignment()) << "the server does not serve it yet";
+  // The server learns its job, then reports serving it: the worker gets its assignment.
+  pb::HeartbeatRequest server_beat;
+  server_beat.set_member_id(server);
+  auto served = client_->Heartbeat(server_beat);
+  ASSERT_TRUE(served.ok() && served->has_assignment());
+  server_beat.set_running_job_id(served->assignment().job_id());
+  server_beat.set_running_generation(served->assignment().generation());
+  ASSERT_TRUE(client_->Heartbeat(server_beat).ok());
   auto hb = client_->Heartbeat(beat);
   ASSERT_TRUE(hb.ok()) << hb.status();
   const pb::Assignment a = hb->assignment();
@@ -123,9 +160,14 @@ TEST_F(CoordinatorServiceTest, AJobRunsToCompletionOverGrpc) {
   beat.set_member_id("no-such-member");
   EXPECT_EQ(client_->Heartbeat(beat).status().code(), absl::StatusCode::kNotFound);
 
+  EXPECT_EQ(a.job_credential(), served->assignment().job_credential());
   pb::ReportProgressRequest p;
   p.set_job_id(a.job_id());
   p.set_generation(a.generation());
+  const Status anonymous = client_->ReportProgress(p);
+  EXPECT_EQ(anonymous.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(anonymous.message()), HasSubstr("no job credential"));
+  client_->SetJobCredential(a.job_credential());
   for (int s = 0; s < 3; ++s) {
     pb::StepRecord* r = p.add_steps();
     r->set_step(s);
@@ -135,9 +177,10 @@ TEST_F(CoordinatorServiceTest, AJobRunsToCompletionOverGrpc) {
   }
   ASSERT_TRUE(client_->ReportProgress(p).ok());
   p.set_generation(7);
-  Status stale = client_->ReportProgress(p);
-  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(stale.message()), HasSubstr("stale generation"));
+  Status other = client_->ReportProgress(p);
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(other.message()),
+              HasSubstr("names job-1 generation 7 but presents the credential of job-1 generation 1"));
 
   for (const char* split : {"train", "test"}) {
     pb::ReportEvalRequest e;
@@ -249,6 +292,11 @@ TEST_F(CoordinatorServiceTest, ASecondCoordinatorOnTheStateDirIsRefused) {
 }
 
 TEST_F(CoordinatorServiceTest, KvGetBlocksUntilAnotherThreadSets) {
+  const pb::Assignment a = RunningRank(server_->coordinator());
+  ASSERT_EQ(a.kv_prefix(), "job-1/g1");
+  // Without the generation's credential the store is closed.
+  EXPECT_EQ(client_->KvSet("job-1/g1/a", "1").code(), absl::StatusCode::kPermissionDenied);
+  client_->SetJobCredential(a.job_credential());
   auto waiter = std::async(std::launch::async, [this] {
     return client_->KvGet({"job-1/g1/a", "job-1/g1/b"}, absl::Seconds(30));
   });
@@ -260,7 +308,7 @@ TEST_F(CoordinatorServiceTest, KvGetBlocksUntilAnotherThreadSets) {
   ASSERT_TRUE(values.ok()) << values.status();
   EXPECT_EQ(*values, (std::vector<std::string>{"1", std::string("\0two", 4)}));
 
-  auto missing = client_->KvGet({"job-1/g1/a", "nope"}, absl::Milliseconds(50));
+  auto missing = client_->KvGet({"job-1/g1/a", "job-1/g1/nope"}, absl::Milliseconds(50));
   ASSERT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("nope"));
   EXPECT_EQ(client_->KvSet("", "x").code(), absl::StatusCode::kInvalidArgument);
@@ -277,8 +325,10 @@ TEST_F(CoordinatorServiceTest, ShutdownReleasesKvWaitersAndHealthServes) {
   ASSERT_TRUE(health->Check(&ctx, hq, &hr).ok());
   EXPECT_EQ(hr.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 
-  auto waiter = std::async(std::launch::async,
-                           [this] { return client_->KvGet({"never"}, absl::Seconds(60)); });
+  client_->SetJobCredential(RunningRank(server_->coordinator()).job_credential());
+  auto waiter = std::async(std::launch::async, [this] {
+    return client_->KvGet({"job-1/g1/never"}, absl::Seconds(60));
+  });
   EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
   server_->Shutdown();
   auto r = waiter.get();  // at once, not after the 10 s server cap
@@ -372,8 +422,10 @@ bool PollUntil(const std::function<bool()>& fn, absl::Duration timeout) {
   return true;
 }
 
-grpc::Status KvGetCall(pb::CoordinatorService::Stub* stub, const std::string& key) {
+grpc::Status KvGetCall(pb::CoordinatorService::Stub* stub, const std::string& key,
+                       const std::string& credential) {
   grpc::ClientContext ctx;
+  ctx.AddMetadata(kJobCredentialHeader, credential);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   pb::KvGetRequest q;
   q.add_keys(key);
@@ -396,6 +448,7 @@ TEST(CoordinatorFloodTest, CallsAndConnectionsAreBoundedAndTheServerServesAfter)
   ASSERT_NE(server, nullptr);
   const int port = server->port();
   const int metrics_port = server->metrics_port();
+  const std::string credential = RunningRank(server->coordinator()).job_credential();
   auto set_key = [&server](const std::string& key) {
     pb::KvSetRequest q;
     q.set_key(key);
@@ -409,12 +462,14 @@ TEST(CoordinatorFloodTest, CallsAndConnectionsAreBoundedAndTheServerServesAfter)
     std::vector<std::future<grpc::Status>> calls;
     for (int i = 0; i < 8; ++i) {
       calls.push_back(std::async(std::launch::async,
-                                 [&stub] { return KvGetCall(stub.get(), "flood/streams"); }));
+                                 [&stub, &credential] {
+                                   return KvGetCall(stub.get(), "job-1/g1/streams", credential);
+                                 }));
     }
     ASSERT_TRUE(PollUntil([&] { return StartedKvGets(metrics_port) == 4; }, absl::Seconds(20)));
     absl::SleepFor(absl::Milliseconds(300));
     EXPECT_EQ(StartedKvGets(metrics_port), 4);  // still: the other 4 wait for a stream
-    ASSERT_TRUE(set_key("flood/streams").ok());
+    ASSERT_TRUE(set_key("job-1/g1/streams").ok());
     for (auto& c : calls) {
       const grpc::Status s = c.get();
       EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
@@ -429,8 +484,8 @@ TEST(CoordinatorFloodTest, CallsAndConnectionsAreBoundedAndTheServerServesAfter)
     std::atomic<int> refused{0};
     std::vector<std::future<grpc::Status>> calls;
     for (auto& stub : stubs) {
-      calls.push_back(std::async(std::launch::async, [&refused, s = stub.get()] {
-        grpc::Status st = KvGetCall(s, "flood/threads");
+      calls.push_back(std::async(std::launch::async, [&refused, &credential, s = stub.get()] {
+        grpc::Status st = KvGetCall(s, "job-1/g1/threads", credential);
         if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) refused.fetch_add(1);
         return st;
       }));
@@ -456,7 +511,7 @@ TEST(CoordinatorFloodTest, CallsAndConnectionsAreBoundedAndTheServerServesAfter)
       std::printf("a call beyond --max-threads: %d %s\n", static_cast<int>(s.error_code()),
                   s.error_message().c_str());
     }
-    ASSERT_TRUE(set_key("flood/threads").ok());
+    ASSERT_TRUE(set_key("job-1/g1/threads").ok());
     int ok = 0;
     for (auto& c : calls) {
       const grpc::Status s = c.get();
@@ -482,13 +537,14 @@ TEST(CoordinatorFloodTest, CallsAndConnectionsAreBoundedAndTheServerServesAfter)
   ASSERT_NE(client, nullptr);
   auto id = client->SubmitJob(kSpec, "tiny.yaml");
   ASSERT_TRUE(id.ok()) << id.status();
-  ASSERT_TRUE(client->KvSet("flood/after", "x").ok());
-  auto values = client->KvGet({"flood/after"}, absl::Seconds(5));
+  client->SetJobCredential(credential);
+  ASSERT_TRUE(client->KvSet("job-1/g1/after", "x").ok());
+  auto values = client->KvGet({"job-1/g1/after"}, absl::Seconds(5));
   ASSERT_TRUE(values.ok()) << values.status();
   EXPECT_EQ(*values, std::vector<std::string>{"x"});
   auto jobs = client->ListJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
-  EXPECT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(jobs->size(), 2u);
 }
 
 TEST(CoordinatorProcessTest, ServesUntilSigtermAndExitsZero) {

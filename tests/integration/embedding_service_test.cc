@@ -40,6 +40,7 @@
 #include "common/wire_float.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "common/job_credential.h"
 #include "gtest/gtest.h"
 #include "proto/embedding.grpc.pb.h"
 #include "proto/embedding.pb.h"
@@ -111,6 +112,7 @@ struct ServerSpec {
   int threads = 2;
   int64_t memory_budget = 0;  // ShardOptions::memory_budget_bytes
   GrpcServerLimits limits;
+  bool managed = false;  // EmbeddingServerOptions::managed (job credentials)
 };
 
 std::unique_ptr<EmbeddingServer> StartServer(const ServerSpec& spec) {
@@ -127,6 +129,7 @@ std::unique_ptr<EmbeddingServer> StartServer(const ServerSpec& spec) {
   o.port = 0;
   o.metrics_port = spec.metrics ? 0 : -1;
   o.limits = spec.limits;
+  o.managed = spec.managed;
   auto server = EmbeddingServer::Start(o);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;
@@ -1265,6 +1268,102 @@ TEST(EmbeddingServiceTest, OldCheckpointSnapshotsAreDeleted) {
   EXPECT_FALSE(sift::PathExists(spec.snapshot_dir + "/ckpt-job-1-g1-step-1/" +
                                 embedding::ShardSnapshotFileName(0, 1)));
   EXPECT_TRUE(sift::PathExists(spec.snapshot_dir + "/ckpt-job-1-g1-step-1/shard-1-of-2.bin"));
+}
+
+// A server registered with a coordinator serves one generation of one job: table calls need that
+// generation's credential (security off here: the rule is the same), snapshots are that job's,
+// an earlier generation's rank is told it is stale, and each refusal is counted.
+TEST(EmbeddingServiceTest, AManagedServerServesOnlyTheGenerationItWasGiven) {
+  testing::TempDir dir;
+  ServerSpec spec;
+  spec.snapshot_dir = dir.Sub("snap");
+  spec.managed = true;
+  spec.metrics = true;
+  auto servers = StartServers(1, spec);
+  const JobCredentialIssuer issuer(std::string(32, 'k'));
+  const auto client_with = [&](const std::string& credential) {
+    EmbeddingClientOptions o;
+    o.security.job_credential = credential;
+    o.max_retries = 0;
+    return Connect(servers, o);
+  };
+  const std::string g1 = issuer.Issue("job-1", 1);
+  auto rank = client_with(g1);  // Connect reads Stats: open to every caller
+  ASSERT_NE(rank, nullptr);
+  Status s = rank->Configure(kSeed, Tables());
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("serves no job now"));
+
+  servers[0]->SetJobGrant(embedding::JobGrant{"job-1", 1, g1, "ckpt-job-0-g4-step-9"});
+  ASSERT_TRUE(rank->Configure(kSeed, Tables()).ok());
+  const std::vector<float> rows = PullRows(*rank, kUser, {1, 2, 3});
+  // No credential, another job's, another coordinator's: refused; the tables are unchanged.
+  for (const std::string& credential :
+       {std::string(), issuer.Issue("job-2", 1),
+        JobCredentialIssuer(std::string(32, 'z')).Issue("job-1", 1)}) {
+    auto other = client_with(credential);
+    ASSERT_NE(other, nullptr);
+    s = other->Configure(kSeed, Tables(), /*replace=*/true);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << credential;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("serves job-1 generation 1"));
+  }
+  EXPECT_EQ(PullRows(*rank, kUser, {1, 2, 3}), rows);
+  EXPECT_EQ(servers[0]->shard().Metrics().size(), 3u);
+
+  // Snapshots: the job's own only (writing and pruning); restores also the resume snapshot.
+  auto rpc = pb::EmbeddingService::NewStub(Channel(*servers[0]));
+  const auto snapshot = [&](const std::string& name, bool retain_only) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    ctx.AddMetadata(kJobCredentialHeader, g1);
+    pb::SnapshotRequest q;
+    q.set_name(name);
+    q.set_step(5);
+    q.set_retain_only(retain_only);
+    pb::SnapshotResponse r;
+    return rpc->Snapshot(&ctx, q, &r);
+  };
+  const auto restore = [&](const std::string& name) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    ctx.AddMetadata(kJobCredentialHeader, g1);
+    pb::RestoreRequest q;
+    q.set_name(name);
+    pb::RestoreResponse r;
+    return rpc->Restore(&ctx, q, &r);
+  };
+  ASSERT_TRUE(snapshot("ckpt-job-1-g1-step-5", false).ok());
+  for (const char* name : {"ckpt-job-2-g9-step-999999", "manual", "ckpt-job-10-g1-step-5"}) {
+    const grpc::Status st = snapshot(name, /*retain_only=*/true);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << name;
+    EXPECT_THAT(st.error_message(), HasSubstr("a job writes and prunes only its own snapshots"));
+  }
+  EXPECT_TRUE(sift::PathExists(spec.snapshot_dir + "/ckpt-job-1-g1-step-5"));
+  EXPECT_EQ(restore("ckpt-job-2-g1-step-5").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // The resume snapshot passes the scope check (and then fails: it does not exist here).
+  EXPECT_EQ(restore("ckpt-job-0-g4-step-9").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(restore("ckpt-job-1-g1-step-5").ok());
+
+  // Generation 2: generation 1's ranks are stale; none: everything refused.
+  const std::string g2 = issuer.Issue("job-1", 2);
+  servers[0]->SetJobGrant(embedding::JobGrant{"job-1", 2, g2, ""});
+  std::vector<float> out(3 * DimOf(kUser));
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  const EmbeddingClient::PullItem item{kUser, keys, absl::MakeSpan(out)};
+  s = rank->Pull({&item, 1}, /*create_missing=*/true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("stale generation: Pull from job-1 generation 1"));
+  EXPECT_TRUE(client_with(g2)->Pull({&item, 1}, true).ok());
+  servers[0]->SetJobGrant(std::nullopt);
+  EXPECT_EQ(client_with(g2)->Pull({&item, 1}, true).code(), absl::StatusCode::kPermissionDenied);
+
+  // Counted per method and code.
+  auto page = testing::HttpGet("127.0.0.1", servers[0]->metrics_port(), "/metrics");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(*page, HasSubstr("sift_auth_refusals_total{grpc_code=\"PERMISSION_DENIED\","
+                               "grpc_method=\"Configure\"} 4"));
+  EXPECT_THAT(*page, HasSubstr("sift_auth_refusals_total{grpc_code=\"PERMISSION_DENIED\","
+                               "grpc_method=\"Snapshot\"} 3"));
 }
 
 TEST(EmbeddingServiceTest, HealthIsServingUntilShutdown) {

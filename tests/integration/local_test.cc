@@ -107,7 +107,7 @@ TEST(Local, RunsAJobPrintsTheTableAndLeavesNoProcess) {
   EXPECT_THAT(r.out, HasSubstr("ratio"));
   EXPECT_THAT(r.out, HasSubstr("time to train"));
   EXPECT_THAT(r.out, HasSubstr("samples/s"));
-  const std::string dlll = work + "/results/log.json";
+  const std::string dlll = work + "/results/job-1/log.json";
   EXPECT_THAT(r.out, HasSubstr("DLLL log   " + dlll));
   EXPECT_TRUE(PathExists(dlll));
   EXPECT_TRUE(PathExists(work + "/logs/coordinator-0.log"));
@@ -165,7 +165,7 @@ TEST(Local, PatienceEndsAClusterJobEarlyAndKeepsTheBestCheckpoint) {
   EXPECT_THAT(r.out, HasSubstr("0 recoveries"));
   EXPECT_THAT(r.out, HasSubstr("valid_auc"));
   EXPECT_THAT(r.out, HasSubstr("kept model  epoch 1 (best validation AUC"));
-  auto recs = ReadDllLogFile(work + "/results/log.json");
+  auto recs = ReadDllLogFile(work + "/results/job-1/log.json");
   ASSERT_TRUE(recs.ok()) << recs.status();
   std::vector<double> validation;
   double final_test_auc = -1, epoch0_test_auc = -2, kept = -1;

@@ -192,6 +192,33 @@ TEST_F(SecureCoordinatorTest, RolesAndOwnersDecideWhoMayDoWhat) {
   EXPECT_GE(Refusals("SubmitJob", "PERMISSION_DENIED"), 1);
 }
 
+// A user's spec cannot make the coordinator write outside its roots, nor start from another
+// user's model; the refusals are counted.
+TEST_F(SecureCoordinatorTest, SpecPathsStayUnderTheRootsAndResumingNeedsTheOwner) {
+  auto alice = As("client", "alice"), bob = As("client", "bob"), admin = As("client", "admin");
+  const std::string ckpt_root = dir_.Sub("state") + "/checkpoints";
+  for (const std::string& field :
+       {std::string("results_dir: /etc\n"), std::string("checkpoint: {dir: /etc}\n")}) {
+    auto refused = alice->SubmitJob(kSpec + field, "job.yaml");
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(refused.status().message(), HasSubstr("/etc is outside " + dir_.Sub("state")));
+  }
+  auto bobs = bob->SubmitJob(kSpec + std::string("checkpoint: {dir: ") + ckpt_root + "}\n",
+                             "job.yaml");
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  const std::string from = ckpt_root + "/" + *bobs + "/step-000000000008";
+  const std::string resume = kSpec + std::string("checkpoint: {resume_from: ") + from + "}\n";
+  auto stolen = alice->SubmitJob(resume, "job.yaml");
+  EXPECT_EQ(stolen.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(stolen.status().message(), HasSubstr("owned by bob; user alice may resume only"));
+  EXPECT_TRUE(bob->SubmitJob(resume, "job.yaml").ok());
+  EXPECT_TRUE(admin->SubmitJob(resume, "job.yaml").ok());
+  auto climbing = alice->SubmitJob(
+      kSpec + std::string("checkpoint: {resume_from: ") + ckpt_root + "/../x}\n", "job.yaml");
+  EXPECT_EQ(climbing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_GE(Refusals("SubmitJob", "PERMISSION_DENIED"), 1);
+}
+
 // The CLI as a user runs it: `sift submit` with the spec's security block (or the flags),
 // `sift jobs` with the flags, `sift health` with only the CA; without them, exit 2 naming why.
 TEST_F(SecureCoordinatorTest, TheCliTakesItsSecurityFromFlagsEnvironmentOrTheSpec) {
@@ -287,10 +314,13 @@ TEST_F(SecureCoordinatorTest, CertificatesOfAnotherCaExpiredOrNoneAndPlaintextAr
   beat.set_member_id(ok->member_id());
   EXPECT_EQ(As("worker-1")->Heartbeat(beat).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(As("worker-0")->Heartbeat(beat).ok());
-  // A member reads a job's state (a worker ending with its job), but nothing else of the users'.
+  // A member reads only the state of a job it ran (with that job's credential: a worker ending
+  // with its job), and nothing else of the users'.
   auto id = As("client", "alice")->SubmitJob(kSpec, "job.yaml");
   ASSERT_TRUE(id.ok()) << id.status();
-  EXPECT_TRUE(As("worker-0")->GetJob(*id).ok());
+  const Status unrun = As("worker-0")->GetJob(*id).status();
+  EXPECT_EQ(unrun.code(), absl::StatusCode::kPermissionDenied) << unrun;
+  EXPECT_THAT(unrun.message(), HasSubstr("a member reads only the jobs it has run"));
   EXPECT_EQ(As("worker-0")->GetLogs(*id, 0).status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(As("worker-0")->CancelJob(*id).status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(As("coordinator")->GetJob(*id).status().code(), absl::StatusCode::kPermissionDenied);
@@ -347,7 +377,7 @@ TEST_F(SecureCoordinatorTest, ARotatedTokensFileTakesEffectWithoutARestart) {
 class SecureClusterTest : public sift::testing::TinyDatasetSuite<1> {};
 
 TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUndisturbedAuc) {
-  const TestPki pki = TestPki::Make(dir_->Sub("pki"), 2, 1);
+  const TestPki pki = TestPki::Make(dir_->Sub("pki"), 2, 3);  // worker-2: a member of no job
   TestClusterOptions co;
   co.servers = 2;
   co.workers = 1;
@@ -433,6 +463,47 @@ TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUnd
   }
 
   const std::string& coord = cluster.coordinator_address();
+  // A legitimate worker certificate outside the job (registered, idle, no rank): it may register
+  // and read Stats, but not touch the job's tables, snapshots or rendezvous keys, nor read it.
+  const SecurityOptions idle = pki.As("worker-2");
+  cpb::RegisterRequest idle_worker;
+  idle_worker.set_role(cpb::WORKER);
+  idle_worker.set_address("127.0.0.1");
+  ASSERT_TRUE(Client(coord, idle)->Register(idle_worker).ok());
+  for (const std::string& address : running.servers()) {
+    auto stub = EmbeddingStub(address, idle);
+    ASSERT_NE(stub, nullptr);
+    epb::StatsResponse stats;
+    ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
+                  return stub->Stats(c, epb::StatsRequest(), &stats);
+                }).ok());
+    epb::ConfigureRequest configure;  // the server's own config, as an attacker would send it
+    configure.set_replace(true);
+    configure.set_seed(stats.seed());
+    *configure.mutable_tables() = stats.configs();
+    epb::ConfigureResponse configured;
+    grpc::Status st =
+        Call([&](grpc::ClientContext* c) { return stub->Configure(c, configure, &configured); });
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr("Configure: no job credential; this server serves " +
+                                              id + " generation"));
+    epb::SnapshotRequest wipe;
+    wipe.set_name("ckpt-job-1-g9-step-999999");
+    wipe.set_retain_only(true);
+    wipe.add_retain_steps(999999);
+    epb::SnapshotResponse wiped;
+    st = Call([&](grpc::ClientContext* c) { return stub->Snapshot(c, wipe, &wiped); });
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  }
+  auto idle_client = Client(coord, idle);
+  for (const std::string& key : {absl::StrCat("job-", 9, "/g1/0"), std::string("zz/0"),
+                                 absl::StrCat(id, "/g", running.generation() + 1, "/0")}) {
+    const Status st = idle_client->KvSet(key, std::string(1000, 'x'));
+    EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << key << ": " << st;
+    EXPECT_THAT(std::string(st.message()), HasSubstr("no job credential"));
+  }
+  EXPECT_EQ(idle_client->GetJob(id).status().code(), absl::StatusCode::kPermissionDenied);
+
   // CancelJob and ReportFailure(fatal) on alice's job.
   EXPECT_EQ(Client(coord, bob)->CancelJob(id).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(Client(coord, anonymous)->CancelJob(id).status().code(),
@@ -496,6 +567,8 @@ TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUnd
   const std::string errors = cluster.AllErrors();
   EXPECT_THAT(errors, HasSubstr("refused CancelJob from user bob (operator) from ipv4:127.0.0.1"));
   EXPECT_THAT(errors, HasSubstr("refused Configure from an anonymous caller from ipv4:127.0.0.1"));
+  EXPECT_THAT(errors, HasSubstr("refused Configure from member worker-2 from ipv4:127.0.0.1"));
+  EXPECT_THAT(errors, HasSubstr("refused KvSet from member worker-2 from ipv4:127.0.0.1"));
   EXPECT_THAT(errors, ::testing::Not(HasSubstr(TestPki::Token("bob"))));
   // The listener watchdog's probes get through TLS (else it would restart the listeners).
   EXPECT_THAT(errors, ::testing::Not(HasSubstr("restarting the listener")));

@@ -2,7 +2,7 @@
 // staleness 0 trains what `sift train` trains at the same global batch, on a real cluster on
 // loopback (coordinator, 2 embedding servers, 3 workers as processes, gRPC and Gloo). Compared
 // through the checkpoint every completed job now leaves: its dense parameters and every embedding
-// row, against `sift train --embedding-servers` on the same servers.
+// row, against `sift train --embedding-servers` on standalone servers of the same build.
 //
 // The bound, and what it rests on. The two runs add the same numbers in another order: a row's or
 // a dense parameter's gradient is a sum of W partial sums (B/W samples each) where one process
@@ -22,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <filesystem>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,7 @@
 #include "nlohmann/json.hpp"
 #include "server/embedding/snapshot.h"
 #include "server/embedding/table.h"
+#include "tests/util/embedding_servers.h"
 #include "tests/util/test_cluster.h"
 #include "tests/util/test_util.h"
 #include "tests/util/tiny_dataset_suite.h"
@@ -161,10 +163,12 @@ class SparseStepTest : public sift::testing::TinyDatasetSuite<1> {
     EXPECT_EQ(out->state(), cpb::COMPLETED) << out->message() << "\n" << cluster->AllErrors();
     return out->last_checkpoint().dir();
   }
-  // sift train on the cluster's servers, --save-checkpoint `dir`.
-  static void TrainOneProcess(const cpb::JobInfo& info, const std::string& model,
-                              const std::string& opt, const std::string& dir,
-                              double sparse_l2 = 0) {
+  // sift train on 2 standalone embedding servers (a cluster's serve only their job),
+  // --save-checkpoint `dir`.
+  static void TrainOneProcess(const std::string& model, const std::string& opt,
+                              const std::string& dir, double sparse_l2 = 0) {
+    const sift::testing::EmbeddingServers servers(*dir_, "one-" + std::filesystem::path(dir).filename().string(), 2,
+                                                  dir + "-snapshots");
     auto r = RunSift({"train",
                       "--dataset",
                       Tiny(),
@@ -189,7 +193,7 @@ class SparseStepTest : public sift::testing::TinyDatasetSuite<1> {
                       "--progress",
                       "off",
                       "--embedding-servers",
-                      absl::StrCat(info.servers(0), ",", info.servers(1)),
+                      servers.List(),
                       "--save-checkpoint",
                       dir});
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -213,7 +217,7 @@ TEST_F(SparseStepTest, WWorkersTrainWhatOneProcessTrains) {
         got[w] = ReadModel(ckpt);
         EXPECT_EQ(got[w].step, kSteps);
       }
-      TrainOneProcess(info, model, opt, base + "/one");
+      TrainOneProcess(model, opt, base + "/one");
       const Model one = ReadModel(base + "/one");
       ASSERT_EQ(one.step, kSteps);
       for (const auto& [w, m] : got) {
@@ -243,8 +247,8 @@ TEST_F(SparseStepTest, PerRankIsOutsideTheBoundL2IsInsideAndRunsRepeat) {
       RunJob(&cluster, JobYaml("din", "adam", 2, "step", dir_->Sub("pr_c"), 1, 20, 1.0), &info));
   const Model step_d = ReadModel(
       RunJob(&cluster, JobYaml("din", "adam", 2, "step", dir_->Sub("pr_d"), 1, 20, 1.0), &info));
-  TrainOneProcess(info, "din", "adam", dir_->Sub("pr_one"));
-  TrainOneProcess(info, "din", "adam", dir_->Sub("pr_one_l2"), 1.0);
+  TrainOneProcess("din", "adam", dir_->Sub("pr_one"));
+  TrainOneProcess("din", "adam", dir_->Sub("pr_one_l2"), 1.0);
   const Model one = ReadModel(dir_->Sub("pr_one"));
   const Model one_l2 = ReadModel(dir_->Sub("pr_one_l2"));
   const double pr = RowDifference(per_rank, one);

@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
+#include "tests/util/embedding_servers.h"
 #include "tests/util/test_cluster.h"
 #include "tests/util/test_util.h"
 #include "tests/util/tiny_dataset_suite.h"
@@ -107,7 +108,9 @@ TEST_F(WorkerTest, OneWorkerGivesTheLossCurveOfSiftTrain) {
   EXPECT_THAT(cluster.WorkerOutput(0), HasSubstr(id + " COMPLETED; 1 of 1 job(s) finished"));
   EXPECT_THAT(cluster.WorkerOutput(0), HasSubstr("sift worker: finished, stopping"));
 
-  // The same run single-process, its tables on the same embedding server (replaced).
+  // The same run single-process, its tables on a standalone embedding server (the cluster's
+  // serves only its jobs).
+  const sift::testing::EmbeddingServers standalone(*dir_, "one-train", 1, dir_->Sub("one_snaps"));
   auto train = RunSift({"train",
                         "--dataset",
                         Tiny(),
@@ -128,13 +131,14 @@ TEST_F(WorkerTest, OneWorkerGivesTheLossCurveOfSiftTrain) {
                         "--progress",
                         "off",
                         "--embedding-servers",
-                        info.servers(0),
+                        standalone.List(),
                         "--results-dir",
                         dir_->Sub("one_train")});
   ASSERT_EQ(train.exit_code, 0) << train.err;
   const std::vector<std::string> want = Curve(dir_->Sub("one_train/log.json"));
   ASSERT_EQ(want.size(), 12u + 2u);
-  EXPECT_EQ(Curve(job.results_dir + "/log.json"), want);
+  EXPECT_EQ(info.results_dir(), job.results_dir + "/" + id);
+  EXPECT_EQ(Curve(info.results_dir() + "/log.json"), want);
 }
 
 TEST_F(WorkerTest, TwoWorkersWithStalenessAndAMidEpochCheckpointComplete) {

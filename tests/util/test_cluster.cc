@@ -98,7 +98,13 @@ void TestCluster::StartCoordinator() {
                                    "--heartbeat-ms",
                                    std::to_string(options_.heartbeat_ms),
                                    "--metrics-port",
-                                   options_.metrics ? "0" : "-1"};
+                                   options_.metrics ? "0" : "-1",
+                                   "--results-root",
+                                   options_.results_root.empty() ? dir_.path()
+                                                                 : options_.results_root,
+                                   "--checkpoint-root",
+                                   options_.checkpoint_root.empty() ? dir_.path()
+                                                                    : options_.checkpoint_root};
   const std::vector<int> ports = Ports(Launch(&coordinator_, "coordinator", args));
   if (ports.empty()) return;
   coordinator_port_ = ports[0];

@@ -30,6 +30,9 @@ struct TestClusterOptions {
   std::string tls_root;
   std::string tokens_file;
   std::string client_token_file;
+  // The coordinator's --results-root / --checkpoint-root ("" = the test's directory).
+  std::string results_root;
+  std::string checkpoint_root;
 };
 
 class TestCluster {

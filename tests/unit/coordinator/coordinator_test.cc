@@ -3,6 +3,8 @@
 // evaluation aggregation and the DLLL log, KV, and a restart from the state directory.
 #include "server/coordinator/coordinator.h"
 
+#include <unistd.h>
+
 #include <limits>
 #include <memory>
 #include <string>
@@ -15,6 +17,8 @@
 #include "common/text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/file_util.h"
+#include "common/job_credential.h"
 #include "tests/util/test_util.h"
 
 namespace sift::coordinator {
@@ -48,6 +52,8 @@ class CoordinatorTest : public ::testing::Test {
     o.max_workers = 16;
     o.pending_timeout_ms = pending_timeout_ms_;
     o.clock = [this] { return now_; };
+    o.results_root = dir_.path();
+    o.checkpoint_root = dir_.path();
     auto c = Coordinator::Open(o);
     ASSERT_TRUE(c.ok()) << c.status();
     c_ = std::move(*c);
@@ -78,7 +84,18 @@ class CoordinatorTest : public ::testing::Test {
     q.set_num_shards(num_shards);
     auto r = c_->Register(q);
     EXPECT_TRUE(r.ok()) << r.status();
+    if (r.ok()) servers_.push_back(r->member_id());
     return r.ok() ? r->member_id() : "";
+  }
+  // Every registered server heartbeats, reporting the assignment it was given as what it serves
+  // (what a real server's MemberSession does): a worker's assignment waits for that.
+  void ServersServe() {
+    for (const std::string& s : servers_) {
+      auto r = Beat(s);
+      if (r.ok() && r->has_assignment()) {
+        (void)Beat(s, r->assignment().job_id(), r->assignment().generation());
+      }
+    }
   }
   StatusOr<pb::HeartbeatResponse> Beat(const std::string& id, const std::string& job = "",
                                        int64_t generation = 0) {
@@ -92,6 +109,10 @@ class CoordinatorTest : public ::testing::Test {
   pb::Assignment Assigned(const std::string& id, const std::string& job = "",
                           int64_t generation = 0) {
     auto r = Beat(id, job, generation);
+    if (r.ok() && !r->has_assignment()) {
+      ServersServe();
+      r = Beat(id, job, generation);
+    }
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->assignment() : pb::Assignment();
   }
@@ -149,6 +170,10 @@ class CoordinatorTest : public ::testing::Test {
     std::vector<std::string> ids;
     for (int i = 0; i < workers; ++i) ids.push_back(RegisterWorker(absl::StrCat("w", i)));
     return ids;
+  }
+  // A checkpoint directory of job-1 (under its default checkpoint.dir: a job commits only its own).
+  std::string Ck(const std::string& leaf) const {
+    return dir_.path() + "/state/checkpoints/job-1/" + leaf;
   }
   // Keeps the servers alive.
   void BeatServers() {
@@ -268,7 +293,7 @@ TEST_F(CoordinatorTest, LostWorkerRecoversFromTheLastCheckpointWithANewGeneratio
   std::vector<std::string> w = Cluster(2);
   ASSERT_EQ(Assigned(w[0], job, 1).rank(), 0);
   ASSERT_EQ(Assigned(w[1], job, 1).rank(), 1);
-  ASSERT_TRUE(Commit(job, 1, "/ckpt/a", 1, 40).ok());
+  ASSERT_TRUE(Commit(job, 1, Ck("a"), 1, 40).ok());
   EXPECT_EQ(Job(job).state(), pb::RUNNING);
   EXPECT_TRUE(LogHas(job, "checkpoint committed at step 40 (epoch 1)"));
   pb::KvSetRequest kv;
@@ -324,7 +349,7 @@ TEST_F(CoordinatorTest, LostWorkerRecoversFromTheLastCheckpointWithANewGeneratio
   EXPECT_EQ(info.epoch(), 1);
   EXPECT_EQ(a0.rank(), 0);
   EXPECT_EQ(a0.generation(), 2);
-  EXPECT_EQ(a0.resume_checkpoint(), "/ckpt/a");
+  EXPECT_EQ(a0.resume_checkpoint(), Ck("a"));
   EXPECT_EQ(a0.kv_prefix(), "job-1/g2");
   EXPECT_EQ(Assigned(w2).rank(), 1);
   EXPECT_THAT(info.workers(), ElementsAre("w0", "w2"));
@@ -473,7 +498,7 @@ TEST_F(CoordinatorTest, AFailedCheckpointKeepsTheJobAndResumeFromStartsFromAChec
   const std::string job = Submit(SpecYaml(1, 2, 2));
   std::vector<std::string> w = Cluster(1);
   Assigned(w[0], job, 1);
-  ASSERT_TRUE(Commit(job, 1, "/ckpt/job-1", 1, 5).ok());
+  ASSERT_TRUE(Commit(job, 1, Ck("s5"), 1, 5).ok());
   pb::CheckpointBeginRequest b;
   b.set_job_id(job);
   b.set_generation(1);
@@ -483,15 +508,15 @@ TEST_F(CoordinatorTest, AFailedCheckpointKeepsTheJobAndResumeFromStartsFromAChec
   failed.set_job_id(job);
   failed.set_generation(1);
   failed.set_global_step(8);
-  failed.set_failed("INTERNAL: /ckpt/job-1/dense-8.bin: No space left on device");
+  failed.set_failed("INTERNAL: " + Ck("s5") + "/dense-8.bin: No space left on device");
   ASSERT_TRUE(c_->CheckpointCommit(failed).ok());
   pb::JobInfo info = Job(job);
   EXPECT_EQ(info.state(), pb::RUNNING);
   EXPECT_EQ(info.last_checkpoint().global_step(), 5);
-  EXPECT_EQ(info.last_checkpoint().dir(), "/ckpt/job-1");
-  EXPECT_TRUE(LogHas(job,
-                     "checkpoint at step 8 FAILED, training goes on (the last good "
-                     "checkpoint is step 5 in /ckpt/job-1): INTERNAL: /ckpt/job-1/dense-8.bin"));
+  EXPECT_EQ(info.last_checkpoint().dir(), Ck("s5"));
+  EXPECT_TRUE(LogHas(job, "checkpoint at step 8 FAILED, training goes on (the last good "
+                          "checkpoint is step 5 in " +
+                              Ck("s5") + "): INTERNAL: " + Ck("s5") + "/dense-8.bin"));
   ASSERT_TRUE(c_->CancelJob([&] {
                   pb::CancelJobRequest q;
                   q.set_job_id(job);
@@ -501,11 +526,12 @@ TEST_F(CoordinatorTest, AFailedCheckpointKeepsTheJobAndResumeFromStartsFromAChec
   Assigned(w[0]);
 
   const std::string resumed =
-      Submit(SpecYaml(1, 2, 2) + "checkpoint: {dir: /ckpt, resume_from: /ckpt/job-1}\n");
-  EXPECT_EQ(Job(resumed).last_checkpoint().dir(), "/ckpt/job-1");
+      Submit(SpecYaml(1, 2, 2) + "checkpoint: {dir: " + dir_.Sub("ckpt") +
+             ", resume_from: " + Ck("s5") + "}\n");
+  EXPECT_EQ(Job(resumed).last_checkpoint().dir(), Ck("s5"));
   const pb::Assignment a = Assigned(w[0]);
   EXPECT_EQ(a.job_id(), resumed);
-  EXPECT_EQ(a.resume_checkpoint(), "/ckpt/job-1");
+  EXPECT_EQ(a.resume_checkpoint(), Ck("s5"));
 }
 
 TEST_F(CoordinatorTest, TooManyRecoveriesFailTheJob) {
@@ -701,7 +727,7 @@ TEST_F(CoordinatorTest, EvaluationAggregatesRanksIntoExactAucAndTheDllLog) {
   EXPECT_GT(info.end_time(), 0);
   EXPECT_EQ(eval(1, "test", 1, test1, 0, 1, true).code(), absl::StatusCode::kFailedPrecondition);
 
-  auto records = ReadDllLogFile(results + "/log.json");
+  auto records = ReadDllLogFile(results + "/job-1/log.json");
   ASSERT_TRUE(records.ok()) << records.status();
   std::vector<std::string> metadata;
   std::vector<const DllRecord*> logs;
@@ -743,7 +769,7 @@ TEST_F(CoordinatorTest, DinStepRecordsHaveNoAuxLoss) {
   pb::StepRecord* r = p.add_steps();
   r->set_total_loss(0.5);
   ASSERT_TRUE(c_->ReportProgress(p).ok());
-  auto records = ReadDllLogFile(results + "/log.json");
+  auto records = ReadDllLogFile(results + "/job-1/log.json");
   ASSERT_TRUE(records.ok()) << records.status();
   ASSERT_EQ(records->back().data.size(), 2u);
   EXPECT_EQ(records->back().data[0].first, "total_loss");
@@ -751,8 +777,15 @@ TEST_F(CoordinatorTest, DinStepRecordsHaveNoAuxLoss) {
 }
 
 TEST_F(CoordinatorTest, AnUnwritableResultsDirFailsTheJobAtStart) {
+  // A path that is not a directory is refused at submission; one that becomes unusable before
+  // the job starts (its directory is a file) fails the job then.
   testing::WriteAll(dir_.Sub("file"), "x");
-  const std::string job = Submit(SpecYaml(1, 2, 1, dir_.Sub("file") + "/sub"));
+  pb::SubmitJobRequest q;
+  q.set_spec_yaml(SpecYaml(1, 2, 1, dir_.Sub("file") + "/sub"));
+  EXPECT_EQ(c_->SubmitJob(q).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(MakeDirs(dir_.Sub("res")).ok());
+  testing::WriteAll(dir_.Sub("res") + "/job-1", "x");
+  const std::string job = Submit(SpecYaml(1, 2, 1, dir_.Sub("res")));
   const std::string next = Submit(SpecYaml(1, 2, 1));
   Cluster(1);
   EXPECT_EQ(Job(job).state(), pb::FAILED);
@@ -796,7 +829,7 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorResumesTheJob) {
   r->set_samples(12);
   r->set_total_loss(0.5);
   ASSERT_TRUE(c_->ReportProgress(p).ok());
-  ASSERT_TRUE(Commit(job, 1, "/ckpt/e1", 1, 7).ok());
+  ASSERT_TRUE(Commit(job, 1, Ck("e1"), 1, 7).ok());
 
   Advance(10'000);
   Reopen();
@@ -805,7 +838,7 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorResumesTheJob) {
   EXPECT_EQ(info.message(), "coordinator restarted");
   EXPECT_EQ(info.generation(), 1);
   EXPECT_EQ(info.recoveries(), 0);
-  EXPECT_EQ(info.last_checkpoint().dir(), "/ckpt/e1");
+  EXPECT_EQ(info.last_checkpoint().dir(), Ck("e1"));
   EXPECT_EQ(info.last_checkpoint().global_step(), 7);
   EXPECT_TRUE(LogHas(job, "RECOVERING: coordinator restarted (RUNNING at generation 1)"));
   EXPECT_TRUE(LogHas(job, "submitted"));
@@ -816,12 +849,12 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorResumesTheJob) {
   const pb::Assignment a = Assigned(w[0]);
   EXPECT_EQ(a.job_id(), job);
   EXPECT_EQ(a.generation(), 2);
-  EXPECT_EQ(a.resume_checkpoint(), "/ckpt/e1");
+  EXPECT_EQ(a.resume_checkpoint(), Ck("e1"));
 
   // The DLLL log goes on without a second METADATA block.
   p.set_generation(2);
   ASSERT_TRUE(c_->ReportProgress(p).ok());
-  auto records = ReadDllLogFile(results + "/log.json");
+  auto records = ReadDllLogFile(results + "/job-1/log.json");
   ASSERT_TRUE(records.ok()) << records.status();
   int metadata = 0, steps = 0;
   for (const DllRecord& rec : *records) {
@@ -975,6 +1008,301 @@ TEST_F(CoordinatorTest, GetLogsAtAHugeOffsetReturnsNothing) {
   EXPECT_EQ(r->lines_size(), 0);
   EXPECT_EQ(r->next_offset(), std::numeric_limits<int64_t>::max());
   EXPECT_FALSE(r->finished());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Isolation between jobs and users (docs/security.md): job credentials, the KV's prefixes and
+// quota, the roots of the files a job writes, and resume_from's owner rule.
+
+Principal Remote(const std::string& credential = "") {
+  Principal p;
+  p.remote = true;  // a network call, security off: the job credential rules still apply
+  p.job_credential = credential;
+  return p;
+}
+
+Principal User(const std::string& name, UserRole role) {
+  Principal p;
+  p.checked = true;
+  p.remote = true;
+  p.user = name;
+  p.role = role;
+  return p;
+}
+
+TEST_F(CoordinatorTest, WorkersAreAssignedOnlyOnceEveryServerServesTheGeneration) {
+  const std::string job = Submit(SpecYaml(1, 2, 1));
+  std::vector<std::string> w = Cluster(1);
+  ASSERT_EQ(Job(job).state(), pb::RUNNING);
+  auto worker = Beat(w[0]);
+  ASSERT_TRUE(worker.ok());
+  EXPECT_FALSE(worker->has_assignment()) << "no server knows generation 1 yet";
+  // Each server is told its job, generation and credential (rank = its shard).
+  auto s0 = Beat(servers_[0]);
+  ASSERT_TRUE(s0.ok() && s0->has_assignment());
+  EXPECT_EQ(s0->assignment().job_id(), job);
+  EXPECT_EQ(s0->assignment().generation(), 1);
+  EXPECT_EQ(s0->assignment().rank(), 0);
+  EXPECT_EQ(s0->assignment().spec_yaml(), "") << "servers get no spec";
+  ASSERT_FALSE(s0->assignment().job_credential().empty());
+  ASSERT_TRUE(Beat(servers_[0], job, 1).ok());
+  EXPECT_FALSE(Beat(w[0])->has_assignment()) << "shard 1 does not serve it yet";
+  ASSERT_TRUE(Beat(servers_[1], job, 1).ok());
+  const pb::Assignment a = Beat(w[0])->assignment();
+  EXPECT_EQ(a.job_id(), job);
+  EXPECT_EQ(a.job_credential(), s0->assignment().job_credential());
+  // A new generation has a new credential.
+  ASSERT_TRUE(Fail(job, 1, 0, "peer lost", /*fatal=*/false).ok());
+  const pb::Assignment next = Assigned(w[0]);
+  EXPECT_EQ(next.generation(), 2);
+  EXPECT_NE(next.job_credential(), a.job_credential());
+  // A finished job's servers serve nobody.
+  pb::CancelJobRequest cancel;
+  cancel.set_job_id(job);
+  ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  EXPECT_FALSE(Beat(servers_[0])->has_assignment());
+}
+
+TEST_F(CoordinatorTest, TheKvStoreTakesKeysOnlyFromTheRunningGenerationUnderItsPrefix) {
+  const std::string job = Submit(SpecYaml(1, 2, 1));
+  std::vector<std::string> w = Cluster(1);
+  const pb::Assignment a = Assigned(w[0]);
+  ASSERT_EQ(a.kv_prefix(), "job-1/g1");
+  auto set = [&](const std::string& key, const Principal& who, size_t bytes = 1) {
+    pb::KvSetRequest q;
+    q.set_key(key);
+    q.set_value(std::string(bytes, 'v'));
+    return c_->KvSet(q, who).status();
+  };
+  auto get = [&](const std::string& key, const Principal& who) {
+    pb::KvGetRequest q;
+    q.add_keys(key);
+    q.set_timeout_ms(0);
+    return c_->KvGet(q, who).status();
+  };
+  // No credential (an idle worker, or anyone with security off): refused, pre-planting a later
+  // generation's keys and filling the store with keys outside any job alike.
+  for (const char* key : {"job-1/g1/0", "job-2/g1/0", "job-1/g2/0", "zz/1"}) {
+    const Status s = set(key, Remote());
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << key;
+    EXPECT_TRUE(IsAuthRefusal(s)) << key;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("KvSet: no job credential")) << key;
+    EXPECT_EQ(get(key, Remote()).code(), absl::StatusCode::kPermissionDenied) << key;
+  }
+  // Another coordinator's credential for this very job and generation.
+  const std::string forged = JobCredentialIssuer(std::string(32, 'x')).Issue(job, 1);
+  EXPECT_EQ(set("job-1/g1/0", Remote(forged)).code(), absl::StatusCode::kPermissionDenied);
+  // The rank's own credential: only under its generation's prefix.
+  const Principal rank = Remote(a.job_credential());
+  EXPECT_TRUE(set("job-1/g1/0", rank).ok());
+  EXPECT_TRUE(set("job-1/g1", rank).ok());
+  EXPECT_TRUE(get("job-1/g1/0", rank).ok());
+  for (const char* key : {"job-1/g2/0", "job-2/g1/0", "zz/1", "job-1/g10/0", "job-1/g1x"}) {
+    const Status s = set(key, rank);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << key;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("is outside \"job-1/g1/\"")) << key;
+    EXPECT_EQ(get(key, rank).code(), absl::StatusCode::kPermissionDenied) << key;
+  }
+  // The generation's quota.
+  int stored = 0;
+  Status s;
+  while ((s = set(absl::StrCat("job-1/g1/big", stored), rank, kMaxKvValueBytes)).ok()) ++stored;
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("past its quota of 33554432"));
+  EXPECT_LE(int64_t{stored} * static_cast<int64_t>(kMaxKvValueBytes), kMaxKvJobBytes);
+  EXPECT_GE(stored, 30);
+  // A new generation: the old one's keys and quota are gone, its credential is stale.
+  ASSERT_TRUE(Fail(job, 1, 0, "peer lost", /*fatal=*/false).ok());
+  const pb::Assignment b = Assigned(w[0]);
+  const Status stale = set("job-1/g1/0", rank);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(stale.message()), HasSubstr("stale generation"));
+  EXPECT_TRUE(set("job-1/g2/big", Remote(b.job_credential()), kMaxKvValueBytes).ok());
+}
+
+TEST_F(CoordinatorTest, FencedCallsNeedTheCredentialOfTheirJobAndGeneration) {
+  const std::string job = Submit(SpecYaml(1, 2, 1));
+  std::vector<std::string> w = Cluster(1);
+  const pb::Assignment a = Assigned(w[0]);
+  pb::ReportProgressRequest p;
+  p.set_job_id(job);
+  p.set_generation(1);
+  p.set_rank(0);
+  p.set_steps_per_epoch(5);
+  Status s = c_->ReportProgress(p, Remote()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("ReportProgress: no job credential: only a rank of job-1 generation 1"));
+  const JobCredentialIssuer other(std::string(32, 'y'));
+  EXPECT_EQ(c_->ReportProgress(p, Remote(other.Issue(job, 1))).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  pb::CheckpointBeginRequest begin;
+  begin.set_job_id(job);
+  begin.set_generation(1);
+  EXPECT_EQ(c_->CheckpointBegin(begin, Remote()).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  pb::ReportFailureRequest fatal;
+  fatal.set_job_id(job);
+  fatal.set_generation(1);
+  fatal.set_fatal(true);
+  EXPECT_EQ(c_->ReportFailure(fatal, Remote()).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Job(job).state(), pb::RUNNING);
+  EXPECT_TRUE(c_->ReportProgress(p, Remote(a.job_credential())).ok());
+  // A credential of generation 1 for a call naming generation 2: refused, not fenced.
+  p.set_generation(2);
+  s = c_->ReportProgress(p, Remote(a.job_credential())).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("presents the credential of job-1 generation 1"));
+}
+
+TEST_F(CoordinatorTest, AMemberReadsOnlyTheJobsItRan) {
+  const std::string job = Submit(SpecYaml(1, 2, 1));
+  std::vector<std::string> w = Cluster(1);
+  const pb::Assignment a = Assigned(w[0]);
+  Principal member;
+  member.checked = true;
+  member.remote = true;
+  member.member = "worker-2";
+  pb::GetJobRequest q;
+  q.set_job_id(job);
+  const Status s = c_->GetJob(q, member).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("a member reads only the jobs it has run"));
+  member.job_credential = a.job_credential();
+  EXPECT_TRUE(c_->GetJob(q, member).ok());
+}
+
+TEST_F(CoordinatorTest, SpecPathsMustLieUnderTheRootsWithoutLinksOrDotDot) {
+  const std::string root = dir_.path();
+  auto submit = [&](const std::string& yaml, const Principal& who = Principal::Unchecked()) {
+    pb::SubmitJobRequest q;
+    q.set_spec_yaml(yaml);
+    q.set_source_name("job.yaml");
+    return c_->SubmitJob(q, who).status();
+  };
+  Status s = submit(SpecYaml(1, 2, 1, "/etc"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("job.yaml: results_dir: /etc is outside " + root +
+                        ", the directory this coordinator lets jobs use (coordinator "
+                        "--results-root)"));
+  s = submit(SpecYaml(1, 2, 1) + "checkpoint: {dir: /etc}\n");
+  EXPECT_THAT(std::string(s.message()), HasSubstr("checkpoint.dir: /etc is outside " + root));
+  s = submit(SpecYaml(1, 2, 1, root + "/a/../../etc"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("has a '..' component"));
+  s = submit(SpecYaml(1, 2, 1) + "checkpoint: {resume_from: \"../x\"}\n");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  // A symbolic link on the way.
+  ASSERT_TRUE(MakeDirs(dir_.Sub("elsewhere")).ok());
+  ASSERT_EQ(::symlink(dir_.Sub("elsewhere").c_str(), dir_.Sub("link").c_str()), 0);
+  s = submit(SpecYaml(1, 2, 1, dir_.Sub("link") + "/results"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(dir_.Sub("link") + " is a symbolic link"));
+  // A relative path lies under the root.
+  ASSERT_TRUE(submit(SpecYaml(1, 2, 1, "mine")).ok());
+  EXPECT_EQ(Job().results_dir(), root + "/mine/job-1");
+}
+
+TEST_F(CoordinatorTest, EachJobWritesItsOwnResultsDirectoryAndNeverThroughALink) {
+  const std::string results = dir_.Sub("shared_results");
+  // Two jobs (two users) naming the same results_dir: each its own directory.
+  const std::string one = Submit(SpecYaml(1, 2, 1, results));
+  std::vector<std::string> w = Cluster(1);
+  Assigned(w[0]);
+  EXPECT_EQ(Job(one).results_dir(), results + "/" + one);
+  const std::string first_log = testing::ReadAll(results + "/" + one + "/log.json");
+  ASSERT_FALSE(first_log.empty());
+  pb::CancelJobRequest cancel;
+  cancel.set_job_id(one);
+  ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  const std::string two = Submit(SpecYaml(1, 2, 1, results));
+  Assigned(w[0]);
+  ASSERT_EQ(Job(two).state(), pb::RUNNING);
+  EXPECT_TRUE(PathExists(results + "/" + two + "/log.json"));
+  EXPECT_EQ(testing::ReadAll(results + "/" + one + "/log.json"), first_log);
+  EXPECT_FALSE(PathExists(results + "/log.json"));
+  cancel.set_job_id(two);
+  ASSERT_TRUE(c_->CancelJob(cancel).ok());
+
+  // Planted links: the job's directory itself, or its log.json, pointing at another user's files.
+  const std::string victim = dir_.Sub("victim");
+  ASSERT_TRUE(MakeDirs(victim).ok());
+  testing::WriteAll(victim + "/log.json", "bob's\n");
+  ASSERT_EQ(::symlink(victim.c_str(), (results + "/job-3").c_str()), 0);
+  const std::string three = Submit(SpecYaml(1, 2, 1, results));
+  ASSERT_EQ(three, "job-3");
+  Assigned(w[0]);
+  pb::JobInfo info = Job(three);
+  EXPECT_EQ(info.state(), pb::FAILED);
+  EXPECT_THAT(info.message(), HasSubstr(results + "/job-3 is a symbolic link"));
+  ASSERT_TRUE(MakeDirs(results + "/job-4").ok());
+  ASSERT_EQ(::symlink((victim + "/log.json").c_str(), (results + "/job-4/log.json").c_str()), 0);
+  const std::string four = Submit(SpecYaml(1, 2, 1, results));
+  Assigned(w[0]);
+  info = Job(four);
+  EXPECT_EQ(info.state(), pb::FAILED);
+  EXPECT_THAT(info.message(), HasSubstr("log.json: cannot open log file"));
+  EXPECT_EQ(testing::ReadAll(victim + "/log.json"), "bob's\n");
+}
+
+TEST_F(CoordinatorTest, AJobsCheckpointDirectoryIsNeverALink) {
+  const std::string ckpt = dir_.Sub("ckpt");
+  const std::string victim = dir_.Sub("bobs_ckpt");
+  ASSERT_TRUE(MakeDirs(ckpt).ok());
+  ASSERT_TRUE(MakeDirs(victim + "/step-000000000050").ok());
+  testing::WriteAll(victim + "/step-000000000050/manifest.json", "{}\n");
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_EQ(::symlink(victim.c_str(), absl::StrCat(ckpt, "/job-", i).c_str()), 0);
+  }
+  const std::string job = Submit(SpecYaml(1, 2, 1) + "checkpoint: {dir: " + ckpt + ", keep: 1}\n");
+  Cluster(1);
+  const pb::JobInfo info = Job(job);
+  EXPECT_EQ(info.state(), pb::FAILED);
+  EXPECT_THAT(info.message(), HasSubstr(ckpt + "/job-1 is a symbolic link"));
+  EXPECT_EQ(testing::ReadAll(victim + "/step-000000000050/manifest.json"), "{}\n");
+}
+
+TEST_F(CoordinatorTest, AJobCommitsOnlyItsOwnCheckpoints) {
+  const std::string ckpt = dir_.Sub("ckpt");
+  const std::string job = Submit(SpecYaml(1, 2, 1) + "checkpoint: {dir: " + ckpt + "}\n");
+  Assigned(Cluster(1)[0]);
+  for (const std::string& dir :
+       {dir_.Sub("elsewhere"), ckpt, ckpt + "/job-2/step-1", ckpt + "/job-1/../job-2/step-1"}) {
+    const Status s = Commit(job, 1, dir, 1, 10);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << dir;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("a job commits only its own checkpoints"));
+  }
+  EXPECT_TRUE(Commit(job, 1, ckpt + "/job-1/step-000000000010", 1, 10).ok());
+}
+
+TEST_F(CoordinatorTest, ResumeFromNeedsACheckpointOfAJobTheUserOwns) {
+  const std::string ckpt = dir_.Sub("ckpt");
+  const Principal bob = User("bob", UserRole::kOperator);
+  const Principal alice = User("alice", UserRole::kOperator);
+  const Principal admin = User("root", UserRole::kAdmin);
+  pb::SubmitJobRequest q;
+  q.set_spec_yaml(SpecYaml(1, 2, 1) + "checkpoint: {dir: " + ckpt + "}\n");
+  auto bobs = c_->SubmitJob(q, bob);
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  const std::string from = ckpt + "/" + bobs->job_id() + "/step-000000000010";
+  q.set_spec_yaml(SpecYaml(1, 2, 1) + "checkpoint: {resume_from: " + from + "}\n");
+  const auto refused = c_->SubmitJob(q, alice);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(IsAuthRefusal(refused.status()));
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("is a checkpoint of job-1, owned by bob; user alice may resume only from "
+                        "its own jobs' checkpoints"));
+  EXPECT_TRUE(c_->SubmitJob(q, bob).ok());
+  EXPECT_TRUE(c_->SubmitJob(q, admin).ok());
+  // Not a checkpoint of any job here: admins only.
+  q.set_spec_yaml(SpecYaml(1, 2, 1) + "checkpoint: {resume_from: " + dir_.Sub("loose") + "}\n");
+  EXPECT_EQ(c_->SubmitJob(q, bob).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(c_->SubmitJob(q, admin).ok());
+  // Outside the checkpoint root: nobody.
+  q.set_spec_yaml(SpecYaml(1, 2, 1) + "checkpoint: {resume_from: /var/x}\n");
+  EXPECT_EQ(c_->SubmitJob(q, admin).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

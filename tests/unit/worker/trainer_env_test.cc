@@ -4,6 +4,8 @@
 // with and without a learning-rate schedule (each step's rate by the formula);
 // staleness 1 trains the same steps; BatchLoader::StartEpoch(epoch, first_step) gives the same
 // batches as the full epoch from that step on; sparse gradients scale by 1/W.
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -13,6 +15,7 @@
 
 #include "common/data/dataset.h"
 #include "common/data/loader.h"
+#include "common/file_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/data/dataset_fixture.h"
@@ -200,6 +203,44 @@ TEST_F(TrainerEnvTest, AFailedCheckpointIsRetriedAndTrainingGoesOn) {
   EXPECT_THAT(std::string(f.status().message()),
               HasSubstr("3 checkpoints in a row failed (each tried 3 times); the last: "));
   EXPECT_EQ(failing.failures.size(), 2u);
+}
+
+// A cluster job's checkpoints go under its checkpoint.dir (checkpoint_root): a symbolic link on
+// the way — planted before the run, or swapped in while it trains — is refused by name, and
+// nothing is written or pruned in the directory it points at.
+TEST_F(TrainerEnvTest, ACheckpointIsNeverWrittenOrPrunedThroughASymbolicLink) {
+  const std::string root = dir_->Sub("link_root");
+  const std::string victim = dir_->Sub("link_victim");
+  ASSERT_TRUE(MakeDirs(root).ok());
+  ASSERT_TRUE(MakeDirs(victim + "/step-000000000001").ok());
+  testing::WriteAll(victim + "/step-000000000001/manifest.json", "{}\n");
+  TrainerOptions o = Options();
+  o.checkpoint_root = root;
+  o.save_checkpoint = root + "/job-1";
+  o.checkpoint_keep = 1;
+  o.checkpoint_final_epoch = false;
+  ASSERT_EQ(::symlink(victim.c_str(), (root + "/job-1").c_str()), 0);
+  RecordingEnv planted;
+  auto r = RunTrainerWithEnv(o, RunMode::kTrain, &planted);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr(root + "/job-1 is a symbolic link: sift never follows one under " + root));
+  // Swapped in at each checkpoint (both epoch ends): the saves fail (reported), training goes on.
+  ASSERT_EQ(::unlink((root + "/job-1").c_str()), 0);
+  RecordingEnv swapped;
+  swapped.on_begin = [&] {
+    std::filesystem::remove_all(root + "/job-1");
+    ASSERT_EQ(::symlink(victim.c_str(), (root + "/job-1").c_str()), 0);
+  };
+  ASSERT_TRUE(RunTrainerWithEnv(o, RunMode::kTrain, &swapped).ok());
+  ASSERT_EQ(swapped.failures.size(), 2u);
+  for (const std::string& f : swapped.failures) EXPECT_THAT(f, HasSubstr("is a symbolic link"));
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(victim)) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"step-000000000001"});
+  EXPECT_EQ(testing::ReadAll(victim + "/step-000000000001/manifest.json"), "{}\n");
 }
 
 std::vector<double> LossesOf(const RecordingEnv& env) {
