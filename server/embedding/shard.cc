@@ -485,6 +485,9 @@ Status EmbeddingShard::PushStepLocked(const pb::PushRequest& request,
         }
       }
     }
+    // A part naming an absent row is refused now, never held: completing the step creates no
+    // row (the store's Push refuses absent rows), and a held part must apply.
+    SIFT_RETURN_IF_ERROR(store_->CheckRowsHeld(p.table_id, p.ids));
     h.table_id = p.table_id;
     h.dim = config->dim;
     h.keys.assign(p.ids.begin(), p.ids.end());
@@ -571,7 +574,7 @@ std::vector<EmbeddingShard::TableMetrics> EmbeddingShard::Metrics() const {
     const Counters& c = *counters_.at(s.table_id);
     out.push_back({s.name, s.rows, s.total_bytes, c.pulled.load(std::memory_order_relaxed),
                    c.pushed.load(std::memory_order_relaxed), s.refused_pushes, s.refused_rows,
-                   s.refused_pulls});
+                   s.refused_pulls, s.refused_absent_pushes});
   }
   return out;
 }

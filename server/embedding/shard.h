@@ -7,7 +7,14 @@
 // locks); Configure, Snapshot and Restore take the lock exclusively, so a snapshot sees every Push
 // request entirely or not at all, and a request never sees a half-restored shard.
 // Every method validates its whole request before changing anything and returns the error codes
-// documented in proto/embedding.proto, with messages that name the table or field.
+// documented in proto/embedding.proto, with messages that name the table or field: a failed Pull
+// or Push changes nothing.
+// Rows: Pull (create_missing) creates them within the memory budget and each table's capacity
+// share, whole or not at all (EmbeddingStore::Pull). Push, plain or step, never creates one: a
+// push naming a row this shard does not hold is INVALID_ARGUMENT, refused whole. A worker pulls
+// every row it pushes, and rows leave a shard only with its tables (Restore, Configure with
+// replace), which drop the held step parts too; so only a push from before such a replacement,
+// of another job, or of a client bug names an absent row.
 // REQUIRES: every `response` argument is a fresh (empty) message; methods add to it.
 #pragma once
 
@@ -121,6 +128,7 @@ class EmbeddingShard {
     uint64_t refused_pushes = 0;  // TableStats' refusal counters
     uint64_t refused_rows = 0;
     uint64_t refused_pulls = 0;
+    uint64_t refused_absent_pushes = 0;
   };
   std::vector<TableMetrics> Metrics() const;
 
@@ -152,7 +160,9 @@ class EmbeddingShard {
   bool MarkPushApplied(uint64_t client_id, uint64_t sequence);
   void ForgetPush(uint64_t client_id, uint64_t sequence);
   // A step push (request.step_group != 0, `pushes` decoded and checked against the tables): holds
-  // it, or applies the completed step (StepAggregator). REQUIRES: mu_ held (shared).
+  // it, or applies the completed step (StepAggregator). A part is checked whole as it arrives,
+  // its rows held included, so a held part always applies: parts are held only while the store
+  // that holds their rows is installed (InstallLocked drops them). REQUIRES: mu_ held (shared).
   Status PushStepLocked(const pb::PushRequest& request,
                         absl::Span<const EmbeddingStore::TablePush> pushes, float lr_multiplier,
                         pb::PushResponse* response);

@@ -72,6 +72,18 @@ bool AllWithin(absl::Span<const float> x, float bound) {
   return bad == 0;
 }
 
+// Adds n to `counter` when the sum stays within `limit` (0 = no limit), else adds nothing: exact
+// under concurrency (compare-and-swap), so concurrent reservations never take it past the limit.
+// *before is the value it was added to, or the value that had no room for n.
+bool AddWithin(std::atomic<int64_t>& counter, int64_t n, int64_t limit, int64_t* before) {
+  int64_t current = counter.load(std::memory_order_relaxed);
+  do {
+    *before = current;
+    if (limit > 0 && n > limit - current) return false;
+  } while (!counter.compare_exchange_weak(current, current + n, std::memory_order_relaxed));
+  return true;
+}
+
 bool StrictlyAscending(absl::Span<const uint64_t> ids) {
   for (size_t i = 1; i < ids.size(); ++i) {
     if (ids[i] <= ids[i - 1]) return false;
@@ -96,8 +108,9 @@ struct EmbeddingStore::Table {
   std::unique_ptr<Stripe[]> stripes;
   std::atomic<int64_t> last_step{-1};
   std::atomic<uint64_t> refused_pushes{0}, refused_rows{0}, refused_pulls{0};
-  // Rows of this store's share (all stripes), and the share: 0 = no limit.
-  mutable std::atomic<int64_t> rows{0};
+  std::atomic<uint64_t> refused_absent_pushes{0};
+  // Rows of this store's share (all stripes) created or reserved, and the share: 0 = no limit.
+  std::atomic<int64_t> rows{0};
   int64_t row_limit = 0;
 };
 
@@ -238,36 +251,20 @@ void EmbeddingStore::GroupByStripe(uint32_t table_id, absl::Span<const uint64_t>
   for (size_t i = 0; i < ids.size(); ++i) order[next[stripe_of[i]]++] = static_cast<uint32_t>(i);
 }
 
-StatusOr<float*> EmbeddingStore::FindOrCreateRow(const Table& table, Stripe& stripe, uint64_t id,
-                                                 bool budgeted) const {
-  const size_t row_floats = static_cast<size_t>(table.row_floats);
+float* EmbeddingStore::FindRow(const Table& table, Stripe& stripe, uint64_t id) {
   auto it = stripe.index.find(id);
-  if (it != stripe.index.end()) {
-    const uint32_t r = it->second;
-    return stripe.blocks[r / kRowsPerBlock].get() + (r % kRowsPerBlock) * row_floats;
-  }
+  if (it == stripe.index.end()) return nullptr;
+  const uint32_t r = it->second;
+  return stripe.blocks[r / kRowsPerBlock].get() +
+         (r % kRowsPerBlock) * static_cast<size_t>(table.row_floats);
+}
+
+StatusOr<float*> EmbeddingStore::CreateRow(const Table& table, Stripe& stripe, uint64_t id) const {
   if (stripe.rows == std::numeric_limits<uint32_t>::max()) {
     return absl::ResourceExhaustedError(
         absl::StrCat(table.label, ": a lock stripe is full (2^32 - 1 rows); use more stripes"));
   }
-  const int64_t rows = table.rows.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (budgeted && table.row_limit > 0 && rows > table.row_limit) {
-    table.rows.fetch_sub(1, std::memory_order_relaxed);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        table.label, ": the table is full: this shard holds ", rows - 1, " rows, its share of ",
-        "the table's capacity of ", table.config.capacity, " rows (job spec tables.",
-        table.config.name, ".capacity); rows already held are still served"));
-  }
-  const int64_t cost = RowBudgetBytes(table.row_floats);
-  const int64_t used = row_bytes_.fetch_add(cost, std::memory_order_relaxed) + cost;
-  if (budgeted && memory_budget_bytes_ > 0 && used > memory_budget_bytes_) {
-    row_bytes_.fetch_sub(cost, std::memory_order_relaxed);
-    table.rows.fetch_sub(1, std::memory_order_relaxed);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        table.label, ": no room for new rows: this server's tables hold ", used - cost,
-        " bytes of their memory budget of ", memory_budget_bytes_,
-        " (embedding-server --table-memory-budget); rows already held are still served"));
-  }
+  const size_t row_floats = static_cast<size_t>(table.row_floats);
   const uint32_t r = stripe.rows;
   if (r % kRowsPerBlock == 0) {
     stripe.blocks.push_back(std::make_unique_for_overwrite<float[]>(kRowsPerBlock * row_floats));
@@ -281,6 +278,44 @@ StatusOr<float*> EmbeddingStore::FindOrCreateRow(const Table& table, Stripe& str
   return row;
 }
 
+StatusOr<float*> EmbeddingStore::FindOrCreateUnbounded(Table& table, Stripe& stripe,
+                                                       uint64_t id) const {
+  if (float* row = FindRow(table, stripe, id)) return row;
+  SIFT_ASSIGN_OR_RETURN(float* row, CreateRow(table, stripe, id));
+  table.rows.fetch_add(1, std::memory_order_relaxed);
+  row_bytes_.fetch_add(RowBudgetBytes(table.row_floats), std::memory_order_relaxed);
+  return row;
+}
+
+Status EmbeddingStore::ReserveRows(Table& table, int64_t rows) const {
+  int64_t held = 0;
+  if (!AddWithin(table.rows, rows, table.row_limit, &held)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        table.label, ": the table is full: this pull needs ", rows, " new rows; this shard holds ",
+        held, " of its ", table.row_limit, "-row share of the table's capacity of ",
+        table.config.capacity, " rows (job spec tables.", table.config.name,
+        ".capacity); the pull created none, rows already held are still served"));
+  }
+  const int64_t cost = RowBudgetBytes(table.row_floats);
+  int64_t used = 0;
+  if (!AddWithin(row_bytes_, rows * cost, memory_budget_bytes_, &used)) {
+    table.rows.fetch_sub(rows, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        table.label, ": no room for new rows: this pull needs ", rows, " new rows (", rows * cost,
+        " bytes); this server's tables hold ", used, " bytes of their memory budget of ",
+        memory_budget_bytes_,
+        " (embedding-server --table-memory-budget); the pull created none, rows already held are "
+        "still served"));
+  }
+  return absl::OkStatus();
+}
+
+void EmbeddingStore::ReleaseRows(Table& table, int64_t rows) const {
+  if (rows == 0) return;
+  table.rows.fetch_sub(rows, std::memory_order_relaxed);
+  row_bytes_.fetch_sub(rows * RowBudgetBytes(table.row_floats), std::memory_order_relaxed);
+}
+
 Status EmbeddingStore::Pull(uint32_t table_id, absl::Span<const uint64_t> ids,
                             absl::Span<float> out) {
   SIFT_ASSIGN_OR_RETURN(Table * table, GetTable(table_id, "pull"));
@@ -289,20 +324,94 @@ Status EmbeddingStore::Pull(uint32_t table_id, absl::Span<const uint64_t> ids,
       CheckBatchShape(table->label, "pull", ids.size(), dim, out.size(), "output"));
   std::vector<uint32_t> order, offsets;
   GroupByStripe(table_id, ids, order, offsets);
-  const Status status = ForEachStripe(offsets, [&](int s) -> Status {
-    Stripe& stripe = table->stripes[s];
-    std::lock_guard<std::mutex> lock(stripe.mu);
-    for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
-      const uint32_t i = order[k];
-      StatusOr<float*> row = FindOrCreateRow(*table, stripe, ids[i], /*budgeted=*/true);
-      if (!row.ok()) return row.status();
-      std::copy(*row, *row + dim, out.data() + i * dim);
-    }
-    return absl::OkStatus();
-  });
+  const Status status =
+      table->row_limit > 0 || memory_budget_bytes_ > 0
+          ? PullBounded(*table, ids, out, order, offsets)
+          : ForEachStripe(offsets, [&](int s) -> Status {
+              Stripe& stripe = table->stripes[s];
+              std::lock_guard<std::mutex> lock(stripe.mu);
+              for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
+                const uint32_t i = order[k];
+                SIFT_ASSIGN_OR_RETURN(const float* row,
+                                      FindOrCreateUnbounded(*table, stripe, ids[i]));
+                std::copy(row, row + dim, out.data() + i * dim);
+              }
+              return absl::OkStatus();
+            });
   if (absl::IsResourceExhausted(status)) {
     table->refused_pulls.fetch_add(1, std::memory_order_relaxed);
   }
+  return status;
+}
+
+Status EmbeddingStore::PullBounded(Table& table, absl::Span<const uint64_t> ids,
+                                   absl::Span<float> out, std::vector<uint32_t>& order,
+                                   const std::vector<uint32_t>& offsets) {
+  const size_t dim = static_cast<size_t>(table.config.dim);
+  // Pass 1, per stripe under its lock: serve the held rows, move the missing ids' entries to the
+  // front of the stripe's range of `order` (sorted by id) and count the distinct ones.
+  std::vector<uint32_t> missing_end(offsets.begin(), offsets.end() - 1);
+  std::atomic<int64_t> missing{0};
+  SIFT_RETURN_IF_ERROR(ForEachStripe(offsets, [&](int s) -> Status {
+    Stripe& stripe = table.stripes[s];
+    const uint32_t begin = offsets[s], end = offsets[s + 1];
+    uint32_t m = begin;
+    uint32_t stripe_rows = 0;
+    {
+      std::lock_guard<std::mutex> lock(stripe.mu);
+      for (uint32_t k = begin; k < end; ++k) {
+        const uint32_t i = order[k];
+        if (const float* row = FindRow(table, stripe, ids[i])) {
+          std::copy(row, row + dim, out.data() + i * dim);
+        } else {
+          std::swap(order[k], order[m++]);  // [begin, m) missing; [m, k] held
+        }
+      }
+      stripe_rows = stripe.rows;
+    }
+    if (m == begin) return absl::OkStatus();
+    std::sort(order.begin() + begin, order.begin() + m,
+              [&](uint32_t a, uint32_t b) { return ids[a] < ids[b]; });
+    uint32_t distinct = 1;
+    for (uint32_t k = begin + 1; k < m; ++k) distinct += ids[order[k]] != ids[order[k - 1]];
+    if (distinct > std::numeric_limits<uint32_t>::max() - stripe_rows) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(table.label, ": a lock stripe is full (2^32 - 1 rows); use more stripes"));
+    }
+    missing_end[s] = m;
+    missing.fetch_add(distinct, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }));
+  const int64_t wanted = missing.load();
+  if (wanted == 0) return absl::OkStatus();
+  SIFT_RETURN_IF_ERROR(ReserveRows(table, wanted));
+  // Pass 2: create the reserved rows. A concurrent pull may have created some meanwhile; their
+  // reservations are given back.
+  std::atomic<int64_t> created{0};
+  const Status status = ForEachStripe(offsets, [&](int s) -> Status {
+    const uint32_t begin = offsets[s], end = missing_end[s];
+    if (begin == end) return absl::OkStatus();
+    Stripe& stripe = table.stripes[s];
+    int64_t made = 0;
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (uint32_t k = begin; k < end; ++k) {
+      const uint32_t i = order[k];
+      const float* row = FindRow(table, stripe, ids[i]);
+      if (row == nullptr) {
+        StatusOr<float*> fresh = CreateRow(table, stripe, ids[i]);
+        if (!fresh.ok()) {
+          created.fetch_add(made, std::memory_order_relaxed);
+          return fresh.status();
+        }
+        row = *fresh;
+        ++made;
+      }
+      std::copy(row, row + dim, out.data() + i * dim);
+    }
+    created.fetch_add(made, std::memory_order_relaxed);
+    return absl::OkStatus();
+  });
+  ReleaseRows(table, wanted - created.load());
   return status;
 }
 
@@ -352,6 +461,7 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
   struct Plan {
     Table* table = nullptr;
     std::vector<uint32_t> order, offsets;
+    std::vector<float*> rows;  // rows[k]: the row of ids[order[k]]
   };
   std::vector<Plan> plans(pushes.size());
   // Validate every table and every stripe before touching any row: ids are equal only within one
@@ -410,6 +520,14 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
       return validated;
     }
   }
+  // Then find every row: a push never creates one, and rows are never removed, so the rows found
+  // stay the push's until it is applied.
+  for (size_t p = 0; p < pushes.size(); ++p) {
+    Plan& plan = plans[p];
+    plan.rows.resize(pushes[p].ids.size());
+    SIFT_RETURN_IF_ERROR(
+        ResolveHeldRows(*plan.table, pushes[p].ids, plan.order, plan.offsets, plan.rows.data()));
+  }
   for (size_t p = 0; p < pushes.size(); ++p) {
     const TablePush& push = pushes[p];
     Plan& plan = plans[p];
@@ -422,16 +540,12 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
       Stripe& stripe = table->stripes[s];
       std::lock_guard<std::mutex> lock(stripe.mu);
       const uint32_t begin = plan.offsets[s], end = plan.offsets[s + 1];
-      // Two passes: find (or create) every row while the gradients are prefetched, then apply.
-      thread_local std::vector<float*> rows;
-      rows.resize(end - begin);
       const float* grads = push.grads.data();
-      for (uint32_t k = begin; k < end; ++k) {
-        const uint32_t i = plan.order[k];
-        __builtin_prefetch(grads + i * dim);
-        __builtin_prefetch(grads + (i + 1) * dim - 1);
-        SIFT_ASSIGN_OR_RETURN(rows[k - begin],
-                              FindOrCreateRow(*table, stripe, push.ids[i], /*budgeted=*/false));
+      // The rows were found above: fetch the next rows and gradients while one is updated.
+      constexpr uint32_t kAhead = 4;
+      for (uint32_t k = begin; k < std::min(end, begin + kAhead); ++k) {
+        __builtin_prefetch(plan.rows[k]);
+        __builtin_prefetch(grads + plan.order[k] * dim);
       }
       // Each update is computed on a copy and written only when every weight and state stays
       // finite: a row is never left holding inf or NaN (which would freeze it for good).
@@ -439,8 +553,12 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
       scratch.resize(row_floats);
       uint64_t first_bad = 0, bad = 0;
       for (uint32_t k = begin; k < end; ++k) {
+        if (k + kAhead < end) {
+          __builtin_prefetch(plan.rows[k + kAhead]);
+          __builtin_prefetch(grads + plan.order[k + kAhead] * dim);
+        }
         const uint32_t i = plan.order[k];
-        float* row = rows[k - begin];
+        float* row = plan.rows[k];
         std::copy(row, row + row_floats, scratch.data());
         ApplyOptimizer(c.optimizer, c.dim, grads + i * dim, scratch.data(), scratch.data() + c.dim,
                        lr_multiplier);
@@ -467,6 +585,50 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
     }
   }
   return absl::OkStatus();
+}
+
+Status EmbeddingStore::ResolveHeldRows(Table& table, absl::Span<const uint64_t> ids,
+                                       const std::vector<uint32_t>& order,
+                                       const std::vector<uint32_t>& offsets, float** rows) const {
+  // Every stripe is looked at: the error counts the whole push's absent ids, and names the first
+  // one of the lowest stripe (deterministic).
+  std::mutex absent_mu;
+  uint64_t absent = 0, first = 0;
+  int first_stripe = num_stripes_;
+  SIFT_RETURN_IF_ERROR(ForEachStripe(offsets, [&](int s) -> Status {
+    Stripe& stripe = table.stripes[s];
+    uint64_t missing = 0, first_here = 0;
+    {
+      std::lock_guard<std::mutex> lock(stripe.mu);
+      for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
+        const uint64_t id = ids[order[k]];
+        float* row = FindRow(table, stripe, id);
+        if (rows != nullptr) rows[k] = row;
+        if (row == nullptr && missing++ == 0) first_here = id;
+      }
+    }
+    if (missing == 0) return absl::OkStatus();
+    std::lock_guard<std::mutex> lock(absent_mu);
+    absent += missing;
+    if (s < first_stripe) {
+      first_stripe = s;
+      first = first_here;
+    }
+    return absl::OkStatus();
+  }));
+  if (absent == 0) return absl::OkStatus();
+  table.refused_absent_pushes.fetch_add(1, std::memory_order_relaxed);
+  return absl::InvalidArgumentError(absl::StrCat(
+      table.label, ": id ", first,
+      ": push for a row this shard does not hold: a worker pushes only rows it pulled (", absent,
+      " of the push's ", ids.size(), " ids are absent); the push is refused whole"));
+}
+
+Status EmbeddingStore::CheckRowsHeld(uint32_t table_id, absl::Span<const uint64_t> ids) {
+  SIFT_ASSIGN_OR_RETURN(Table * table, GetTable(table_id, "push"));
+  std::vector<uint32_t> order, offsets;
+  GroupByStripe(table_id, ids, order, offsets);
+  return ResolveHeldRows(*table, ids, order, offsets, nullptr);
 }
 
 StatusOr<EmbeddingStore::TableDump> EmbeddingStore::DumpTable(uint32_t table_id) const {
@@ -526,7 +688,7 @@ Status EmbeddingStore::LoadRows(uint32_t table_id, int row_floats, absl::Span<co
     std::lock_guard<std::mutex> lock(stripe.mu);
     for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
       const uint32_t i = order[k];
-      SIFT_ASSIGN_OR_RETURN(float* row, FindOrCreateRow(*table, stripe, ids[i], false));
+      SIFT_ASSIGN_OR_RETURN(float* row, FindOrCreateUnbounded(*table, stripe, ids[i]));
       std::copy_n(data.data() + i * rf, rf, row);
     }
   }
@@ -561,6 +723,7 @@ std::vector<TableStats> EmbeddingStore::Stats() const {
     st.refused_pushes = table->refused_pushes.load(std::memory_order_relaxed);
     st.refused_rows = table->refused_rows.load(std::memory_order_relaxed);
     st.refused_pulls = table->refused_pulls.load(std::memory_order_relaxed);
+    st.refused_absent_pushes = table->refused_absent_pushes.load(std::memory_order_relaxed);
     result.push_back(std::move(st));
   }
   std::sort(result.begin(), result.end(),

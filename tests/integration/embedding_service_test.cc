@@ -573,6 +573,8 @@ TEST(EmbeddingServiceTest, SnapshotsTakenDuringPushesAreCutsBetweenRequests) {
   ASSERT_NE(admin, nullptr);
   ASSERT_TRUE(admin->Configure(kSeed, Tables()).ok());
   const std::vector<uint64_t> keys = SpreadKeys(300, 9);
+  PullRows(*admin, kItem, keys);
+  PullRows(*admin, kCat, keys);
   const std::vector<float> g_item = Fill(keys.size() * 8, 0.5f),
                            g_cat = Fill(keys.size() * 3, 0.5f);
   constexpr int kThreads = 3, kPushes = 30, kSnapshots = 5;
@@ -635,6 +637,11 @@ std::vector<float> PullAll(EmbeddingClient& client, const std::vector<uint64_t>&
   return out;
 }
 
+// Pulls every key of every table (create_missing): a worker pulls each row before it pushes it.
+void PullToCreate(EmbeddingClient& client, const std::vector<uint64_t>& keys) {
+  for (uint32_t t : {kUser, kItem, kCat}) PullRows(client, t, keys);
+}
+
 Status PushAll(EmbeddingClient& client, const std::vector<uint64_t>& keys, uint64_t seed,
                int64_t step) {
   const std::vector<float> gu = SmallGrads(keys.size() * 4, seed),
@@ -657,6 +664,7 @@ TEST(EmbeddingServiceTest, RestoreFromTwoServersIntoThreeServers) {
   ASSERT_NE(client2, nullptr);
   ASSERT_TRUE(client2->Configure(kSeed, Tables()).ok());
   const std::vector<uint64_t> keys = SpreadKeys(700, 21);
+  PullToCreate(*client2, keys);
   ASSERT_TRUE(PushAll(*client2, keys, 1, 10).ok());
   ASSERT_TRUE(PushAll(*client2, keys, 2, 11).ok());
   const std::vector<float> rows = PullAll(*client2, keys);
@@ -667,6 +675,7 @@ TEST(EmbeddingServiceTest, RestoreFromTwoServersIntoThreeServers) {
 
   // Snapshot -> more pushes (and keys) -> restore gives the snapshotted rows back.
   ASSERT_TRUE(PushAll(*client2, keys, 3, 12).ok());
+  PullToCreate(*client2, SpreadKeys(50, 999));
   ASSERT_TRUE(PushAll(*client2, SpreadKeys(50, 999), 4, 13).ok());
   ASSERT_NE(PullAll(*client2, keys), rows);
   auto back = client2->Restore("s1");
@@ -833,6 +842,8 @@ TEST(EmbeddingServiceTest, DuplicateAndUnsortedKeys) {
   // Push: the gradients of a repeated key are summed (adam: summed once != applied twice).
   const std::vector<uint64_t> push_keys = {9, 4, 9, 1, 9, 4};
   const std::vector<float> g = SmallGrads(push_keys.size() * 8, 77);
+  PullRows(*a, kItem, push_keys);
+  PullRows(*b, kItem, push_keys);
   ASSERT_TRUE(PushRows(*a, kItem, push_keys, g).ok());
   const std::vector<uint64_t> once_keys = {1, 4, 9};
   std::vector<float> sum(3 * 8, 0.0f);
@@ -883,6 +894,7 @@ TEST(EmbeddingServiceTest, Fp16AndBf16Encodings) {
     EXPECT_GT(changed, 0);  // the rounding did happen
   }
   // Gradients exact in every encoding: the same rows as fp32 pushes.
+  for (auto& c : clients) PullToCreate(*c, keys);
   for (int step = 0; step < 3; ++step) {
     for (auto& c : clients) ASSERT_TRUE(PushAll(*c, keys, 100 + step, step).ok());
   }
@@ -988,6 +1000,7 @@ TEST(EmbeddingServiceTest, MetricsCountRowsKeysAndCodesAndPassPromtool) {
   PullRows(*client, kUser, keys);  // 250 user keys
   PullRows(*client, kUser, std::vector<uint64_t>(keys.begin(), keys.begin() + 50));  // 50 more
   PullRows(*client, kCat, {1, 2, 3, 4}, /*create_missing=*/false);  // 4 cat keys, no rows
+  PullRows(*client, kItem, {5, 6, 7});                              // pushed next
   ASSERT_TRUE(PushRows(*client, kItem, {5, 6, 7}, Fill(24, 0.25f)).ok());
   auto channel = Channel(*servers[0]);
   auto rpc = pb::EmbeddingService::NewStub(channel);
@@ -1014,11 +1027,11 @@ TEST(EmbeddingServiceTest, MetricsCountRowsKeysAndCodesAndPassPromtool) {
   EXPECT_GT(ValueOf(m, TableSeries("sift_ps_memory_bytes", "user")), 250 * 4 * 4);
   EXPECT_EQ(ValueOf(m, GrpcSeries("grpc_server_handled_total", "Pull", "INVALID_ARGUMENT")), 2);
   EXPECT_EQ(ValueOf(m, GrpcSeries("grpc_server_handled_total", "Push", "INVALID_ARGUMENT")), 1);
-  EXPECT_EQ(ValueOf(m, GrpcSeries("grpc_server_handled_total", "Pull", "OK")), 3);
+  EXPECT_EQ(ValueOf(m, GrpcSeries("grpc_server_handled_total", "Pull", "OK")), 4);
   EXPECT_EQ(ValueOf(m, GrpcSeries("grpc_server_handled_total", "Push", "OK")), 1);
-  EXPECT_EQ(ValueOf(m, GrpcSeries("grpc_server_started_total", "Pull")), 5);
-  EXPECT_EQ(ValueOf(m, GrpcSeries("grpc_server_handling_seconds_bucket", "Pull", "", "+Inf")), 5);
-  EXPECT_EQ(ValueOf(m, GrpcSeries("grpc_server_handling_seconds_count", "Pull")), 5);
+  EXPECT_EQ(ValueOf(m, GrpcSeries("grpc_server_started_total", "Pull")), 6);
+  EXPECT_EQ(ValueOf(m, GrpcSeries("grpc_server_handling_seconds_bucket", "Pull", "", "+Inf")), 6);
+  EXPECT_EQ(ValueOf(m, GrpcSeries("grpc_server_handling_seconds_count", "Pull")), 6);
   EXPECT_THAT(text, HasSubstr("sift_build_info{"));
   EXPECT_THAT(text, HasSubstr("version=\"1.2.3-test\""));
 
@@ -1414,6 +1427,8 @@ TEST(EmbeddingServiceTest, StatsReportRowsDimsStepsConfigsAndLimits) {
   ASSERT_TRUE(client->Configure(kSeed, Tables()).ok());
   const std::vector<uint64_t> keys = SpreadKeys(400, 8);
   PullRows(*client, kUser, keys);
+  PullRows(*client, kItem, keys);
+  PullRows(*client, kCat, keys);
   ASSERT_TRUE(PushAll(*client, keys, 5, 41).ok());
   ASSERT_TRUE(PushAll(*client, std::vector<uint64_t>(keys.begin(), keys.begin() + 10), 6, 40).ok());
   auto stats = client->Stats();
@@ -1460,7 +1475,7 @@ TEST(EmbeddingServiceTest, StatsReportRowsDimsStepsConfigsAndLimits) {
     EXPECT_EQ(pushed[t], 410u) << t;
   }
   EXPECT_EQ(pulled[kUser], 400u);
-  EXPECT_EQ(pulled[kItem], 0u);
+  EXPECT_EQ(pulled[kItem], 400u);
 }
 
 }  // namespace

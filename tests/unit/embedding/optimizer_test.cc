@@ -215,6 +215,8 @@ TEST(Optimizer, AdamIsLazyPerRowStepCount) {
   ra.w = {a0[0], a0[1]};
   rb.w = {b0[0], b0[1]};
   ra.m = ra.v = rb.m = rb.v = {0.0, 0.0};
+  std::vector<float> pulled(4);
+  ASSERT_TRUE(store.Pull(2, {11, 99}, absl::MakeSpan(pulled)).ok());
   ASSERT_TRUE(store.Push(2, {11}, ga, 1).ok());
   ASSERT_TRUE(store.Push(2, {11}, ga, 2).ok());
   std::vector<float> grads = {ga[0], ga[1], gb[0], gb[1]};

@@ -100,6 +100,13 @@ std::vector<float> Peek(EmbeddingShard& shard, uint32_t table, const std::vector
   return s.ok() ? Decode(r.tables(0)) : std::vector<float>();
 }
 
+// Pulls `tables` (create_missing): a worker pulls every row before it pushes it.
+void PullToCreate(EmbeddingShard& shard, const std::vector<Keys>& tables) {
+  pb::PullResponse r;
+  const Status s = shard.Pull(PullReq(tables), &r);
+  ASSERT_TRUE(s.ok()) << s;
+}
+
 int64_t RowsOf(const EmbeddingShard& shard, uint32_t table) {
   pb::StatsResponse stats;
   EXPECT_TRUE(shard.Stats(&stats).ok());
@@ -331,11 +338,10 @@ TEST(ShardTest, FailedPushesChangeNothingInAnyTable) {
   ShardOptions o;
   o.max_keys_per_request = 20;
   auto shard = ConfiguredShard(o);
-  const std::vector<uint64_t> old_keys = {1, 2, 3};
-  pb::PullResponse pull;
-  ASSERT_TRUE(shard->Pull(PullReq({{kUser, old_keys}}), &pull).ok());
+  const std::vector<uint64_t> old_keys = {1, 2, 3, 4};
+  PullToCreate(*shard, {{kUser, old_keys}});
   const std::vector<float> before = Peek(*shard, kUser, old_keys);
-  // The first table is valid (old keys and a new one); the second is bad in some way.
+  // The first table is valid (pulled keys); the second is bad in some way.
   const Grads good{kUser, {1, 2, 3, 4}, Fill(16, 0.5f)};
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
@@ -371,9 +377,14 @@ TEST(ShardTest, FailedPushesChangeNothingInAnyTable) {
        absl::StatusCode::kInvalidArgument,
        {"unknown table", "12345"}},
       {"table twice",
-       PushReq({good, {kCat, {4}, Fill(3, 1)}, {kUser, {9}, Fill(4, 1)}}),
+       PushReq({good, {kUser, {1}, Fill(4, 1)}}),
        absl::StatusCode::kInvalidArgument,
        {"'user'", "twice"}},
+      {"a row never pulled",
+       PushReq({good, {kCat, {4}, Fill(3, 1)}}),
+       absl::StatusCode::kInvalidArgument,
+       {"table 'cat' (id 3): id 4: push for a row this shard does not hold: a worker pushes only "
+        "rows it pulled"}},
       {"unknown encoding",
        PushReq({good}, 1, static_cast<pb::RowEncoding>(3)),
        absl::StatusCode::kInvalidArgument,
@@ -404,7 +415,7 @@ TEST(ShardTest, FailedPushesChangeNothingInAnyTable) {
     pb::PushResponse r;
     ExpectError(shard->Push(c.request, &r), c.code, c.parts);
     EXPECT_EQ(Peek(*shard, kUser, old_keys), before);
-    EXPECT_EQ(RowsOf(*shard, kUser), 3);
+    EXPECT_EQ(RowsOf(*shard, kUser), 4);
     EXPECT_EQ(RowsOf(*shard, kCat), 0);
     EXPECT_EQ(RowsOf(*shard, kItem), 0);
   }
@@ -442,6 +453,7 @@ TEST(ShardTest, SgdPushIsExactAndEncodedGradientsMatchFp32) {
                                        pb::ROW_ENCODING_BF16};
   std::vector<uint64_t> keys;
   for (uint64_t k = 0; k < 40; ++k) keys.push_back(k * 1000003);
+  for (auto& shard : shards) PullToCreate(*shard, {{kUser, keys}, {kItem, keys}, {kCat, keys}});
   Rng rng(7);
   for (int step = 0; step < 5; ++step) {
     std::vector<float> g_user(keys.size() * 4), g_item(keys.size() * 8), g_cat(keys.size() * 3);
@@ -472,6 +484,7 @@ TEST(ShardTest, SgdArithmeticIsExact) {
   // Gradient init/lr zeroes the rows exactly; then -lr * g with exact values.
   std::vector<float> zero(init.size());
   for (size_t i = 0; i < init.size(); ++i) zero[i] = init[i] * 8.0f;
+  PullToCreate(*shard, {{kUser, keys}});
   pb::PushResponse r;
   ASSERT_TRUE(shard->Push(PushReq({{kUser, keys, zero}}), &r).ok());
   EXPECT_EQ(Peek(*shard, kUser, keys), std::vector<float>(12, 0.0f));
@@ -495,6 +508,7 @@ TEST(ShardTest, PushRetryIdentityAppliesOnce) {
   auto shard = ConfiguredShard();
   const std::vector<uint64_t> keys = {10, 20};
   const std::vector<float> init = InitRows(kUser, keys, 1000);
+  PullToCreate(*shard, {{kUser, keys}, {kCat, {1}}});
   pb::PushRequest req = PushReq({{kUser, keys, Fill(8, 1.0f)}});
   req.set_client_id(0xabcdef);
   req.set_sequence(5);
@@ -556,10 +570,13 @@ TEST(ShardTest, StatsReportRowsDimsStepsConfigsAndLimits) {
   o.version = "9.8.7-test";
   auto shard = ConfiguredShard(o);
   pb::PullResponse pull;
-  ASSERT_TRUE(shard->Pull(PullReq({{kUser, {1, 2, 3, 3}}, {kItem, {1}}}), &pull).ok());
+  ASSERT_TRUE(shard->Pull(PullReq({{kUser, {1, 2, 3, 3}}, {kItem, {1, 2}}}), &pull).ok());
   pb::PushResponse push;
   ASSERT_TRUE(shard->Push(PushReq({{kItem, {1, 2}, Fill(16, 0.5f)}}, 17), &push).ok());
   ASSERT_TRUE(shard->Push(PushReq({{kItem, {2}, Fill(8, 0.5f)}}, 9), &push).ok());
+  pb::PushResponse refused;
+  EXPECT_EQ(shard->Push(PushReq({{kItem, {3}, Fill(8, 0.5f)}}, 18), &refused).code(),
+            absl::StatusCode::kInvalidArgument);
   pb::StatsResponse s;
   ASSERT_TRUE(shard->Stats(&s).ok());
   EXPECT_EQ(s.shard(), 2u);
@@ -584,7 +601,7 @@ TEST(ShardTest, StatsReportRowsDimsStepsConfigsAndLimits) {
   EXPECT_EQ(s.tables(0).last_step(), -1);
   EXPECT_EQ(s.tables(2).last_step(), 17);
   EXPECT_EQ(s.tables(0).pulled_keys(), 4u);
-  EXPECT_EQ(s.tables(2).pulled_keys(), 1u);
+  EXPECT_EQ(s.tables(2).pulled_keys(), 2u);
   EXPECT_EQ(s.tables(2).pushed_keys(), 3u);
   EXPECT_EQ(s.tables(0).value_bytes(), 3 * 4 * 4);
   EXPECT_EQ(s.tables(2).value_bytes(), 2 * 8 * 4);
@@ -608,6 +625,8 @@ TEST(ShardTest, StatsReportRowsDimsStepsConfigsAndLimits) {
   EXPECT_EQ(metrics[0].rows, 3);
   EXPECT_EQ(metrics[0].pulled_keys, 4u);
   EXPECT_EQ(metrics[2].pushed_keys, 3u);
+  EXPECT_EQ(metrics[2].refused_absent_pushes, 1u);
+  EXPECT_EQ(metrics[0].refused_absent_pushes, 0u);
 }
 
 // checkpoint.keep: a snapshot with retain_only keeps, of its job's snapshots (any generation),
@@ -705,6 +724,9 @@ TEST(ShardTest, RestoreReturnsExactlyTheSnapshottedRowsAndOptimizerState) {
   auto control = ConfiguredShard();
   std::vector<uint64_t> keys;
   for (uint64_t k = 0; k < 300; ++k) keys.push_back(k * k * 7919 + k);
+  for (auto* s : {shard.get(), control.get()}) {
+    PullToCreate(*s, {{kUser, keys}, {kItem, keys}, {kCat, keys}});
+  }
   pb::PushResponse r;
   for (int step = 0; step < 4; ++step) {
     ASSERT_TRUE(shard->Push(StepPush(keys, step), &r).ok());
@@ -720,6 +742,7 @@ TEST(ShardTest, RestoreReturnsExactlyTheSnapshottedRowsAndOptimizerState) {
   EXPECT_GT(sr.bytes(), 900u * 4);
   // More pushes (and more keys) after the snapshot...
   for (int step = 4; step < 7; ++step) ASSERT_TRUE(shard->Push(StepPush(keys, step), &r).ok());
+  PullToCreate(*shard, {{kUser, {123456789}}, {kItem, {123456789}}, {kCat, {123456789}}});
   ASSERT_TRUE(shard->Push(StepPush({123456789}, 7), &r).ok());
   ASSERT_NE(Peek(*shard, kItem, keys), Peek(*control, kItem, keys));
   // ... are undone by the restore.
@@ -779,6 +802,7 @@ TEST(ShardTest, SnapshotsAreCutsBetweenWholePushes) {
   auto shard = ConfiguredShard(o);
   std::vector<uint64_t> keys;
   for (uint64_t k = 0; k < 400; ++k) keys.push_back(k * 31 + 5);
+  PullToCreate(*shard, {{kItem, keys}, {kCat, keys}});
   const pb::PushRequest push = PushReq(
       {{kItem, keys, Fill(keys.size() * 8, 0.5f)}, {kCat, keys, Fill(keys.size() * 3, 0.5f)}});
   constexpr int kThreads = 3, kPushes = 40, kSnapshots = 6;
@@ -863,6 +887,9 @@ TEST(ShardTest, RestoreIntoAnotherShardCountKeepsEachKeyOnItsShard) {
       }
       grads.push_back(std::move(g));
     }
+    std::vector<Keys> pulled;
+    for (const Grads& g : grads) pulled.push_back({g.table, g.keys});
+    PullToCreate(*two[i], pulled);
     pb::PushResponse r;
     ASSERT_TRUE(two[i]->Push(PushReq(grads, 3), &r).ok());
   }
@@ -945,6 +972,7 @@ TEST(ShardStepPushTest, TheStepAppliesOnceFromTheSumAndNotBefore) {
     const std::vector<uint64_t> k0 = {2, 5}, k1 = {5, 9};
     const std::vector<float> g0 = Scaled(Fill(2 * d, 0.3f), 1.0f), g1 = Fill(2 * d, -0.7f);
     auto shard = ConfiguredShard();
+    PullToCreate(*shard, {{table, {2, 5, 9}}});
     const std::vector<float> before = Peek(*shard, table, {2, 5, 9});
     pb::PushResponse r;
     ASSERT_TRUE(shard->Push(StepPushReq(table, k1, g1, 1, 2), &r).ok());
@@ -958,6 +986,7 @@ TEST(ShardStepPushTest, TheStepAppliesOnceFromTheSumAndNotBefore) {
     EXPECT_EQ(r2.applied_keys(), 3u);
 
     auto one = ConfiguredShard();
+    PullToCreate(*one, {{table, {2, 5, 9}}});
     std::vector<float> sum(3 * d);
     for (int c = 0; c < d; ++c) {
       sum[c] = g0[c];                  // key 2: rank 0 only
@@ -974,6 +1003,7 @@ TEST(ShardStepPushTest, TheStepAppliesOnceFromTheSumAndNotBefore) {
 // part, and the next generation's step is its own.
 TEST(ShardStepPushTest, AHeldPartIsDroppedByANewGenerationOrRestore) {
   auto shard = ConfiguredShard();
+  PullToCreate(*shard, {{kItem, {3}}});
   const std::vector<float> before = Peek(*shard, kItem, {3});
   pb::PushResponse r;
   ASSERT_TRUE(shard->Push(StepPushReq(kItem, {3}, Fill(8, 1.0f), 0, 2, 1), &r).ok());
@@ -988,6 +1018,11 @@ TEST(ShardStepPushTest, AHeldPartIsDroppedByANewGenerationOrRestore) {
   replace.set_replace(true);
   pb::ConfigureResponse cr;
   ASSERT_TRUE(shard->Configure(replace, &cr).ok());
+  // The row went with the tables: a push of it is refused until it is pulled again.
+  ExpectError(shard->Push(StepPushReq(kItem, {3}, Fill(8, 2.0f), 0, 2, 2), &r),
+              absl::StatusCode::kInvalidArgument,
+              {"id 3: push for a row this shard does not hold"});
+  PullToCreate(*shard, {{kItem, {3}}});
   // Generation 2's held part is gone with the tables: rank 0's push alone is held again.
   ASSERT_TRUE(shard->Push(StepPushReq(kItem, {3}, Fill(8, 2.0f), 0, 2, 2), &r).ok());
   EXPECT_TRUE(r.held());
@@ -1012,6 +1047,7 @@ TEST(ShardStepPushTest, BadStepFieldsAndL2CoefficientsAreRefusedWhole) {
 // The L2 term c * w is added once per key to the summed gradient (sgd: w -= lr (g + c w)).
 TEST(ShardStepPushTest, L2IsAddedOnceToTheSum) {
   auto shard = ConfiguredShard();
+  PullToCreate(*shard, {{kUser, {6}}});
   const std::vector<float> w = Peek(*shard, kUser, {6});
   const float c = 0.5f;
   std::string l2(reinterpret_cast<const char*>(&c), 4);
@@ -1027,6 +1063,71 @@ TEST(ShardStepPushTest, L2IsAddedOnceToTheSum) {
     const float g = (1.0f + 2.0f) + c * w[i];
     EXPECT_EQ(after[i], w[i] - 0.125f * g) << i;
   }
+}
+
+// A part naming a row the shard does not hold is refused as it arrives and never held (counted);
+// the step completes from the good parts, creating no row, as a step without the bad part would.
+TEST(ShardStepPushTest, APartNamingAnAbsentRowIsRefusedAndNotHeld) {
+  auto shard = ConfiguredShard();
+  auto control = ConfiguredShard();
+  for (auto* s : {shard.get(), control.get()}) PullToCreate(*s, {{kItem, {2, 5, 9}}});
+  const std::vector<float> g0 = Fill(2 * 8, 0.25f), g1 = Fill(2 * 8, -0.5f);
+  pb::PushResponse r;
+  ASSERT_TRUE(shard->Push(StepPushReq(kItem, {2, 5}, g0, 0, 2), &r).ok());
+  ASSERT_TRUE(r.held());
+  // Rank 1's part names id 11, never pulled: refused whole, nothing of it held.
+  pb::PushRequest bad = StepPushReq(kItem, {5, 11}, g1, 1, 2);
+  bad.set_client_id(9);
+  bad.set_sequence(1);
+  ExpectError(shard->Push(bad, &r), absl::StatusCode::kInvalidArgument,
+              {"table 'item' (id 7): id 11: push for a row this shard does not hold: a worker "
+               "pushes only rows it pulled"});
+  pb::StatsResponse stats;
+  ASSERT_TRUE(shard->Stats(&stats).ok());
+  EXPECT_EQ(stats.held_steps(), 1u);  // rank 0's part only
+  EXPECT_EQ(RowsOf(*shard, kItem), 3);
+  // The good part of rank 1 (same client and sequence: the refused one was not remembered)
+  // completes the step.
+  pb::PushRequest good = StepPushReq(kItem, {5, 9}, g1, 1, 2);
+  good.set_client_id(9);
+  good.set_sequence(1);
+  pb::PushResponse done;
+  ASSERT_TRUE(shard->Push(good, &done).ok());
+  EXPECT_FALSE(done.held());
+  EXPECT_FALSE(done.duplicate());
+  EXPECT_EQ(done.applied_keys(), 3u);
+  ASSERT_TRUE(control->Push(StepPushReq(kItem, {2, 5}, g0, 0, 2), &r).ok());
+  ASSERT_TRUE(control->Push(StepPushReq(kItem, {5, 9}, g1, 1, 2), &r).ok());
+  EXPECT_EQ(Peek(*shard, kItem, {2, 5, 9}), Peek(*control, kItem, {2, 5, 9}));
+  EXPECT_EQ(RowsOf(*shard, kItem), 3);
+  stats.Clear();
+  ASSERT_TRUE(shard->Stats(&stats).ok());
+  EXPECT_EQ(stats.held_steps(), 0u);
+  const auto metrics = shard->Metrics();
+  ASSERT_EQ(metrics.size(), 3u);
+  EXPECT_EQ(metrics[2].name, "item");
+  EXPECT_EQ(metrics[2].refused_absent_pushes, 1u);
+}
+
+// Capacity and memory budget reach the shard's Pull: a pull needing too many new rows is
+// RESOURCE_EXHAUSTED and creates none, in any of its tables' rows counted so far.
+TEST(ShardTest, APullBeyondACapacityCreatesNoRow) {
+  auto shard = MakeShard();
+  pb::ConfigureRequest config = Config();
+  config.mutable_tables(0)->set_capacity(10);  // user
+  pb::ConfigureResponse cr;
+  ASSERT_TRUE(shard->Configure(config, &cr).ok());
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 15; ++k) keys.push_back(k);
+  pb::PullResponse r;
+  ExpectError(shard->Pull(PullReq({{kUser, keys}}), &r), absl::StatusCode::kResourceExhausted,
+              {"table 'user' (id 1): the table is full: this pull needs 15 new rows",
+               "tables.user.capacity"});
+  EXPECT_EQ(RowsOf(*shard, kUser), 0);
+  keys.resize(10);
+  PullToCreate(*shard, {{kUser, keys}});
+  EXPECT_EQ(RowsOf(*shard, kUser), 10);
+  EXPECT_EQ(shard->Metrics()[0].refused_pulls, 1u);
 }
 
 }  // namespace

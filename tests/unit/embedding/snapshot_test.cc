@@ -111,6 +111,8 @@ void Train(const std::vector<EmbeddingStore*>& stores, uint64_t seed, int steps)
         grads[s].insert(grads[s].end(), p.grads.begin() + i * dim, p.grads.begin() + (i + 1) * dim);
       }
       for (uint32_t s = 0; s < s_count; ++s) {
+        std::vector<float> pulled(ids[s].size() * dim);
+        ASSERT_TRUE(stores[s]->Pull(p.table_id, ids[s], absl::MakeSpan(pulled)).ok());
         ASSERT_TRUE(stores[s]->Push(p.table_id, ids[s], grads[s], step).ok());
       }
     }
@@ -269,6 +271,8 @@ TEST(ShardSnapshot, RoundTripRestoresRowsAndOptimizerState) {
     }
     ASSERT_TRUE(weights_only->LoadRows(c.table_id, want[t].row_floats, want[t].ids, fresh).ok());
     const Push& p = more[t];
+    std::vector<float> pulled(p.ids.size() * c.dim);
+    ASSERT_TRUE(weights_only->Pull(p.table_id, p.ids, absl::MakeSpan(pulled)).ok());
     ASSERT_TRUE(weights_only->Push(p.table_id, p.ids, p.grads, 9).ok());
     auto d = weights_only->DumpTable(p.table_id);
     ASSERT_TRUE(d.ok());
@@ -759,10 +763,13 @@ TEST(LoadSnapshotForShard, MisroutedKeysComeFromTheirHomeFileOnly) {
   uint64_t key = 0;
   while (ShardOf(5, key, 2) != 1) ++key;
   const std::vector<float> g1(16, 0.5f), g0(16, -0.25f);
-  ASSERT_TRUE(b->Push(5, {key}, g1, 1).ok());
-  ASSERT_TRUE(a->Push(5, {key}, g0, 1).ok());
   uint64_t own0 = key + 1;
   while (ShardOf(5, own0, 2) != 0) ++own0;
+  std::vector<float> pulled(2 * 16);
+  ASSERT_TRUE(a->Pull(5, {key, own0}, absl::MakeSpan(pulled)).ok());
+  ASSERT_TRUE(b->Pull(5, {key}, absl::MakeSpan(pulled).subspan(0, 16)).ok());
+  ASSERT_TRUE(b->Push(5, {key}, g1, 1).ok());
+  ASSERT_TRUE(a->Push(5, {key}, g0, 1).ok());
   ASSERT_TRUE(a->Push(5, {own0}, g0, 1).ok());
   ASSERT_TRUE(
       WriteShardSnapshot(tmp.Sub(ShardSnapshotFileName(0, 2)), Meta(0, 2), *a, nullptr).ok());

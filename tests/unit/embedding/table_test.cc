@@ -1,5 +1,6 @@
 #include "server/embedding/table.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <latch>
@@ -103,14 +104,25 @@ TEST(EmbeddingInit, InsideBoundCenteredAndDistinct) {
   for (float v : y) EXPECT_LE(std::fabs(v), static_cast<float>(1 / std::sqrt(1209082.0)));
 }
 
-TEST(EmbeddingStore, PullReturnsPushedUpdatesAndPushCreatesRows) {
+TEST(EmbeddingStore, PullReturnsPushedUpdatesAndPushCreatesNoRow) {
   auto store = MakeStore({Table(0, "user", 4, 100, OptimizerKind::kSgd, 0.5f)});
   const std::vector<float> before = PullOrDie(*store, 0, {10, 20}, 4);
   const std::vector<float> grads = {1, 2, 3, 4, -1, -2, -3, -4, 0.5f, 0.25f, 0, 8};
-  // Id 30 was never pulled: the push creates it from the deterministic init, then applies.
-  ASSERT_TRUE(store->Push(0, {20, 10, 30}, grads, 5).ok());
+  // Id 30 was never pulled: the push is refused whole, ids 10 and 20 included.
+  const Status s = store->Push(0, {20, 10, 30}, grads, 5);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("table 'user' (id 0): id 30: push for a row this shard does not hold: a "
+                        "worker pushes only rows it pulled (1 of the push's 3 ids are absent)"));
+  EXPECT_EQ(store->Stats()[0].rows, 2);
+  EXPECT_EQ(store->Stats()[0].refused_absent_pushes, 1u);
+  EXPECT_EQ(store->Stats()[0].last_step, -1);
+  EXPECT_EQ(PullOrDie(*store, 0, {10, 20}, 4), before);
+  // Pulled, it is pushed like the others.
   std::vector<float> init30(4);
   InitRow(42, 0, 30, 100, 4, init30.data());
+  EXPECT_EQ(PullOrDie(*store, 0, {30}, 4), init30);
+  ASSERT_TRUE(store->Push(0, {20, 10, 30}, grads, 5).ok());
   const std::vector<float> after = PullOrDie(*store, 0, {10, 20, 30}, 4);
   for (int c = 0; c < 4; ++c) {
     EXPECT_EQ(after[c], before[c] - 0.5f * grads[4 + c]) << c;  // id 10 got the 2nd gradient
@@ -182,6 +194,7 @@ TEST(EmbeddingStore, StatsCountRowsAndBytes) {
   PullOrDie(*store, 2, ids, 4);
   PullOrDie(*store, 2, ids, 4);  // no new rows
   PullOrDie(*store, 7, {ids.begin(), ids.begin() + 10}, 16);
+  PullOrDie(*store, 7, {500}, 16);
   ASSERT_TRUE(store->Push(7, {3, 500}, std::vector<float>(32, 1.0f), 9).ok());
   ASSERT_TRUE(store->Push(7, {4}, std::vector<float>(16, 1.0f), 8).ok());
 
@@ -197,7 +210,7 @@ TEST(EmbeddingStore, StatsCountRowsAndBytes) {
   EXPECT_EQ(sgd.state_bytes, 0);
   EXPECT_EQ(sgd.last_step, -1);
   EXPECT_EQ(adam.table_id, 7u);
-  EXPECT_EQ(adam.rows, 11);  // ids 0..9 pulled, 500 created by the push
+  EXPECT_EQ(adam.rows, 11);  // ids 0..9 and 500 pulled
   EXPECT_EQ(adam.state_floats, 33);
   EXPECT_EQ(adam.value_bytes, 11 * 16 * 4);
   EXPECT_EQ(adam.state_bytes, 11 * 33 * 4);
@@ -303,6 +316,7 @@ TEST(EmbeddingStore, DumpAndLoadRoundTripRowsWithOptimizerState) {
   auto a = MakeStore({Table(2, "item", 4, 100, OptimizerKind::kAdam, 0.1f)}, 7, 3);
   const std::vector<uint64_t> ids = {90, 3, 41};
   const std::vector<float> g = {1, 2, 3, 4, -1, -2, -3, -4, 0.5f, 0.5f, 0.5f, 0.5f};
+  PullOrDie(*a, 2, ids, 4);
   ASSERT_TRUE(a->Push(2, ids, g, 0).ok());
   ASSERT_TRUE(a->Push(2, {3}, {1, 1, 1, 1}, 1).ok());
   auto dump = a->DumpTable(2);
@@ -342,6 +356,8 @@ TEST(EmbeddingStore, StripeThreadsGiveIdenticalResultsAndErrors) {
   std::vector<float> g(ids.size() * 8);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 7919 % 100003;
   for (size_t j = 0; j < g.size(); ++j) g[j] = static_cast<float>((j * 31) % 17) / 17 - 0.5f;
+  PullOrDie(*one, 1, ids, 8);
+  PullOrDie(*three, 1, ids, 8);
   for (int step = 0; step < 3; ++step) {
     ASSERT_TRUE(one->Push(1, ids, g, step).ok());
     ASSERT_TRUE(three->Push(1, ids, g, step).ok());
@@ -384,7 +400,7 @@ TEST(EmbeddingStore, LookupReadsInitOrStoredRowsAndCreatesNothing) {
 namespace sift::embedding {
 namespace {
 
-// Issue 16 row 1, in the store: gradients beyond the bound or non-finite refuse the whole push
+// In the store: gradients beyond the bound or non-finite refuse the whole push
 // (counted); an update that would leave a non-finite weight or state is not written (a row
 // restored with an inf weight stays as it was, the push's other rows are applied, counted).
 TEST(EmbeddingStore, RowsStayFiniteAndRefusalsAreCounted) {
@@ -419,8 +435,8 @@ TEST(EmbeddingStore, RowsStayFiniteAndRefusalsAreCounted) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// Row 3, in the store: a budget of N rows' bytes holds N rows; the next new row of a pull is
-// RESOURCE_EXHAUSTED naming the table; held rows are still pulled; pushes are not refused.
+// In the store: a budget of N rows' bytes holds N rows; a pull needing one more is
+// RESOURCE_EXHAUSTED naming the table; held rows are still pulled and pushed.
 TEST(EmbeddingStore, TheMemoryBudgetRefusesNewRowsOnly) {
   StoreOptions o{42, 1};
   // sgd, dim 2: no state; plus the map slot (key, row) and its control byte.
@@ -437,13 +453,15 @@ TEST(EmbeddingStore, TheMemoryBudgetRefusesNewRowsOnly) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(s.message()), HasSubstr("table 'items' (id 3): no room for new rows"));
   EXPECT_EQ(PullOrDie(store, 3, ten, 2), held);
-  EXPECT_TRUE(store.Push(3, std::vector<uint64_t>{100}, std::vector<float>{1, 1}, 1).ok());
-  EXPECT_EQ(store.Stats()[0].rows, 11);
+  EXPECT_TRUE(store.Push(3, ten, std::vector<float>(20, 1.0f), 1).ok());
+  EXPECT_EQ(store.Push(3, std::vector<uint64_t>{100}, std::vector<float>{1, 1}, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.Stats()[0].rows, 10);
   EXPECT_EQ(store.Stats()[0].refused_pulls, 1u);
 }
 
 // tables.<name>.capacity: each of S shards creates at most ceil(capacity / S) rows on Pull;
-// rows already held are still served, and Push/LoadRows never refuse (a push stays whole).
+// rows already held are still served and pushed.
 TEST(EmbeddingStore, ACapacityRefusesNewRowsBeyondTheShardsShare) {
   StoreOptions o{42, 4};
   o.num_shards = 3;
@@ -460,17 +478,18 @@ TEST(EmbeddingStore, ACapacityRefusesNewRowsBeyondTheShardsShare) {
   const Status s = store.Pull(3, std::vector<uint64_t>{1, 99}, absl::MakeSpan(out));
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("table 'item_feat_0' (id 3): the table is full: this shard holds 9 rows, "
-                        "its share of the table's capacity of 25 rows (job spec "
-                        "tables.item_feat_0.capacity)"));
+              HasSubstr("table 'item_feat_0' (id 3): the table is full: this pull needs 1 new "
+                        "rows; this shard holds 9 of its 9-row share of the table's capacity of "
+                        "25 rows (job spec tables.item_feat_0.capacity)"));
   // ... the held rows are served as before, the other table is not limited.
   EXPECT_EQ(PullOrDie(store, 3, nine, 2), held);
   std::vector<uint64_t> many(100);
   std::iota(many.begin(), many.end(), 0);
   PullOrDie(store, 4, many, 2);
-  EXPECT_TRUE(store.Push(3, std::vector<uint64_t>{100}, std::vector<float>{1, 1}, 1).ok());
+  EXPECT_EQ(store.Push(3, std::vector<uint64_t>{100}, std::vector<float>{1, 1}, 1).code(),
+            absl::StatusCode::kInvalidArgument);
   const std::vector<TableStats> stats = store.Stats();
-  EXPECT_EQ(stats[0].rows, 10);
+  EXPECT_EQ(stats[0].rows, 9);
   EXPECT_EQ(stats[0].refused_pulls, 1u);
   EXPECT_EQ(stats[1].rows, 100);
   // The refused pull created nothing: the row count stayed at the share.
@@ -478,6 +497,218 @@ TEST(EmbeddingStore, ACapacityRefusesNewRowsBeyondTheShardsShare) {
             absl::StatusCode::kResourceExhausted);
   o.num_shards = 0;
   EXPECT_EQ(EmbeddingStore::Create({t}, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Ids first..first+n-1.
+std::vector<uint64_t> Ids(uint64_t first, size_t n) {
+  std::vector<uint64_t> ids(n);
+  std::iota(ids.begin(), ids.end(), first);
+  return ids;
+}
+
+// Push never creates a row, so it cannot grow a table past its memory budget: a push naming ids
+// the store does not hold is refused whole, and the rows, their bytes and the held rows' values
+// stay as they were.
+TEST(EmbeddingStore, APushOfRowsNeverPulledIsRefusedWholeUnderABudget) {
+  StoreOptions o{42, 16};
+  o.memory_budget_bytes = 128 << 10;
+  auto created = EmbeddingStore::Create({Table(3, "items", 16, 10)}, o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EmbeddingStore& store = **created;
+  const std::vector<uint64_t> held = Ids(0, 100);
+  const std::vector<float> rows = PullOrDie(store, 3, held, 16);
+  const int64_t bytes = store.MemoryBytes();
+  // 100 held ids, then 4,000 new ones (about 4x the budget).
+  const std::vector<uint64_t> mixed = Ids(0, 4100);
+  const Status s = store.Push(3, mixed, std::vector<float>(mixed.size() * 16, 0.5f), 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("table 'items' (id 3): id "));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("push for a row this shard does not hold: a worker pushes only rows it "
+                        "pulled (4000 of the push's 4100 ids are absent); the push is refused "
+                        "whole"));
+  const TableStats st = store.Stats()[0];
+  EXPECT_EQ(st.rows, 100);
+  EXPECT_EQ(store.MemoryBytes(), bytes);
+  EXPECT_EQ(st.last_step, -1);
+  EXPECT_EQ(st.refused_absent_pushes, 1u);
+  EXPECT_EQ(st.refused_pushes, 0u);
+  EXPECT_EQ(PullOrDie(store, 3, held, 16), rows);
+  // The same push, new ids only (the fast path's sorted keys), is refused too.
+  EXPECT_EQ(store.Push(3, Ids(100, 4000), std::vector<float>(4000 * 16, 0.5f), 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.Stats()[0].rows, 100);
+  EXPECT_EQ(store.Stats()[0].refused_absent_pushes, 2u);
+}
+
+// One table of a multi-table push naming an absent row: no table is touched.
+TEST(EmbeddingStore, AnAbsentRowInAnyTableOfAPushAppliesNothing) {
+  auto store = MakeStore({Table(1, "a", 2, 10), Table(2, "b", 2, 10)});
+  const std::vector<float> a = PullOrDie(*store, 1, {1, 2}, 2);
+  PullOrDie(*store, 2, {1}, 2);
+  const std::vector<uint64_t> ids_a = {1, 2}, ids_b = {1, 9};
+  const std::vector<float> g(4, 1.0f);
+  const EmbeddingStore::TablePush pushes[] = {{1, ids_a, g}, {2, ids_b, g}};
+  const Status s = store->PushMany(pushes, 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("table 'b' (id 2): id 9: push for a row"));
+  EXPECT_EQ(PullOrDie(*store, 1, {1, 2}, 2), a);
+  EXPECT_EQ(store->Stats()[0].last_step, -1);
+  EXPECT_EQ(store->Stats()[1].rows, 1);
+  EXPECT_EQ(store->Stats()[1].refused_absent_pushes, 1u);
+  EXPECT_EQ(store->CheckRowsHeld(2, ids_b).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(store->CheckRowsHeld(1, ids_a).ok());
+  EXPECT_EQ(store->CheckRowsHeld(5, ids_a).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Stats()[1].refused_absent_pushes, 2u);
+}
+
+// A capacity of 1,000 rows: a push of 3,000 new ids creates none of them.
+TEST(EmbeddingStore, APushOfNewIdsCannotExceedTheCapacity) {
+  TableConfig t = Table(4, "cap", 4, 10);
+  t.capacity = 1000;
+  auto created = EmbeddingStore::Create({t}, StoreOptions{42, 8});
+  ASSERT_TRUE(created.ok()) << created.status();
+  EmbeddingStore& store = **created;
+  const Status s = store.Push(4, Ids(0, 3000), std::vector<float>(3000 * 4, 1.0f), 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("push for a row this shard does not hold"));
+  EXPECT_EQ(store.Stats()[0].rows, 0);
+  EXPECT_EQ(store.MemoryBytes(), 0);
+}
+
+// A pull refused for the memory budget creates nothing: the row count and the memory stay, and
+// a later pull that fits is served and creates exactly its rows.
+TEST(EmbeddingStore, APullRefusedForTheBudgetCreatesNothing) {
+  StoreOptions o{42, 16};
+  const int64_t row = 2 * 4 + sizeof(std::pair<const uint64_t, uint32_t>) + 1;
+  o.memory_budget_bytes = 1000 * row;
+  auto created = EmbeddingStore::Create({Table(3, "items", 2, 10)}, o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EmbeddingStore& store = **created;
+  const std::vector<float> first = PullOrDie(store, 3, Ids(0, 600), 2);
+  const int64_t bytes = store.MemoryBytes();
+  // 600 held + 500 new: 100 rows over the budget.
+  std::vector<float> out(1100 * 2);
+  const Status s = store.Pull(3, Ids(0, 1100), absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(
+      std::string(s.message()),
+      HasSubstr("table 'items' (id 3): no room for new rows: this pull needs 500 new rows"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--table-memory-budget"));
+  EXPECT_EQ(store.Stats()[0].rows, 600);
+  EXPECT_EQ(store.MemoryBytes(), bytes);
+  EXPECT_EQ(store.Stats()[0].refused_pulls, 1u);
+  // What fits is served: the 400 rows left, repeated ids counted once.
+  std::vector<uint64_t> fits = Ids(600, 400);
+  fits.insert(fits.end(), {600, 999, 5});
+  const std::vector<float> got = PullOrDie(store, 3, fits, 2);
+  std::vector<float> want(2);
+  InitRow(42, 3, 999, 10, 2, want.data());
+  EXPECT_EQ(std::vector<float>(got.begin() + 399 * 2, got.begin() + 400 * 2), want);
+  EXPECT_EQ(std::vector<float>(got.end() - 2, got.end()),
+            std::vector<float>(first.begin() + 10, first.begin() + 12));
+  EXPECT_EQ(store.Stats()[0].rows, 1000);
+  EXPECT_EQ(store.Pull(3, {1000}, absl::MakeSpan(out).subspan(0, 2)).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.Stats()[0].rows, 1000);
+}
+
+// A capacity of 1,000 rows: a pull of 1,500 new ids is refused and creates none; a pull of
+// 1,000 is served.
+TEST(EmbeddingStore, APullBeyondTheCapacityCreatesNothing) {
+  TableConfig t = Table(4, "cap", 4, 10);
+  t.capacity = 1000;
+  auto created = EmbeddingStore::Create({t}, StoreOptions{42, 8});
+  ASSERT_TRUE(created.ok()) << created.status();
+  EmbeddingStore& store = **created;
+  std::vector<float> out(1500 * 4);
+  const Status s = store.Pull(4, Ids(0, 1500), absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("table 'cap' (id 4): the table is full: this pull needs 1500 new rows; "
+                        "this shard holds 0 of its 1000-row share"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("tables.cap.capacity"));
+  EXPECT_EQ(store.Stats()[0].rows, 0);
+  EXPECT_EQ(store.MemoryBytes(), 0);
+  PullOrDie(store, 4, Ids(500, 1000), 4);
+  EXPECT_EQ(store.Stats()[0].rows, 1000);
+  PullOrDie(store, 4, Ids(500, 1000), 4);  // held rows: served at the bound
+  EXPECT_EQ(store.Stats()[0].refused_pulls, 1u);
+}
+
+// Threads pulling new ids (overlapping between threads) against a small budget and a capacity:
+// the rows never exceed either bound, every served row is its init, and the reservations are
+// exact: once the threads stop, a pull of exactly the room left is served and one more row is
+// refused.
+TEST(EmbeddingStore, ConcurrentPullsNeverExceedTheBounds) {
+  constexpr int kThreads = 8, kBatch = 37, kRounds = 200;
+  const int64_t row = 2 * 4 + sizeof(std::pair<const uint64_t, uint32_t>) + 1;
+  for (const bool by_capacity : {false, true}) {
+    SCOPED_TRACE(by_capacity ? "capacity" : "budget");
+    constexpr int64_t kLimit = 2000;
+    StoreOptions o{11, 8, /*threads=*/2};
+    TableConfig t = Table(1, "hot", 2, 10);
+    if (by_capacity) {
+      t.capacity = kLimit;
+    } else {
+      o.memory_budget_bytes = kLimit * row;
+    }
+    auto created = EmbeddingStore::Create({t}, o);
+    ASSERT_TRUE(created.ok()) << created.status();
+    EmbeddingStore& store = **created;
+    std::atomic<int64_t> max_rows{0};
+    std::vector<std::thread> threads;
+    std::latch start(kThreads + 1);
+    std::atomic<bool> stop{false};
+    // A watcher samples the row count while the pullers run.
+    threads.emplace_back([&] {
+      start.arrive_and_wait();
+      while (!stop.load()) {
+        const int64_t rows = store.Stats()[0].rows;
+        if (rows > max_rows.load()) max_rows.store(rows);
+      }
+    });
+    std::vector<int> refused(kThreads, 0);
+    for (int th = 0; th < kThreads; ++th) {
+      threads.emplace_back([&, th] {
+        start.arrive_and_wait();
+        std::vector<float> out(kBatch * 2), want(2);
+        for (int r = 0; r < kRounds; ++r) {
+          // Half of each batch is shared with the next thread's batch of the same round.
+          const std::vector<uint64_t> ids =
+              Ids(static_cast<uint64_t>(r * kThreads + th) * (kBatch / 2 + 1), kBatch);
+          const Status s = store.Pull(1, ids, absl::MakeSpan(out));
+          if (absl::IsResourceExhausted(s)) {
+            ++refused[th];
+            continue;
+          }
+          ASSERT_TRUE(s.ok()) << s;
+          for (int k = 0; k < kBatch; ++k) {
+            InitRow(11, 1, ids[k], 10, 2, want.data());
+            ASSERT_EQ(out[2 * k], want[0]);
+            ASSERT_EQ(out[2 * k + 1], want[1]);
+          }
+        }
+      });
+    }
+    for (size_t i = 1; i < threads.size(); ++i) threads[i].join();
+    stop.store(true);
+    threads[0].join();
+    const TableStats st = store.Stats()[0];
+    EXPECT_LE(max_rows.load(), kLimit);
+    EXPECT_LE(st.rows, kLimit);
+    EXPECT_GT(st.refused_pulls, 0u);
+    // No reservation leaked: exactly the room left can still be pulled, and no more.
+    const int64_t room = kLimit - st.rows;
+    ASSERT_GE(room, 0);
+    ASSERT_LT(room, int64_t{kBatch});  // the threads stopped being served only near the bound
+    std::vector<float> out((room + 1) * 2);
+    EXPECT_EQ(store.Pull(1, Ids(uint64_t{1} << 40, room + 1), absl::MakeSpan(out)).code(),
+              absl::StatusCode::kResourceExhausted);
+    EXPECT_TRUE(
+        store.Pull(1, Ids(uint64_t{1} << 40, room), absl::MakeSpan(out).subspan(0, room * 2)).ok());
+    EXPECT_EQ(store.Stats()[0].rows, kLimit);
+  }
 }
 
 }  // namespace

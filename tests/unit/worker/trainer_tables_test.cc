@@ -64,6 +64,12 @@ TEST(InProcessTablesTest, PushIsTheStoresOptimizerStepAndAnArrivalErrorStopsTheF
       embedding::EmbeddingStore::Create(TwoTables(), embedding::StoreOptions{kSeed, 8, 1});
   ASSERT_TRUE(direct.ok());
   BatchKeys k = KeysOf({{3, 9}, {1, 4, 7}});
+  // Pulled first, as a trainer does: a push names only rows it pulled.
+  ASSERT_TRUE(tables->Fetch(/*train=*/true, &k, [](int) { return absl::OkStatus(); }).ok());
+  for (uint32_t t = 0; t < 2; ++t) {
+    std::vector<float> pulled(k.tables[t].keys.size() * kTablesDim);
+    ASSERT_TRUE((*direct)->Pull(t, k.tables[t].keys, absl::MakeSpan(pulled)).ok());
+  }
   // A scheduled step (multiplier 0.25) after a plain one: the store's own step at that rate.
   for (const auto& [step, multiplier] : {std::pair<int64_t, float>{5, 1.0f}, {6, 0.25f}}) {
     ASSERT_TRUE(tables->Push(k, step, multiplier).ok());
