@@ -411,9 +411,14 @@ Status AddShardCollectables(EmbeddingShard* shard, MetricsExposer* exposer) {
        CallbackCollectable::Type::kCounter,
        make([](const T& t) { return static_cast<double>(t.refused_rows); })},
       {"sift_ps_refused_pulls_total",
-       "Pulls refused because the table memory budget is used up, per table.",
+       "Pulls refused whole (nothing created) because the table memory budget or the table's "
+       "capacity would be passed, per table.",
        CallbackCollectable::Type::kCounter,
        make([](const T& t) { return static_cast<double>(t.refused_pulls); })},
+      {"sift_ps_refused_absent_pushes_total",
+       "Pushes refused whole for naming a row this shard does not hold, per table.",
+       CallbackCollectable::Type::kCounter,
+       make([](const T& t) { return static_cast<double>(t.refused_absent_pushes); })},
   };
   for (const Spec& spec : specs) {
     SIFT_ASSIGN_OR_RETURN(auto collectable,

@@ -12,7 +12,8 @@
 //   grpc_server_started_total / grpc_server_handled_total{grpc_code} /
 //   grpc_server_handling_seconds (histogram) per grpc_method;
 //   sift_ps_rows, sift_ps_memory_bytes (gauges) and sift_ps_pulled_keys_total,
-//   sift_ps_pushed_keys_total (counters) per table; sift_auth_refusals_total{grpc_method,
+//   sift_ps_pushed_keys_total, sift_ps_refused_{pushes,rows,pulls,absent_pushes}_total (counters)
+//   per table; sift_auth_refusals_total{grpc_method,
 //   grpc_code} (common/grpc_security.h: credentials, job credentials, snapshot scope);
 //   sift_ps_refused_requests_total{grpc_method, grpc_code} (pulls and pushes refused whole: table
 //   bounds, absent rows, bad gradients), each refusal also a log line; sift_build_info{version}.

@@ -1127,8 +1127,27 @@ TEST(EmbeddingServiceTest, ATableMemoryBudgetBoundsRowsAndRefusesNewOnes) {
   EXPECT_EQ(PullRows(*client, kItem, held), first);
   ASSERT_TRUE(PushRows(*client, kItem, held, Fill(24, 0.5f)).ok());
   EXPECT_NE(PullRows(*client, kItem, held), first);
+  // A push of rows this shard does not hold (new ids): refused whole, nothing created.
+  const Status absent = PushRows(*client, kItem, {next, next + 1}, Fill(16, 0.5f));
+  EXPECT_EQ(absent.code(), absl::StatusCode::kInvalidArgument) << absent;
+  int64_t after = 0;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    ASSERT_TRUE(rpc->Stats(&ctx, pb::StatsRequest(), &stats).ok());
+  }
+  for (const auto& t : stats.tables()) after += t.rows();
+  EXPECT_EQ(after, rows);
   const auto m = Scrape(*servers[0]);
   EXPECT_GE(ValueOf(m, TableSeries("sift_ps_refused_pulls_total", "item")), 1);
+  EXPECT_EQ(ValueOf(m, TableSeries("sift_ps_refused_absent_pushes_total", "item")), 1);
+  // Per method and code, each also a log line (who, what, from where).
+  auto page = testing::HttpGet("127.0.0.1", servers[0]->metrics_port(), "/metrics");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(*page, HasSubstr("sift_ps_refused_requests_total{grpc_code=\"RESOURCE_EXHAUSTED\","
+                               "grpc_method=\"Pull\"} 1"));
+  EXPECT_THAT(*page, HasSubstr("sift_ps_refused_requests_total{grpc_code=\"INVALID_ARGUMENT\","
+                               "grpc_method=\"Push\"} 1"));
 }
 
 // Row 7: shards share a --snapshot-dir, but each shard has one server.
