@@ -54,7 +54,9 @@ class CoordinatorProcess {
  public:
   explicit CoordinatorProcess(const testing::TempDir& dir)
       : process_({"coordinator", "--port", "0", "--bind", "127.0.0.1", "--state-dir",
-                  dir.Sub("state"), "--metrics-port", "-1", "--port-file", dir.Sub("coord.port")},
+                  dir.Sub("state"), "--metrics-port", "-1", "--port-file", dir.Sub("coord.port"),
+                  // Specs may name any directory: these tests are about the CLI's paths.
+                  "--results-root", "/", "--checkpoint-root", "/"},
                  dir.Sub("coordinator")) {
     const std::string ports = testing::WaitForFile(dir.Sub("coord.port"));
     EXPECT_FALSE(ports.empty()) << process_.Err();

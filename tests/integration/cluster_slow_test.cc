@@ -154,7 +154,10 @@ TEST_F(ClusterTest, WorkersMatchSingleProcessTraining) {
     const JobInfo done = cluster.WaitForFinish(id, 300);
     ASSERT_EQ(done.state(), coordinator::pb::COMPLETED) << done.message() << "\n"
                                                         << cluster.Logs(id);
-    const std::vector<std::string> got = Curve(j.results_dir), want = Curve(single.results_dir);
+    // The job's results are in its own directory under results_dir.
+    EXPECT_EQ(done.results_dir(), j.results_dir + "/" + id);
+    const std::vector<std::string> got = Curve(done.results_dir()),
+                                   want = Curve(single.results_dir);
     ASSERT_FALSE(want.empty());
     EXPECT_EQ(got, want);
   }
@@ -189,10 +192,10 @@ TEST_F(ClusterTest, WorkersMatchSingleProcessTraining) {
     EXPECT_NEAR(FinalTestAuc(done), want_auc, staleness == 0 ? 0.02 : 0.03) << cluster.Logs(id);
     // k = 0 is deterministic for a fixed world size: the second run repeats the first exactly.
     if (staleness == 0 && first_k0_curve.empty()) {
-      first_k0_curve = Curve(j.results_dir);
+      first_k0_curve = Curve(done.results_dir());
       ASSERT_FALSE(first_k0_curve.empty());
     } else if (staleness == 0) {
-      EXPECT_EQ(Curve(j.results_dir), first_k0_curve);
+      EXPECT_EQ(Curve(done.results_dir()), first_k0_curve);
     }
   }
 }

@@ -219,7 +219,8 @@ TEST_F(ReportTest, TwoConfigurationsTimesTwoRunsResumeAfterAKillAndMatchTheirLog
   ASSERT_EQ(results.size(), 4u);
   for (const auto& [name, res] : results) {
     const std::string precision = res["axes"]["precision"];
-    const std::string results_dir = out + "/runs/" + name + "/results";
+    // Each run is one `sift local` job: the coordinator writes its results to results/job-1/.
+    const std::string results_dir = out + "/runs/" + name + "/results/job-1";
     const RunLog log = ReadRunLog(results_dir + "/log.json");
     EXPECT_EQ(res["test_auc"].get<double>(), log.test_auc) << name;
     aucs[precision].push_back(log.test_auc);
@@ -384,7 +385,8 @@ TEST_F(ReportTest, RunsAreJobsOnACoordinatorWithItsSharedResultsDirectory) {
     EXPECT_FALSE(res["job_id"].get<std::string>().empty());
     if (res["job_id"] == first_job) ++followed;
     // The coordinator wrote the run's log and predictions into the report's directory.
-    const std::string results_dir = out + "/runs/" + name + "/results";
+    const std::string results_dir =
+        out + "/runs/" + name + "/results/" + res["job_id"].get<std::string>();
     EXPECT_EQ(ReadRunLog(results_dir + "/log.json").test_auc, res["test_auc"].get<double>());
     EXPECT_TRUE(fs::exists(results_dir + "/test_predictions.csv"));
   }

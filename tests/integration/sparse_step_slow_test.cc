@@ -22,7 +22,6 @@
 #include <fstream>
 #include <map>
 #include <string>
-#include <filesystem>
 #include <utility>
 #include <vector>
 
@@ -167,7 +166,8 @@ class SparseStepTest : public sift::testing::TinyDatasetSuite<1> {
   // --save-checkpoint `dir`.
   static void TrainOneProcess(const std::string& model, const std::string& opt,
                               const std::string& dir, double sparse_l2 = 0) {
-    const sift::testing::EmbeddingServers servers(*dir_, "one-" + std::filesystem::path(dir).filename().string(), 2,
+static int runs = 0;  // each run its own port files and logs
+    const sift::testing::EmbeddingServers servers(*dir_, absl::StrCat("one-process-", ++runs), 2,
                                                   dir + "-snapshots");
     auto r = RunSift({"train",
                       "--dataset",
