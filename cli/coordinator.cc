@@ -41,8 +41,7 @@ Status RunCoordinator(CoordinatorFlags flags) {
       server->metrics_port() >= 0
           ? absl::StrCat(o.bind_address, ":", server->metrics_port(), "/metrics").c_str()
           : "off",
-      o.coordinator.state_dir.c_str(),
-      server->coordinator().options().results_root.c_str(),
+      o.coordinator.state_dir.c_str(), server->coordinator().options().results_root.c_str(),
       server->coordinator().options().checkpoint_root.c_str(),
       static_cast<long long>(o.coordinator.lease_ms),
       static_cast<long long>(o.coordinator.heartbeat_ms),

@@ -65,23 +65,11 @@ std::vector<std::string> LocalCluster::RoleArgv(const Child& c) const {
   const std::string port_file = PortFile(c);
   if (c.role == "coordinator") {
     // A restarted coordinator keeps its port (clients and members know only that address).
-    return {bin,
-            "coordinator",
-            "--port",
-            std::to_string(coordinator_port_),
-            "--bind",
-            kLoopback,
-            "--state-dir",
-            JoinPath(options_.work_dir, "state"),
+    return {bin, "coordinator", "--port", std::to_string(coordinator_port_), "--bind", kLoopback,
+            "--state-dir", JoinPath(options_.work_dir, "state"),
             // One user's cluster on this machine: its spec may name any directory the user can
             // write (sift local resolves the spec's symbolic links before it submits).
-            "--results-root",
-            "/",
-            "--checkpoint-root",
-            "/",
-            "--metrics-port",
-            "0",
-            "--port-file",
+            "--results-root", "/", "--checkpoint-root", "/", "--metrics-port", "0", "--port-file",
             port_file};
   }
   if (c.role == "embedding-server") {

@@ -163,9 +163,9 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions opti
         absl::StrCat("--pending-timeout-ms ", options.pending_timeout_ms, " < 0"));
   }
   if (!options.clock) options.clock = [] { return absl::Now(); };
-  for (auto [root, name, flag] : {std::tuple{&options.results_root, "results", "--results-root"},
-                                  std::tuple{&options.checkpoint_root, "checkpoints",
-                                             "--checkpoint-root"}}) {
+  for (auto [root, name, flag] :
+       {std::tuple{&options.results_root, "results", "--results-root"},
+        std::tuple{&options.checkpoint_root, "checkpoints", "--checkpoint-root"}}) {
     if (root->empty()) *root = JoinPath(options.state_dir, name);
     SIFT_ASSIGN_OR_RETURN(*root, NormalizedAbsolutePath(*root, flag));
     SIFT_RETURN_IF_ERROR(MakeDirs(*root));
@@ -244,7 +244,8 @@ Status Coordinator::CheckJobCredential(const Principal& who, const std::string& 
   }
   if (!credentials_->Verify(who.job_credential, &claim)) {
     return AuthRefusal(absl::StatusCode::kPermissionDenied,
-                       absl::StrCat(method, ": the job credential presented is not one this "
+                       absl::StrCat(method,
+                                    ": the job credential presented is not one this "
                                     "coordinator issued; only a rank of ",
                                     job_id, " generation ", generation, " may act on it"));
   }
@@ -282,8 +283,7 @@ Status Coordinator::CheckRank(const Job& job, int rank) const {
   return absl::OkStatus();
 }
 
-Status Coordinator::CheckSpecPaths(JobSpec* spec, const std::string& source,
-                                   const Principal& who) {
+Status Coordinator::CheckSpecPaths(JobSpec* spec, const std::string& source, const Principal& who) {
   struct Field {
     std::string* path;
     const char* name;
@@ -303,9 +303,9 @@ Status Coordinator::CheckSpecPaths(JobSpec* spec, const std::string& source,
     const std::string raw = (*f.path)[0] == '/' ? *f.path : JoinPath(f.root, *f.path);
     SIFT_ASSIGN_OR_RETURN(std::string path, NormalizedAbsolutePath(raw, field));
     if (!PathIsUnder(path, f.root)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": ", path, " is outside ", f.root,
-                       ", the directory this coordinator lets jobs use (coordinator ", f.flag, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": ", path, " is outside ", f.root,
+          ", the directory this coordinator lets jobs use (coordinator ", f.flag, ")"));
     }
     const Status links = CheckNoSymlinksUnder(f.root, path, /*create=*/false);
     if (!links.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", links.message()));
@@ -325,15 +325,16 @@ Status Coordinator::CheckSpecPaths(JobSpec* spec, const std::string& source,
         absl::StrCat(source, ": checkpoint.resume_from: ", resume, " is a checkpoint of ",
                      other->rec.info.job_id(), ", owned by ",
                      other->rec.info.owner().empty() ? "nobody" : other->rec.info.owner(),
-                     "; user ", who.user, " may resume only from its own jobs' checkpoints "
+                     "; user ", who.user,
+                     " may resume only from its own jobs' checkpoints "
                      "(admins from any)"));
   }
-  return AuthRefusal(absl::StatusCode::kPermissionDenied,
-                     absl::StrCat(source, ": checkpoint.resume_from: ", resume,
-                                  " is not a checkpoint of a job this coordinator ran; user ",
-                                  who.user,
-                                  " may resume only from its own jobs' checkpoints (admins "
-                                  "from any)"));
+  return AuthRefusal(
+      absl::StatusCode::kPermissionDenied,
+      absl::StrCat(source, ": checkpoint.resume_from: ", resume,
+                   " is not a checkpoint of a job this coordinator ran; user ", who.user,
+                   " may resume only from its own jobs' checkpoints (admins "
+                   "from any)"));
 }
 
 Status Coordinator::CheckOwner(const Job& job, const Principal& who, absl::string_view method,
@@ -670,10 +671,11 @@ Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& 
     return Finish(job, pb::FAILED, absl::StrCat("results_dir: ", dll.message()));
   }
   // Rank 0 writes and prunes <checkpoint.dir>/<job id>/: never through a symbolic link.
-  const Status links = CheckNoSymlinksUnder(
-      options_.checkpoint_root, JoinPath(job->spec.checkpoint.dir, info.job_id()),
-      /*create=*/false);
-  if (!links.ok()) return Finish(job, pb::FAILED, absl::StrCat("checkpoint.dir: ", links.message()));
+  const Status links = CheckNoSymlinksUnder(options_.checkpoint_root,
+                                            JoinPath(job->spec.checkpoint.dir, info.job_id()),
+                                            /*create=*/false);
+  if (!links.ok())
+    return Finish(job, pb::FAILED, absl::StrCat("checkpoint.dir: ", links.message()));
   info.set_generation(info.generation() + 1);
   info.set_state(pb::RUNNING);
   info.set_message("");
@@ -790,10 +792,10 @@ StatusOr<pb::JobInfo> Coordinator::GetJob(const pb::GetJobRequest& request, cons
     JobCredentialClaim claim;
     if (!credentials_->Verify(who.job_credential, &claim) ||
         claim.job_id != job->rec.info.job_id()) {
-      return AuthRefusal(absl::StatusCode::kPermissionDenied,
-                         absl::StrCat("GetJob: member ", who.member, " presents no credential of ",
-                                      job->rec.info.job_id(),
-                                      "; a member reads only the jobs it has run"));
+      return AuthRefusal(
+          absl::StatusCode::kPermissionDenied,
+          absl::StrCat("GetJob: member ", who.member, " presents no credential of ",
+                       job->rec.info.job_id(), "; a member reads only the jobs it has run"));
     }
   }
   return job->rec.info;
@@ -950,9 +952,10 @@ StatusOr<Coordinator::Job*> Coordinator::KvCaller(const Principal& who, absl::st
   if (who.job_credential.empty() || !credentials_->Verify(who.job_credential, &claim)) {
     return AuthRefusal(
         absl::StatusCode::kPermissionDenied,
-        absl::StrCat(method, who.job_credential.empty() ? ": no job credential"
-                                                        : ": a job credential this coordinator "
-                                                          "did not issue",
+        absl::StrCat(method,
+                     who.job_credential.empty() ? ": no job credential"
+                                                : ": a job credential this coordinator "
+                                                  "did not issue",
                      ": only the ranks of a running generation use the rendezvous store, under "
                      "their generation's prefix"));
   }
@@ -960,10 +963,11 @@ StatusOr<Coordinator::Job*> Coordinator::KvCaller(const Principal& who, absl::st
       job->rec.info.generation() != claim.generation || !IsRunning(job->rec.info.state())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "stale generation: ", method, " with the credential of ", claim.Describe(),
-        ", which is not running", job == nullptr ? "" : absl::StrCat(" (", job->rec.info.job_id(),
-                                                                   " is ", JobStateName(job->rec.info.state()),
-                                                                   " at generation ",
-                                                                   job->rec.info.generation(), ")")));
+        ", which is not running",
+        job == nullptr ? ""
+                       : absl::StrCat(" (", job->rec.info.job_id(), " is ",
+                                      JobStateName(job->rec.info.state()), " at generation ",
+                                      job->rec.info.generation(), ")")));
   }
   return job;
 }
@@ -971,7 +975,8 @@ StatusOr<Coordinator::Job*> Coordinator::KvCaller(const Principal& who, absl::st
 namespace {
 // `key` is `prefix` or continues it with '/'.
 bool UnderKvPrefix(absl::string_view key, absl::string_view prefix) {
-  return absl::StartsWith(key, prefix) && (key.size() == prefix.size() || key[prefix.size()] == '/');
+  return absl::StartsWith(key, prefix) &&
+         (key.size() == prefix.size() || key[prefix.size()] == '/');
 }
 }  // namespace
 
@@ -991,12 +996,11 @@ StatusOr<pb::KvSetResponse> Coordinator::KvSet(const pb::KvSetRequest& request,
   if (who.remote) {
     prefix = KvPrefix(*job);
     if (!UnderKvPrefix(request.key(), prefix)) {
-      return AuthRefusal(absl::StatusCode::kPermissionDenied,
-                         absl::StrCat("KvSet: key \"", SanitizeUtf8(request.key(), 256),
-                                      "\" is outside \"", prefix, "/\", the prefix of ",
-                                      job->rec.info.job_id(), " generation ",
-                                      job->rec.info.generation(),
-                                      " whose credential the call presents"));
+      return AuthRefusal(
+          absl::StatusCode::kPermissionDenied,
+          absl::StrCat("KvSet: key \"", SanitizeUtf8(request.key(), 256), "\" is outside \"",
+                       prefix, "/\", the prefix of ", job->rec.info.job_id(), " generation ",
+                       job->rec.info.generation(), " whose credential the call presents"));
     }
   } else {
     SIFT_RETURN_IF_ERROR(FenceKvKey(request.key()));
@@ -1014,11 +1018,10 @@ StatusOr<pb::KvSetResponse> Coordinator::KvSet(const pb::KvSetRequest& request,
   if (!prefix.empty()) {
     int64_t& used = kv_prefix_bytes_[prefix];
     if (used - old_bytes + new_bytes > kMaxKvJobBytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("KvSet: ", job->rec.info.job_id(), " generation ",
-                       job->rec.info.generation(), " holds ", used,
-                       " bytes of the key-value store; this value would take it past its quota of ",
-                       kMaxKvJobBytes));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "KvSet: ", job->rec.info.job_id(), " generation ", job->rec.info.generation(), " holds ",
+          used, " bytes of the key-value store; this value would take it past its quota of ",
+          kMaxKvJobBytes));
     }
     used += new_bytes - old_bytes;
   }
@@ -1063,12 +1066,11 @@ StatusOr<pb::KvGetResponse> Coordinator::KvGet(const pb::KvGetRequest& request,
     const std::string prefix = KvPrefix(*job);
     for (const std::string& key : request.keys()) {
       if (!UnderKvPrefix(key, prefix)) {
-        return AuthRefusal(absl::StatusCode::kPermissionDenied,
-                           absl::StrCat("KvGet: key \"", SanitizeUtf8(key, 256),
-                                        "\" is outside \"", prefix, "/\", the prefix of ",
-                                        job->rec.info.job_id(), " generation ",
-                                        job->rec.info.generation(),
-                                        " whose credential the call presents"));
+        return AuthRefusal(
+            absl::StatusCode::kPermissionDenied,
+            absl::StrCat("KvGet: key \"", SanitizeUtf8(key, 256), "\" is outside \"", prefix,
+                         "/\", the prefix of ", job->rec.info.job_id(), " generation ",
+                         job->rec.info.generation(), " whose credential the call presents"));
       }
     }
   }
@@ -1100,7 +1102,8 @@ StatusOr<pb::KvGetResponse> Coordinator::KvGet(const pb::KvGetRequest& request,
 StatusOr<pb::ReportProgressResponse> Coordinator::ReportProgress(
     const pb::ReportProgressRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
-  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation(), who, "ReportProgress"));
+  SIFT_ASSIGN_OR_RETURN(Job * job,
+                        Fence(request.job_id(), request.generation(), who, "ReportProgress"));
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
   SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, request.rank(), who, "ReportProgress"));
   const int64_t epochs = job->spec.training.epochs;
@@ -1181,7 +1184,8 @@ StatusOr<pb::ReportProgressResponse> Coordinator::ReportProgress(
 StatusOr<pb::ReportEvalResponse> Coordinator::ReportEval(const pb::ReportEvalRequest& request,
                                                          const Principal& who) {
   absl::MutexLock lock(&mu_);
-  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation(), who, "ReportEval"));
+  SIFT_ASSIGN_OR_RETURN(Job * job,
+                        Fence(request.job_id(), request.generation(), who, "ReportEval"));
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
   SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, request.rank(), who, "ReportEval"));
   int split = -1;
@@ -1300,8 +1304,8 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
     // in the job's log, never a failed job: the training is done.
     Status saved = CheckNoSymlinksUnder(options_.results_root, results, /*create=*/true);
     if (saved.ok()) {
-      saved = WritePredictionsCsv(JoinPath(results, kTestPredictionsFile), test_scores,
-                                  test_labels);
+      saved =
+          WritePredictionsCsv(JoinPath(results, kTestPredictionsFile), test_scores, test_labels);
     }
     if (!saved.ok()) {
       (void)Log(job,
@@ -1360,7 +1364,8 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
 StatusOr<pb::CheckpointBeginResponse> Coordinator::CheckpointBegin(
     const pb::CheckpointBeginRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
-  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation(), who, "CheckpointBegin"));
+  SIFT_ASSIGN_OR_RETURN(Job * job,
+                        Fence(request.job_id(), request.generation(), who, "CheckpointBegin"));
   SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, 0, who, "CheckpointBegin"));
   if (request.global_step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("global_step ", request.global_step(), " < 0"));
@@ -1375,7 +1380,8 @@ StatusOr<pb::CheckpointBeginResponse> Coordinator::CheckpointBegin(
 StatusOr<pb::CheckpointCommitResponse> Coordinator::CheckpointCommit(
     const pb::CheckpointCommitRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
-  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation(), who, "CheckpointCommit"));
+  SIFT_ASSIGN_OR_RETURN(Job * job,
+                        Fence(request.job_id(), request.generation(), who, "CheckpointCommit"));
   SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, 0, who, "CheckpointCommit"));
   if (!request.failed().empty()) {
     // A failed save does not fail the job: it trains on; recovery uses the last good one.
@@ -1425,7 +1431,8 @@ StatusOr<pb::CheckpointCommitResponse> Coordinator::CheckpointCommit(
 StatusOr<pb::ReportFailureResponse> Coordinator::ReportFailure(
     const pb::ReportFailureRequest& request, const Principal& who) {
   absl::MutexLock lock(&mu_);
-  SIFT_ASSIGN_OR_RETURN(Job * job, Fence(request.job_id(), request.generation(), who, "ReportFailure"));
+  SIFT_ASSIGN_OR_RETURN(Job * job,
+                        Fence(request.job_id(), request.generation(), who, "ReportFailure"));
   SIFT_RETURN_IF_ERROR(CheckRank(*job, request.rank()));
   SIFT_RETURN_IF_ERROR(CheckRankCaller(*job, request.rank(), who, "ReportFailure"));
   const std::string why =

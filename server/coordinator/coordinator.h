@@ -302,9 +302,9 @@ class Coordinator {
   std::map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
   int64_t next_member_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
-  int64_t kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // keys and values of kv_
+  int64_t kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;                            // keys and values of kv_
   std::map<std::string, int64_t> kv_prefix_bytes_ ABSL_GUARDED_BY(mu_);  // by generation prefix
-  std::unique_ptr<JobCredentialIssuer> credentials_;  // set by Open
+  std::unique_ptr<JobCredentialIssuer> credentials_;                     // set by Open
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -115,8 +115,7 @@ Status MemberSession::BeatNow() {
 void MemberSession::Loop() {
   std::unique_lock<std::mutex> l(mu_);
   while (!stop_) {
-    cv_.wait_for(l, absl::ToChronoMilliseconds(interval_),
-                 [this] { return stop_ || beat_soon_; });
+    cv_.wait_for(l, absl::ToChronoMilliseconds(interval_), [this] { return stop_ || beat_soon_; });
     if (stop_) break;
     beat_soon_ = false;
     l.unlock();

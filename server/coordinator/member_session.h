@@ -66,8 +66,7 @@ class MemberSession {
   Status BeatNow();
 
  private:
-  MemberSession(CoordinatorClient* client, pb::RegisterRequest request,
-                AssignmentListener listener)
+  MemberSession(CoordinatorClient* client, pb::RegisterRequest request, AssignmentListener listener)
       : client_(client), request_(std::move(request)), listener_(std::move(listener)) {}
   // Tells the listener (and, for a server, what the heartbeats report) about a changed
   // assignment. REQUIRES: beat_mu_ held, mu_ not held.

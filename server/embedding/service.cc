@@ -3,8 +3,8 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -74,8 +74,9 @@ Status CheckJobCredential(const grpc::ServerContextBase& ctx, const JobGrant* gr
                           absl::string_view method) {
   const auto& md = ctx.client_metadata();
   auto it = md.find(kJobCredentialHeader);
-  const absl::string_view presented =
-      it == md.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size());
+  const absl::string_view presented = it == md.end()
+                                          ? absl::string_view()
+                                          : absl::string_view(it->second.data(), it->second.size());
   if (grant != nullptr && JobCredentialEquals(presented, grant->credential)) {
     return absl::OkStatus();
   }
@@ -135,7 +136,8 @@ Status CheckSnapshotScope(const JobGrant& grant, const std::string& name, bool r
                        ? absl::StrCat("; it may also restore \"", grant.restorable_snapshot,
                                       "\", the checkpoint it resumes from")
                        : std::string(),
-                   "): a job ", restore ? "reads" : "writes and prunes", " only its own snapshots"));
+                   "): a job ", restore ? "reads" : "writes and prunes",
+                   " only its own snapshots"));
 }
 
 // The service: parses each raw request, runs the shard's method on the request pool, serializes
@@ -245,8 +247,8 @@ class EmbeddingService final : public RawService {
   }
 
   void RecordRefusal(Method method, const Status& refusal, const grpc::ServerContextBase& ctx) {
-    refusals_->Record(kMethodNames[method],
-                      IdentifyCaller(ctx, secured_, /*tokens=*/nullptr), refusal, ctx);
+    refusals_->Record(kMethodNames[method], IdentifyCaller(ctx, secured_, /*tokens=*/nullptr),
+                      refusal, ctx);
   }
 
   // `grant`: a managed server's job (null: not managed), for the request's scope check.
@@ -310,11 +312,9 @@ class EmbeddingService final : public RawService {
         (method == kPush && (result.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
                              result.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED));
     if (bound_refusal) {
-      bound_refusals_->Record(kMethodNames[method],
-                              IdentifyCaller(*ctx, secured_, /*tokens=*/nullptr),
-                              Status(static_cast<absl::StatusCode>(result.error_code()),
-                                     result.error_message()),
-                              *ctx);
+      bound_refusals_->Record(
+          kMethodNames[method], IdentifyCaller(*ctx, secured_, /*tokens=*/nullptr),
+          Status(static_cast<absl::StatusCode>(result.error_code()), result.error_message()), *ctx);
     }
     // Keep the memory of ordinary requests; let an unusually large one go — by what the parsed
     // message holds, not its wire size (millions of empty sub-messages are small on the wire).

@@ -23,11 +23,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
+#include "common/job_credential.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/client.h"
-#include "common/job_credential.h"
 #include "server/coordinator/service.h"
 #include "tests/integration/flood_util.h"
 #include "tests/util/test_util.h"
@@ -179,8 +179,9 @@ TEST_F(CoordinatorServiceTest, AJobRunsToCompletionOverGrpc) {
   p.set_generation(7);
   Status other = client_->ReportProgress(p);
   EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(std::string(other.message()),
-              HasSubstr("names job-1 generation 7 but presents the credential of job-1 generation 1"));
+  EXPECT_THAT(
+      std::string(other.message()),
+      HasSubstr("names job-1 generation 7 but presents the credential of job-1 generation 1"));
 
   for (const char* split : {"train", "test"}) {
     pb::ReportEvalRequest e;
@@ -326,9 +327,8 @@ TEST_F(CoordinatorServiceTest, ShutdownReleasesKvWaitersAndHealthServes) {
   EXPECT_EQ(hr.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 
   client_->SetJobCredential(RunningRank(server_->coordinator()).job_credential());
-  auto waiter = std::async(std::launch::async, [this] {
-    return client_->KvGet({"job-1/g1/never"}, absl::Seconds(60));
-  });
+  auto waiter = std::async(
+      std::launch::async, [this] { return client_->KvGet({"job-1/g1/never"}, absl::Seconds(60)); });
   EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
   server_->Shutdown();
   auto r = waiter.get();  // at once, not after the 10 s server cap
@@ -461,10 +461,9 @@ TEST(CoordinatorFloodTest, CallsAndConnectionsAreBoundedAndTheServerServesAfter)
     auto stub = Stub(port, /*own_connection=*/false);
     std::vector<std::future<grpc::Status>> calls;
     for (int i = 0; i < 8; ++i) {
-      calls.push_back(std::async(std::launch::async,
-                                 [&stub, &credential] {
-                                   return KvGetCall(stub.get(), "job-1/g1/streams", credential);
-                                 }));
+      calls.push_back(std::async(std::launch::async, [&stub, &credential] {
+        return KvGetCall(stub.get(), "job-1/g1/streams", credential);
+      }));
     }
     ASSERT_TRUE(PollUntil([&] { return StartedKvGets(metrics_port) == 4; }, absl::Seconds(20)));
     absl::SleepFor(absl::Milliseconds(300));

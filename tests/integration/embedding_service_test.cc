@@ -35,12 +35,12 @@
 #include "common/file_util.h"
 #include "common/grpc_status.h"
 #include "common/hash.h"
+#include "common/job_credential.h"
 #include "common/rng.h"
 #include "common/sharding.h"
 #include "common/wire_float.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "common/job_credential.h"
 #include "gtest/gtest.h"
 #include "proto/embedding.grpc.pb.h"
 #include "proto/embedding.pb.h"
@@ -1384,7 +1384,8 @@ TEST(EmbeddingServiceTest, AManagedServerServesOnlyTheGenerationItWasGiven) {
   const EmbeddingClient::PullItem item{kUser, keys, absl::MakeSpan(out)};
   s = rank->Pull({&item, 1}, /*create_missing=*/true);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("stale generation: Pull from job-1 generation 1"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("stale generation: Pull from job-1 generation 1"));
   EXPECT_TRUE(client_with(g2)->Pull({&item, 1}, true).ok());
   servers[0]->SetJobGrant(std::nullopt);
   EXPECT_EQ(client_with(g2)->Pull({&item, 1}, true).code(), absl::StatusCode::kPermissionDenied);

@@ -203,8 +203,8 @@ TEST_F(SecureCoordinatorTest, SpecPathsStayUnderTheRootsAndResumingNeedsTheOwner
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << field;
     EXPECT_THAT(refused.status().message(), HasSubstr("/etc is outside " + dir_.Sub("state")));
   }
-  auto bobs = bob->SubmitJob(kSpec + std::string("checkpoint: {dir: ") + ckpt_root + "}\n",
-                             "job.yaml");
+  auto bobs =
+      bob->SubmitJob(kSpec + std::string("checkpoint: {dir: ") + ckpt_root + "}\n", "job.yaml");
   ASSERT_TRUE(bobs.ok()) << bobs.status();
   const std::string from = ckpt_root + "/" + *bobs + "/step-000000000008";
   const std::string resume = kSpec + std::string("checkpoint: {resume_from: ") + from + "}\n";

@@ -166,7 +166,7 @@ class SparseStepTest : public sift::testing::TinyDatasetSuite<1> {
   // --save-checkpoint `dir`.
   static void TrainOneProcess(const std::string& model, const std::string& opt,
                               const std::string& dir, double sparse_l2 = 0) {
-static int runs = 0;  // each run its own port files and logs
+    static int runs = 0;  // each run its own port files and logs
     const sift::testing::EmbeddingServers servers(*dir_, absl::StrCat("one-process-", ++runs), 2,
                                                   dir + "-snapshots");
     auto r = RunSift({"train",

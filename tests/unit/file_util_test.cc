@@ -62,9 +62,9 @@ TEST(FileUtilPathsTest, TheWalkBelowARootRefusesSymlinksAndCreatesWhatIsMissing)
   for (bool create : {false, true}) {
     Status s = CheckNoSymlinksUnder(root, root + "/a/link/job-1", create);
     ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-    EXPECT_THAT(std::string(s.message()),
-                HasSubstr(root + "/a/link is a symbolic link: sift never follows one under " +
-                          root));
+    EXPECT_THAT(
+        std::string(s.message()),
+        HasSubstr(root + "/a/link is a symbolic link: sift never follows one under " + root));
   }
   EXPECT_NE(::lstat((victim + "/job-1").c_str(), &st), 0) << "created through the link";
   // The last component itself.

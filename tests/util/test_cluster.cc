@@ -86,25 +86,24 @@ std::string TestCluster::Launch(Member* m, const std::string& label,
 }
 
 void TestCluster::StartCoordinator() {
-  std::vector<std::string> args = {"coordinator",
-                                   "--port",
-                                   std::to_string(coordinator_port_),  // 0 the first time
-                                   "--bind",
-                                   "127.0.0.1",
-                                   "--state-dir",
-                                   dir_.Sub(name_ + "-state"),
-                                   "--lease-ms",
-                                   std::to_string(options_.lease_ms),
-                                   "--heartbeat-ms",
-                                   std::to_string(options_.heartbeat_ms),
-                                   "--metrics-port",
-                                   options_.metrics ? "0" : "-1",
-                                   "--results-root",
-                                   options_.results_root.empty() ? dir_.path()
-                                                                 : options_.results_root,
-                                   "--checkpoint-root",
-                                   options_.checkpoint_root.empty() ? dir_.path()
-                                                                    : options_.checkpoint_root};
+  std::vector<std::string> args = {
+      "coordinator",
+      "--port",
+      std::to_string(coordinator_port_),  // 0 the first time
+      "--bind",
+      "127.0.0.1",
+      "--state-dir",
+      dir_.Sub(name_ + "-state"),
+      "--lease-ms",
+      std::to_string(options_.lease_ms),
+      "--heartbeat-ms",
+      std::to_string(options_.heartbeat_ms),
+      "--metrics-port",
+      options_.metrics ? "0" : "-1",
+      "--results-root",
+      options_.results_root.empty() ? dir_.path() : options_.results_root,
+      "--checkpoint-root",
+      options_.checkpoint_root.empty() ? dir_.path() : options_.checkpoint_root};
   const std::vector<int> ports = Ports(Launch(&coordinator_, "coordinator", args));
   if (ports.empty()) return;
   coordinator_port_ = ports[0];

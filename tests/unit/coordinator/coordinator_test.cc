@@ -13,12 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/auc.h"
 #include "common/dllogger.h"
+#include "common/file_util.h"
+#include "common/job_credential.h"
 #include "common/rng.h"
 #include "common/text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/file_util.h"
-#include "common/job_credential.h"
 #include "tests/util/test_util.h"
 
 namespace sift::coordinator {
@@ -514,9 +514,10 @@ TEST_F(CoordinatorTest, AFailedCheckpointKeepsTheJobAndResumeFromStartsFromAChec
   EXPECT_EQ(info.state(), pb::RUNNING);
   EXPECT_EQ(info.last_checkpoint().global_step(), 5);
   EXPECT_EQ(info.last_checkpoint().dir(), Ck("s5"));
-  EXPECT_TRUE(LogHas(job, "checkpoint at step 8 FAILED, training goes on (the last good "
-                          "checkpoint is step 5 in " +
-                              Ck("s5") + "): INTERNAL: " + Ck("s5") + "/dense-8.bin"));
+  EXPECT_TRUE(LogHas(job,
+                     "checkpoint at step 8 FAILED, training goes on (the last good "
+                     "checkpoint is step 5 in " +
+                         Ck("s5") + "): INTERNAL: " + Ck("s5") + "/dense-8.bin"));
   ASSERT_TRUE(c_->CancelJob([&] {
                   pb::CancelJobRequest q;
                   q.set_job_id(job);
@@ -525,9 +526,8 @@ TEST_F(CoordinatorTest, AFailedCheckpointKeepsTheJobAndResumeFromStartsFromAChec
                   .ok());
   Assigned(w[0]);
 
-  const std::string resumed =
-      Submit(SpecYaml(1, 2, 2) + "checkpoint: {dir: " + dir_.Sub("ckpt") +
-             ", resume_from: " + Ck("s5") + "}\n");
+  const std::string resumed = Submit(SpecYaml(1, 2, 2) + "checkpoint: {dir: " + dir_.Sub("ckpt") +
+                                     ", resume_from: " + Ck("s5") + "}\n");
   EXPECT_EQ(Job(resumed).last_checkpoint().dir(), Ck("s5"));
   const pb::Assignment a = Assigned(w[0]);
   EXPECT_EQ(a.job_id(), resumed);
