@@ -324,29 +324,16 @@ Status EmbeddingStore::Pull(uint32_t table_id, absl::Span<const uint64_t> ids,
       CheckBatchShape(table->label, "pull", ids.size(), dim, out.size(), "output"));
   std::vector<uint32_t> order, offsets;
   GroupByStripe(table_id, ids, order, offsets);
-  const Status status =
-      table->row_limit > 0 || memory_budget_bytes_ > 0
-          ? PullBounded(*table, ids, out, order, offsets)
-          : ForEachStripe(offsets, [&](int s) -> Status {
-              Stripe& stripe = table->stripes[s];
-              std::lock_guard<std::mutex> lock(stripe.mu);
-              for (uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
-                const uint32_t i = order[k];
-                SIFT_ASSIGN_OR_RETURN(const float* row,
-                                      FindOrCreateUnbounded(*table, stripe, ids[i]));
-                std::copy(row, row + dim, out.data() + i * dim);
-              }
-              return absl::OkStatus();
-            });
+  const Status status = PullRows(*table, ids, out, order, offsets);
   if (absl::IsResourceExhausted(status)) {
     table->refused_pulls.fetch_add(1, std::memory_order_relaxed);
   }
   return status;
 }
 
-Status EmbeddingStore::PullBounded(Table& table, absl::Span<const uint64_t> ids,
-                                   absl::Span<float> out, std::vector<uint32_t>& order,
-                                   const std::vector<uint32_t>& offsets) {
+Status EmbeddingStore::PullRows(Table& table, absl::Span<const uint64_t> ids, absl::Span<float> out,
+                                std::vector<uint32_t>& order,
+                                const std::vector<uint32_t>& offsets) {
   const size_t dim = static_cast<size_t>(table.config.dim);
   // Pass 1, per stripe under its lock: serve the held rows, move the missing ids' entries to the
   // front of the stripe's range of `order` (sorted by id) and count the distinct ones.
@@ -542,7 +529,7 @@ Status EmbeddingStore::PushMany(absl::Span<const TablePush> pushes, int64_t step
       const uint32_t begin = plan.offsets[s], end = plan.offsets[s + 1];
       const float* grads = push.grads.data();
       // The rows were found above: fetch the next rows and gradients while one is updated.
-      constexpr uint32_t kAhead = 4;
+      constexpr uint32_t kAhead = 8;
       for (uint32_t k = begin; k < std::min(end, begin + kAhead); ++k) {
         __builtin_prefetch(plan.rows[k]);
         __builtin_prefetch(grads + plan.order[k] * dim);

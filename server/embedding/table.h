@@ -210,18 +210,18 @@ class EmbeddingStore {
   // counters: the caller has reserved it, or counts it (FindOrCreateUnbounded). RESOURCE_EXHAUSTED
   // when the stripe is full (2^32 - 1 rows). REQUIRES: stripe.mu held; id absent.
   StatusOr<float*> CreateRow(const Table& table, Stripe& stripe, uint64_t id) const;
-  // FindRow, else CreateRow counted against no bound (LoadRows and unbounded pulls).
+  // FindRow, else CreateRow counted against no bound (LoadRows: a restore is not limited).
   StatusOr<float*> FindOrCreateUnbounded(Table& table, Stripe& stripe, uint64_t id) const;
   // Reserves `rows` new rows of `table` against its capacity share and the memory budget, both or
   // neither: RESOURCE_EXHAUSTED naming the bound when either would be exceeded.
   Status ReserveRows(Table& table, int64_t rows) const;
   // Gives back reserved rows that were not created.
   void ReleaseRows(Table& table, int64_t rows) const;
-  // Pull of a table with a capacity share or under a memory budget (Pull's contract): serves the
-  // held rows and counts the distinct missing ids (one pass under the stripe locks), reserves
-  // them, then creates them. Reorders each stripe's range of `order`.
-  Status PullBounded(Table& table, absl::Span<const uint64_t> ids, absl::Span<float> out,
-                     std::vector<uint32_t>& order, const std::vector<uint32_t>& offsets);
+  // Pull's rows (its contract): serves the held rows and counts the distinct missing ids (one
+  // pass under the stripe locks), reserves them against the bounds, then creates them (a second
+  // pass, only when rows are missing). Reorders each stripe's range of `order`.
+  Status PullRows(Table& table, absl::Span<const uint64_t> ids, absl::Span<float> out,
+                  std::vector<uint32_t>& order, const std::vector<uint32_t>& offsets);
   // Finds the row of every id (rows[k] for ids[order[k]], when `rows` is non-null): OK, or
   // INVALID_ARGUMENT naming the table and the first absent id, counted in refused_absent_pushes.
   Status ResolveHeldRows(Table& table, absl::Span<const uint64_t> ids,

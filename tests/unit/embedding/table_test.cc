@@ -6,6 +6,7 @@
 #include <latch>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -637,9 +638,10 @@ TEST(EmbeddingStore, APullBeyondTheCapacityCreatesNothing) {
 }
 
 // Threads pulling new ids (overlapping between threads) against a small budget and a capacity:
-// the rows never exceed either bound, every served row is its init, and the reservations are
-// exact: once the threads stop, a pull of exactly the room left is served and one more row is
-// refused.
+// the rows never exceed either bound, every served row is its init, the rows held are exactly the
+// served pulls' ids, and the reservations are exact: once the threads stop, a pull of one row
+// more than the room left is refused and creates nothing, and a pull of exactly the room is
+// served.
 TEST(EmbeddingStore, ConcurrentPullsNeverExceedTheBounds) {
   constexpr int kThreads = 8, kBatch = 37, kRounds = 200;
   const int64_t row = 2 * 4 + sizeof(std::pair<const uint64_t, uint32_t>) + 1;
@@ -668,7 +670,8 @@ TEST(EmbeddingStore, ConcurrentPullsNeverExceedTheBounds) {
         if (rows > max_rows.load()) max_rows.store(rows);
       }
     });
-    std::vector<int> refused(kThreads, 0);
+    // The first id of each thread's served batches.
+    std::vector<std::vector<uint64_t>> served(kThreads);
     for (int th = 0; th < kThreads; ++th) {
       threads.emplace_back([&, th] {
         start.arrive_and_wait();
@@ -678,11 +681,9 @@ TEST(EmbeddingStore, ConcurrentPullsNeverExceedTheBounds) {
           const std::vector<uint64_t> ids =
               Ids(static_cast<uint64_t>(r * kThreads + th) * (kBatch / 2 + 1), kBatch);
           const Status s = store.Pull(1, ids, absl::MakeSpan(out));
-          if (absl::IsResourceExhausted(s)) {
-            ++refused[th];
-            continue;
-          }
+          if (absl::IsResourceExhausted(s)) continue;
           ASSERT_TRUE(s.ok()) << s;
+          served[th].push_back(ids[0]);
           for (int k = 0; k < kBatch; ++k) {
             InitRow(11, 1, ids[k], 10, 2, want.data());
             ASSERT_EQ(out[2 * k], want[0]);
@@ -698,6 +699,16 @@ TEST(EmbeddingStore, ConcurrentPullsNeverExceedTheBounds) {
     EXPECT_LE(max_rows.load(), kLimit);
     EXPECT_LE(st.rows, kLimit);
     EXPECT_GT(st.refused_pulls, 0u);
+    // The rows are exactly the ids of the served pulls: a refused pull created none of its own.
+    std::set<uint64_t> want_ids;
+    for (const std::vector<uint64_t>& firsts : served) {
+      for (uint64_t first : firsts) {
+        for (uint64_t id : Ids(first, kBatch)) want_ids.insert(id);
+      }
+    }
+    auto dump = store.DumpTable(1);
+    ASSERT_TRUE(dump.ok());
+    EXPECT_EQ(dump->ids, std::vector<uint64_t>(want_ids.begin(), want_ids.end()));
     // No reservation leaked: exactly the room left can still be pulled, and no more.
     const int64_t room = kLimit - st.rows;
     ASSERT_GE(room, 0);
@@ -705,8 +716,9 @@ TEST(EmbeddingStore, ConcurrentPullsNeverExceedTheBounds) {
     std::vector<float> out((room + 1) * 2);
     EXPECT_EQ(store.Pull(1, Ids(uint64_t{1} << 40, room + 1), absl::MakeSpan(out)).code(),
               absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(store.Stats()[0].rows, st.rows) << "a refused pull created rows";
     EXPECT_TRUE(
-        store.Pull(1, Ids(uint64_t{1} << 40, room), absl::MakeSpan(out).subspan(0, room * 2)).ok());
+        store.Pull(1, Ids(uint64_t{1} << 41, room), absl::MakeSpan(out).subspan(0, room * 2)).ok());
     EXPECT_EQ(store.Stats()[0].rows, kLimit);
   }
 }
