@@ -144,8 +144,10 @@ AtomicFileWriter::~AtomicFileWriter() {
 Status AtomicFileWriter::Open(const std::string& path) {
   path_ = path;
   tmp_path_ = absl::StrCat(path, ".tmp.", ::getpid());
-  // O_NOFOLLOW: a symbolic link planted at the temp name is an error, never a way out.
-  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  // A leftover or planted entry at the temp name (a symbolic or hard link) goes first; the file
+  // is then created, never opened through a link.
+  ::unlink(tmp_path_.c_str());
+  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd_ < 0) return ErrnoError("cannot create", tmp_path_);
   size_ = 0;
   buffer_.clear();

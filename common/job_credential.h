@@ -47,6 +47,8 @@ class JobCredentialIssuer {
   explicit JobCredentialIssuer(std::string secret) : secret_(std::move(secret)) {}
 
   std::string Issue(absl::string_view job_id, int64_t generation) const;
+  // The secret (to persist it: the coordinator keeps it in its state directory, mode 0600).
+  const std::string& secret() const { return secret_; }
   // True when `credential` is exactly what Issue(claim) returns for its own claim; fills `claim`.
   bool Verify(absl::string_view credential, JobCredentialClaim* claim) const;
 

@@ -29,7 +29,7 @@ cluster: {servers: 2, workers: $w}
 results_dir: $(realpath "$d")/results
 EOY
       "$SIFT" local "$d/job.yaml" --work-dir "$d/work" --progress off > "$d/out.txt" 2>&1
-      a=$(grep -o '"test_auc": [0-9.]*' "$d/results/log.json" | tail -1 | awk '{print $2}')
+      a=$(grep -o '"test_auc": [0-9.]*' "$d"/results/job-*/log.json | tail -1 | awk '{print $2}')
       auc[$model,$seed,$w]=$a
       echo "$model seed $seed workers $w ($UPDATE): test AUC $a"
     done

@@ -328,7 +328,9 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   // overwrites another job's checkpoint.
   if (!spec.checkpoint.dir.empty()) {
     o.save_checkpoint = JoinPath(spec.checkpoint.dir, a.job_id());
-    o.checkpoint_root = spec.checkpoint.dir;  // under the coordinator's root, checked there
+    // No link below the coordinator's root (an older coordinator sends none: the spec's dir).
+    o.checkpoint_root =
+        a.checkpoint_root().empty() ? spec.checkpoint.dir : a.checkpoint_root();
   }
   o.checkpoint_job = a.job_id();
   o.checkpoint_owner = a.owner();

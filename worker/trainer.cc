@@ -1005,8 +1005,7 @@ Status Trainer::JobEpochCheckpoint(int64_t epoch, double validation_auc) {
 
 Status Trainer::MakeCheckpointDir(const std::string& dir) const {
   if (o_.checkpoint_root.empty()) return MakeDirs(dir);
-  // The root (the spec's checkpoint.dir) the coordinator checked under its own root.
-  SIFT_RETURN_IF_ERROR(MakeDirs(o_.checkpoint_root));
+  SIFT_RETURN_IF_ERROR(MakeDirs(o_.checkpoint_root));  // the operator's (its links are theirs)
   return CheckNoSymlinksUnder(o_.checkpoint_root, dir, /*create=*/true);
 }
 

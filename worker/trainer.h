@@ -107,9 +107,10 @@ struct TrainerOptions {
   SecurityOptions embedding_security;
   std::string save_checkpoint;  // "" = none; saved after every epoch
   std::string load_checkpoint;  // "" = fresh start
-  // Cluster jobs: the spec's checkpoint.dir, under which save_checkpoint lies. No directory from
-  // it down to a checkpoint is a symbolic link: checked (and missing ones created) before every
-  // save, so a checkpoint is never written or pruned through a link ("" = no check: sift train).
+  // Cluster jobs: the coordinator's --checkpoint-root, under which save_checkpoint lies. No
+  // directory from it down to a checkpoint is a symbolic link: checked (and missing ones created)
+  // before every save and pruning, so a checkpoint is never written or pruned through a link
+  // ("" = no check: sift train).
   std::string checkpoint_root;
   // Recorded in every checkpoint's manifest ("job": the job id and its owner; "" = not recorded).
   std::string checkpoint_job, checkpoint_owner;

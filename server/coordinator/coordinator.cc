@@ -1,6 +1,10 @@
 #include "server/coordinator/coordinator.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <atomic>
@@ -133,6 +137,35 @@ std::string ManifestSnapshotName(const std::string& dir) {
   return "";
 }
 
+// The credentials' secret: read from `path` (refused when others may read it), or drawn and
+// written there (mode 0600) the first time.
+StatusOr<JobCredentialIssuer> LoadOrCreateCredentialKey(const std::string& path) {
+  if (PathExists(path)) {
+    SIFT_RETURN_IF_ERROR(CheckPrivateFile(path, "the job credentials' key"));
+    SIFT_ASSIGN_OR_RETURN(std::string secret, ReadFileToString(path));
+    if (secret.size() < 32) {
+      return absl::DataLossError(absl::StrCat(path, ": ", secret.size(),
+                                              " bytes, not a job credentials' key (32); remove "
+                                              "it to draw a new one"));
+    }
+    return JobCredentialIssuer(std::move(secret));
+  }
+  SIFT_ASSIGN_OR_RETURN(JobCredentialIssuer issuer, JobCredentialIssuer::Create());
+  const std::string tmp = path + ".new";
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat(tmp, ": ", std::strerror(errno)));
+  const std::string& secret = issuer.secret();
+  const bool written = ::write(fd, secret.data(), secret.size()) ==
+                           static_cast<ssize_t>(secret.size()) &&
+                       ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
+  }
+  return issuer;
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
@@ -169,12 +202,19 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions opti
     if (root->empty()) *root = JoinPath(options.state_dir, name);
     SIFT_ASSIGN_OR_RETURN(*root, NormalizedAbsolutePath(*root, flag));
     SIFT_RETURN_IF_ERROR(MakeDirs(*root));
+    // The operator's own links (a root under /home -> /gpfs) are resolved once, here: below the
+    // root none is followed.
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::canonical(*root, ec);
+    if (!ec) *root = real.string();
   }
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
-  SIFT_ASSIGN_OR_RETURN(JobCredentialIssuer issuer, JobCredentialIssuer::Create());
-  c->credentials_ = std::make_unique<JobCredentialIssuer>(std::move(issuer));
   JobStore::Loaded loaded;
   SIFT_ASSIGN_OR_RETURN(c->store_, JobStore::Open(c->options_.state_dir, &loaded));
+  SIFT_ASSIGN_OR_RETURN(JobCredentialIssuer issuer,
+                        LoadOrCreateCredentialKey(JoinPath(c->options_.state_dir,
+                                                           kCredentialKeyFile)));
+  c->credentials_ = std::make_unique<JobCredentialIssuer>(std::move(issuer));
 
   absl::MutexLock lock(&c->mu_);
   c->next_job_number_ = loaded.next_job_number;
@@ -314,9 +354,7 @@ Status Coordinator::CheckSpecPaths(JobSpec* spec, const std::string& source, con
   const std::string& resume = spec->checkpoint.resume_from;
   if (resume.empty() || !who.checked || who.role == UserRole::kAdmin) return absl::OkStatus();
   // A job's checkpoints are <checkpoint.dir>/<job_id>/...: the job whose directory holds it.
-  for (const auto& other : jobs_) {
-    const std::string dir = JoinPath(other->spec.checkpoint.dir, other->rec.info.job_id());
-    if (!PathIsUnder(resume, dir)) continue;
+  if (const Job* other = CheckpointOwnerJob(resume); other != nullptr) {
     if (!other->rec.info.owner().empty() && other->rec.info.owner() == who.user) {
       return absl::OkStatus();
     }
@@ -335,6 +373,36 @@ Status Coordinator::CheckSpecPaths(JobSpec* spec, const std::string& source, con
                    " is not a checkpoint of a job this coordinator ran; user ", who.user,
                    " may resume only from its own jobs' checkpoints (admins "
                    "from any)"));
+}
+
+const Coordinator::Job* Coordinator::CheckpointOwnerJob(const std::string& checkpoint) const {
+  const Job* best = nullptr;
+  size_t best_len = 0;
+  for (const auto& other : jobs_) {
+    const std::string dir = JoinPath(other->spec.checkpoint.dir, other->rec.info.job_id());
+    if (PathIsUnder(checkpoint, dir) && dir.size() > best_len) {
+      best = other.get();
+      best_len = dir.size();
+    }
+  }
+  return best;
+}
+
+Status Coordinator::CheckResumeCheckpoint(Job* job) {
+  job->restorable_snapshot.clear();
+  const std::string& dir = job->rec.info.last_checkpoint().dir();
+  if (dir.empty()) return absl::OkStatus();
+  SIFT_RETURN_IF_ERROR(CheckNoSymlinksUnder(options_.checkpoint_root, dir, /*create=*/false));
+  const std::string name = ManifestSnapshotName(dir);
+  const Job* owner = CheckpointOwnerJob(dir);
+  if (owner != nullptr && !name.empty() &&
+      !absl::StartsWith(name, absl::StrCat("ckpt-", owner->rec.info.job_id(), "-g"))) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the checkpoint ", dir, " is ", owner->rec.info.job_id(), "'s, but its manifest names ",
+        "the snapshot '", name, "', which is not: a job restores only its checkpoint's own"));
+  }
+  job->restorable_snapshot = name;
+  return absl::OkStatus();
 }
 
 Status Coordinator::CheckOwner(const Job& job, const Principal& who, absl::string_view method,
@@ -446,6 +514,7 @@ pb::Assignment Coordinator::AssignmentFor(const Job& job, int rank) const {
   a.set_kv_prefix(KvPrefix(job));
   a.set_job_credential(credentials_->Issue(job.rec.info.job_id(), job.rec.info.generation()));
   a.set_owner(job.rec.info.owner());
+  a.set_checkpoint_root(options_.checkpoint_root);
   return a;
 }
 
@@ -666,16 +735,31 @@ Status Coordinator::DllLog(Job* job, const DllStep& step, const DllMetrics& metr
 Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& workers,
                                     const std::vector<const Member*>& servers) {
   pb::JobInfo& info = job->rec.info;
+  const std::string own_checkpoints = JoinPath(job->spec.checkpoint.dir, info.job_id());
+  if (info.generation() == 0 && !info.results_dir().empty()) {
+    // The job's results directory is its own: when <results_dir>/<job id> exists already (a job
+    // of the same id of another coordinator, or of an earlier state directory), the job gets
+    // <job id>.2, .3, ... instead of writing into it.
+    const std::string base = info.results_dir();
+    for (int k = 2; PathExists(info.results_dir()) && k < 1000000; ++k) {
+      info.set_results_dir(absl::StrCat(base, ".", k));
+    }
+  }
   const Status dll = OpenDll(job);
   if (!dll.ok()) {
     return Finish(job, pb::FAILED, absl::StrCat("results_dir: ", dll.message()));
   }
   // Rank 0 writes and prunes <checkpoint.dir>/<job id>/: never through a symbolic link.
-  const Status links = CheckNoSymlinksUnder(options_.checkpoint_root,
-                                            JoinPath(job->spec.checkpoint.dir, info.job_id()),
-                                            /*create=*/false);
-  if (!links.ok())
+  const Status links =
+      CheckNoSymlinksUnder(options_.checkpoint_root, own_checkpoints, /*create=*/false);
+  if (!links.ok()) {
     return Finish(job, pb::FAILED, absl::StrCat("checkpoint.dir: ", links.message()));
+  }
+  const Status resume = CheckResumeCheckpoint(job);
+  if (!resume.ok()) {
+    return Finish(job, pb::FAILED, absl::StrCat("checkpoint.resume_from: ", resume.message()));
+  }
+  job->generation_since = Now();
   info.set_generation(info.generation() + 1);
   info.set_state(pb::RUNNING);
   info.set_message("");
@@ -696,7 +780,6 @@ Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& 
     info.add_servers(s->address);
   }
   const pb::CheckpointRef& ckpt = info.last_checkpoint();
-  job->restorable_snapshot = ckpt.dir().empty() ? "" : ManifestSnapshotName(ckpt.dir());
   std::string from;
   if (ckpt.dir().empty()) {
     info.set_epoch(0);
@@ -737,6 +820,11 @@ StatusOr<pb::SubmitJobResponse> Coordinator::SubmitJob(const pb::SubmitJobReques
     // a shared file system in a real cluster).
     StatusOr<std::string> under_state =
         NormalizedAbsolutePath(JoinPath(options_.state_dir, "checkpoints"), "--state-dir");
+    if (under_state.ok()) {
+      std::error_code ec;  // the state directory's own links resolved, as the roots' are
+      const std::filesystem::path real = std::filesystem::weakly_canonical(*under_state, ec);
+      if (!ec) under_state = real.string();
+    }
     spec.checkpoint.dir = under_state.ok() && PathIsUnder(*under_state, options_.checkpoint_root)
                               ? *under_state
                               : options_.checkpoint_root;
@@ -1399,8 +1487,8 @@ StatusOr<pb::CheckpointCommitResponse> Coordinator::CheckpointCommit(
   }
   if (request.dir().empty()) return absl::InvalidArgumentError("dir is empty");
   const std::string own = JoinPath(job->spec.checkpoint.dir, job->rec.info.job_id());
-  if (!PathIsUnder(request.dir(), own) || request.dir() == own ||
-      absl::StrContains(request.dir(), "/../") || absl::StrContains(request.dir(), "/./")) {
+  StatusOr<std::string> dir = NormalizedAbsolutePath(request.dir(), "CheckpointCommit dir");
+  if (!dir.ok() || *dir != request.dir() || !PathIsUnder(*dir, own) || *dir == own) {
     return AuthRefusal(absl::StatusCode::kPermissionDenied,
                        absl::StrCat("CheckpointCommit: ", request.dir(), " is not under ", own,
                                     ", the job's checkpoint directory: a job commits only its "
@@ -1444,10 +1532,31 @@ StatusOr<pb::ReportFailureResponse> Coordinator::ReportFailure(
 
 // ---------------------------------------------------------------------------------------------
 
+void Coordinator::CheckServersReady() {
+  Job* job = ActiveJob();
+  if (job == nullptr || !IsRunning(job->rec.info.state()) || ServersReady(*job)) return;
+  const absl::Duration limit = absl::Milliseconds(options_.lease_ms) * kServersReadyTimeoutLeases;
+  if (Now() - job->generation_since < limit) return;
+  std::vector<int> silent;
+  for (size_t i = 0; i < job->server_ids.size(); ++i) {
+    auto it = members_.find(job->server_ids[i]);
+    if (it == members_.end() || it->second.running_job != job->rec.info.job_id() ||
+        it->second.running_generation != job->rec.info.generation()) {
+      silent.push_back(static_cast<int>(i));
+    }
+  }
+  Complain(Recover(job, absl::StrCat("embedding server shard", silent.size() > 1 ? "s " : " ",
+                                     RangesText(silent), " did not report serving generation ",
+                                     job->rec.info.generation(), " within ",
+                                     absl::FormatDuration(limit),
+                                     " (a server of an older sift than the coordinator?)")));
+}
+
 void Coordinator::Tick() {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return;
   ExpireLeases();
+  CheckServersReady();
   Schedule();
 }
 

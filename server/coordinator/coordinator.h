@@ -71,6 +71,11 @@ inline constexpr size_t kMaxKvKeyBytes = 1024;
 inline constexpr size_t kMaxKvValueBytes = size_t{1} << 20;
 inline constexpr int64_t kMaxKvTotalBytes = int64_t{64} << 20;
 inline constexpr int64_t kMaxKvJobBytes = int64_t{32} << 20;  // per generation
+// A generation whose servers have not all reported serving it within this many leases recovers.
+inline constexpr int kServersReadyTimeoutLeases = 4;
+// The job credentials' secret in the state directory (mode 0600): credentials stay valid across
+// a restart of the coordinator (a worker that ran a job still reads its state).
+inline constexpr char kCredentialKeyFile[] = "job-credential.key";
 
 struct CoordinatorOptions {
   std::string state_dir;       // required: job records and logs (job_store.h)
@@ -215,6 +220,8 @@ class Coordinator {
     std::string restorable_snapshot;
     // When it became the head of the queue, PENDING (not persisted; absl::InfinitePast = not).
     absl::Time head_since = absl::InfinitePast();
+    // When the current generation started (its servers must report serving it in time).
+    absl::Time generation_since = absl::InfinitePast();
   };
 
   explicit Coordinator(CoordinatorOptions options);
@@ -245,6 +252,15 @@ class Coordinator {
   // checkpoint root). INVALID_ARGUMENT / PERMISSION_DENIED naming the field and the rule.
   Status CheckSpecPaths(JobSpec* spec, const std::string& source, const Principal& who)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job of this coordinator whose checkpoint directory (<checkpoint.dir>/<job id>) holds
+  // `checkpoint` (the deepest one); nullptr when none.
+  const Job* CheckpointOwnerJob(const std::string& checkpoint) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The resume checkpoint's checks when a generation starts: no symbolic link below the
+  // checkpoint root, and the snapshot its manifest names must be its job's (the job whose
+  // directory holds it; any name for a checkpoint of no job here, which only an admin could
+  // submit). Sets job->restorable_snapshot. An error fails the job.
+  Status CheckResumeCheckpoint(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PERMISSION_DENIED when `who` may not see (or, `cancel`, cancel) `job` (the owner rules).
   static Status CheckOwner(const Job& job, const Principal& who, absl::string_view method,
                            bool cancel);
@@ -262,6 +278,9 @@ class Coordinator {
   Status Persist(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void ExpireLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recovers the running job when a server of its generation has not reported serving it within
+  // kServersReadyTimeoutLeases leases (a server of an older sift never does).
+  void CheckServersReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status StartGeneration(Job* job, const std::vector<const Member*>& workers,
                          const std::vector<const Member*>& servers)

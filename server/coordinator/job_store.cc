@@ -103,6 +103,9 @@ JobRecord RecordFromJson(const Json& j) {
   i.set_name(GetString(j, "name"));
   // Records written before jobs had owners have none.
   if (j.contains("owner")) i.set_owner(GetString(j, "owner"));
+  // Records written before results directories were per job have none (Coordinator::Open
+  // derives it).
+  if (j.contains("results_dir")) i.set_results_dir(GetString(j, "results_dir"));
   pb::JobState state;
   if (!pb::JobState_Parse(GetString(j, "state"), &state) || state == pb::JOB_STATE_UNSPECIFIED) {
     throw FieldError{"state", "not a job state"};
@@ -168,6 +171,7 @@ std::string JobRecordToJson(const JobRecord& r) {
   j["job_id"] = i.job_id();
   j["name"] = i.name();
   j["owner"] = i.owner();
+  j["results_dir"] = i.results_dir();
   j["state"] = pb::JobState_Name(i.state());
   j["message"] = i.message();
   j["spec_yaml"] = i.spec_yaml();

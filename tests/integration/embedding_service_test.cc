@@ -1323,7 +1323,7 @@ TEST(EmbeddingServiceTest, AManagedServerServesOnlyTheGenerationItWasGiven) {
   auto rank = client_with(g1);  // Connect reads Stats: open to every caller
   ASSERT_NE(rank, nullptr);
   Status s = rank->Configure(kSeed, Tables());
-  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("serves no job now"));
 
   servers[0]->SetJobGrant(embedding::JobGrant{"job-1", 1, g1, "ckpt-job-0-g4-step-9"});
@@ -1388,13 +1388,14 @@ TEST(EmbeddingServiceTest, AManagedServerServesOnlyTheGenerationItWasGiven) {
               HasSubstr("stale generation: Pull from job-1 generation 1"));
   EXPECT_TRUE(client_with(g2)->Pull({&item, 1}, true).ok());
   servers[0]->SetJobGrant(std::nullopt);
-  EXPECT_EQ(client_with(g2)->Pull({&item, 1}, true).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(client_with(g2)->Pull({&item, 1}, true).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client_with("")->Pull({&item, 1}, true).code(), absl::StatusCode::kPermissionDenied);
 
   // Counted per method and code.
   auto page = testing::HttpGet("127.0.0.1", servers[0]->metrics_port(), "/metrics");
   ASSERT_TRUE(page.ok()) << page.status();
   EXPECT_THAT(*page, HasSubstr("sift_auth_refusals_total{grpc_code=\"PERMISSION_DENIED\","
-                               "grpc_method=\"Configure\"} 4"));
+                               "grpc_method=\"Configure\"} 3"));
   EXPECT_THAT(*page, HasSubstr("sift_auth_refusals_total{grpc_code=\"PERMISSION_DENIED\","
                                "grpc_method=\"Snapshot\"} 3"));
 }

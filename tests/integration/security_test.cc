@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -572,6 +573,42 @@ TEST_F(SecureClusterTest, AttacksOnARunningJobAreRefusedAndItCompletesWithTheUnd
   EXPECT_THAT(errors, ::testing::Not(HasSubstr(TestPki::Token("bob"))));
   // The listener watchdog's probes get through TLS (else it would restart the listeners).
   EXPECT_THAT(errors, ::testing::Not(HasSubstr("restarting the listener")));
+}
+
+// The job credentials change nothing of what a job computes: a 2-worker job (staleness 0,
+// deterministic) on a secured cluster trains what it trains on a plaintext one, bit for bit.
+TEST_F(SecureClusterTest, ATwoWorkerJobTrainsTheSameWithSecurityOnAndOff) {
+  const TestPki pki = TestPki::Make(dir_->Sub("pki2"), 2, 2);
+  TestJob job;
+  job.dataset = Tiny();
+  job.epochs = 1;
+  job.batch_size = 512;
+  job.max_steps_per_epoch = 6;
+  job.servers = 2;
+  job.workers = 2;
+  std::vector<cpb::JobInfo> runs;
+  for (bool secure : {false, true}) {
+    TestClusterOptions co;
+    co.servers = 2;
+    co.workers = 2;
+    if (secure) {
+      co.tls_root = pki.root;
+      co.tokens_file = pki.TokensFile();
+      co.client_token_file = pki.TokenFile("alice");
+    }
+    TestCluster cluster(*dir_, secure ? "two-secure" : "two-plain", co);
+    job.results_dir = dir_->Sub(secure ? "two_secure_results" : "two_plain_results");
+    const std::string id = cluster.Submit(job.Yaml());
+    ASSERT_FALSE(id.empty());
+    runs.push_back(cluster.WaitForFinish(id, 240));
+    ASSERT_EQ(runs.back().state(), cpb::COMPLETED) << runs.back().message() << "\n"
+                                                   << cluster.AllErrors();
+    EXPECT_EQ(runs.back().recoveries(), 0);
+  }
+  ASSERT_EQ(runs[0].epochs_done_size(), 1);
+  ASSERT_EQ(runs[1].epochs_done_size(), 1);
+  EXPECT_EQ(runs[1].epochs_done(0).test_auc(), runs[0].epochs_done(0).test_auc());
+  EXPECT_EQ(runs[1].epochs_done(0).train_loss(), runs[0].epochs_done(0).train_loss());
 }
 
 }  // namespace

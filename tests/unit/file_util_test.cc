@@ -86,7 +86,12 @@ TEST(FileUtilPathsTest, AtomicWritesNeverWriteThroughALinkAtTheTempName) {
   // The temp name AtomicFileWriter uses: "<path>.tmp.<pid>".
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
   ASSERT_EQ(::symlink(victim.c_str(), tmp.c_str()), 0);
-  EXPECT_FALSE(WriteFileAtomic(target, "attacker").ok());
+  ASSERT_TRUE(WriteFileAtomic(target, "mine").ok());  // the link is replaced, not followed
+  EXPECT_EQ(ReadFileToString(victim).value(), "keep");
+  EXPECT_EQ(ReadFileToString(target).value(), "mine");
+  // A hard link at the temp name: not truncated through either.
+  ASSERT_EQ(::link(victim.c_str(), tmp.c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomic(target, "again").ok());
   EXPECT_EQ(ReadFileToString(victim).value(), "keep");
 }
 

@@ -3,14 +3,18 @@
 // evaluation aggregation and the DLLL log, KV, and a restart from the state directory.
 #include "server/coordinator/coordinator.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/auc.h"
 #include "common/dllogger.h"
 #include "common/file_util.h"
@@ -784,9 +788,10 @@ TEST_F(CoordinatorTest, AnUnwritableResultsDirFailsTheJobAtStart) {
   q.set_spec_yaml(SpecYaml(1, 2, 1, dir_.Sub("file") + "/sub"));
   EXPECT_EQ(c_->SubmitJob(q).status().code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(MakeDirs(dir_.Sub("res")).ok());
-  testing::WriteAll(dir_.Sub("res") + "/job-1", "x");
   const std::string job = Submit(SpecYaml(1, 2, 1, dir_.Sub("res")));
   const std::string next = Submit(SpecYaml(1, 2, 1));
+  ASSERT_EQ(::rmdir(dir_.Sub("res").c_str()), 0);
+  testing::WriteAll(dir_.Sub("res"), "x");
   Cluster(1);
   EXPECT_EQ(Job(job).state(), pb::FAILED);
   EXPECT_THAT(Job(job).message(), StartsWith("results_dir: "));
@@ -1171,6 +1176,67 @@ TEST_F(CoordinatorTest, AMemberReadsOnlyTheJobsItRan) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("a member reads only the jobs it has run"));
   member.job_credential = a.job_credential();
   EXPECT_TRUE(c_->GetJob(q, member).ok());
+  // The credentials' key is kept in the state directory (mode 0600): a worker that ran the job
+  // still reads it after the coordinator restarted.
+  Reopen();
+  EXPECT_TRUE(c_->GetJob(q, member).ok());
+  struct stat st;
+  ASSERT_EQ(::stat((dir_.Sub("state") + "/" + kCredentialKeyFile).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(CoordinatorTest, AGenerationWhoseServersNeverServeItRecovers) {
+  const std::string job = Submit(SpecYaml(1, 2, 1));
+  std::vector<std::string> w = Cluster(1);
+  ASSERT_EQ(Job(job).state(), pb::RUNNING);
+  // The servers heartbeat but never report serving generation 1 (as a server of an older sift).
+  for (int i = 0; i < 4 * 3; ++i) {
+    Advance(1000);
+    BeatServers();
+    ASSERT_TRUE(Beat(w[0]).ok());
+    c_->Tick();
+  }
+  // Recovered (and, the cluster being whole, started again as generation 2).
+  const pb::JobInfo info = Job(job);
+  EXPECT_EQ(info.recoveries(), 1);
+  EXPECT_EQ(info.generation(), 2);
+  EXPECT_TRUE(LogHas(job, "embedding server shards 0, 1 did not report serving generation 1 "
+                          "within 12s"))
+      << absl::StrJoin(Logs(job), "\n");
+}
+
+TEST_F(CoordinatorTest, AResumedJobRestoresOnlyItsCheckpointsOwnSnapshot) {
+  const std::string ckpt = dir_.Sub("ckpt");
+  const std::string first = Submit(SpecYaml(1, 2, 1) + "checkpoint: {dir: " + ckpt + "}\n");
+  std::vector<std::string> w = Cluster(1);
+  Assigned(w[0]);
+  pb::CancelJobRequest cancel;
+  cancel.set_job_id(first);
+  ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  const std::string step = ckpt + "/" + first + "/step-000000000010";
+  ASSERT_TRUE(MakeDirs(step).ok());
+  const auto manifest = [&](const std::string& snapshot) {
+    testing::WriteAll(step + "/manifest.json",
+                      "{\"embedding_snapshot\": {\"name\": \"" + snapshot + "\"}}\n");
+  };
+  // Its own snapshot: the servers may restore it.
+  manifest("ckpt-job-1-g1-step-10");
+  const std::string resumed =
+      Submit(SpecYaml(1, 2, 1) + "checkpoint: {dir: " + ckpt + ", resume_from: " + step + "}\n");
+  auto served = Beat(servers_[0]);
+  ASSERT_TRUE(served.ok() && served->has_assignment());
+  EXPECT_EQ(served->assignment().job_id(), resumed);
+  EXPECT_EQ(served->assignment().restorable_snapshot(), "ckpt-job-1-g1-step-10");
+  cancel.set_job_id(resumed);
+  ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  // A manifest edited to name another job's snapshot: the job fails, no server is told it.
+  manifest("ckpt-job-9-g1-step-10");
+  const std::string forged =
+      Submit(SpecYaml(1, 2, 1) + "checkpoint: {dir: " + ckpt + ", resume_from: " + step + "}\n");
+  Assigned(w[0]);
+  const pb::JobInfo info = Job(forged);
+  EXPECT_EQ(info.state(), pb::FAILED);
+  EXPECT_THAT(info.message(), HasSubstr("its manifest names the snapshot 'ckpt-job-9-g1-step-10'"));
 }
 
 TEST_F(CoordinatorTest, SpecPathsMustLieUnderTheRootsWithoutLinksOrDotDot) {
@@ -1226,7 +1292,8 @@ TEST_F(CoordinatorTest, EachJobWritesItsOwnResultsDirectoryAndNeverThroughALink)
   cancel.set_job_id(two);
   ASSERT_TRUE(c_->CancelJob(cancel).ok());
 
-  // Planted links: the job's directory itself, or its log.json, pointing at another user's files.
+  // A directory already at the job's name (a planted link to another user's directory, or a
+  // job of another coordinator with the same id) is never written into: the job gets its own.
   const std::string victim = dir_.Sub("victim");
   ASSERT_TRUE(MakeDirs(victim).ok());
   testing::WriteAll(victim + "/log.json", "bob's\n");
@@ -1234,16 +1301,25 @@ TEST_F(CoordinatorTest, EachJobWritesItsOwnResultsDirectoryAndNeverThroughALink)
   const std::string three = Submit(SpecYaml(1, 2, 1, results));
   ASSERT_EQ(three, "job-3");
   Assigned(w[0]);
-  pb::JobInfo info = Job(three);
-  EXPECT_EQ(info.state(), pb::FAILED);
-  EXPECT_THAT(info.message(), HasSubstr(results + "/job-3 is a symbolic link"));
-  ASSERT_TRUE(MakeDirs(results + "/job-4").ok());
-  ASSERT_EQ(::symlink((victim + "/log.json").c_str(), (results + "/job-4/log.json").c_str()), 0);
-  const std::string four = Submit(SpecYaml(1, 2, 1, results));
+  EXPECT_EQ(Job(three).state(), pb::RUNNING);
+  EXPECT_EQ(Job(three).results_dir(), results + "/job-3.2");
+  EXPECT_TRUE(PathExists(results + "/job-3.2/log.json"));
+  // Queued behind job-3: a job whose results directory's parent becomes a link before it starts.
+  const std::string four = Submit(SpecYaml(1, 2, 1, results + "/sub"));
+  ASSERT_EQ(::symlink(victim.c_str(), (results + "/sub").c_str()), 0) << std::strerror(errno);
+  // A link swapped in for job-3's log.json while it runs: the coordinator, restarted, reopens
+  // the log without following it, and the job fails naming it.
+  ASSERT_EQ(::unlink((results + "/job-3.2/log.json").c_str()), 0);
+  ASSERT_EQ(::symlink((victim + "/log.json").c_str(), (results + "/job-3.2/log.json").c_str()),
+            0);
+  Reopen();
+  w = Cluster(1);
   Assigned(w[0]);
-  info = Job(four);
+  const pb::JobInfo info = Job(three);
   EXPECT_EQ(info.state(), pb::FAILED);
   EXPECT_THAT(info.message(), HasSubstr("log.json: cannot open log file"));
+  EXPECT_EQ(Job(four).state(), pb::FAILED);
+  EXPECT_THAT(Job(four).message(), HasSubstr(results + "/sub is a symbolic link"));
   EXPECT_EQ(testing::ReadAll(victim + "/log.json"), "bob's\n");
 }
 
