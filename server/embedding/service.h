@@ -45,7 +45,8 @@ struct EmbeddingServerOptions {
   // on the shard's own `threads`).
   GrpcServerLimits limits;
   // TLS and member certificates (common/security.h): Configure, Pull, Push, Snapshot and Restore
-  // need a worker's certificate, Stats any member's. Off: plaintext, no checks.
+  // need a worker's certificate, Stats any member's. Off: plaintext, no certificate checks (a
+  // managed server still checks job credentials).
   SecurityOptions security;
   // Registered with a coordinator (`--coordinator`): Configure, Pull, Push, Snapshot and Restore
   // need the job credential of the generation this server serves (SetJobGrant), security on or
