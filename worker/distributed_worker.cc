@@ -329,8 +329,7 @@ StatusOr<TrainerOptions> TrainerOptionsForAssignment(const JobSpec& spec, const 
   if (!spec.checkpoint.dir.empty()) {
     o.save_checkpoint = JoinPath(spec.checkpoint.dir, a.job_id());
     // No link below the coordinator's root (an older coordinator sends none: the spec's dir).
-    o.checkpoint_root =
-        a.checkpoint_root().empty() ? spec.checkpoint.dir : a.checkpoint_root();
+    o.checkpoint_root = a.checkpoint_root().empty() ? spec.checkpoint.dir : a.checkpoint_root();
   }
   o.checkpoint_job = a.job_id();
   o.checkpoint_owner = a.owner();

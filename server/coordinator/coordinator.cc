@@ -156,9 +156,9 @@ StatusOr<JobCredentialIssuer> LoadOrCreateCredentialKey(const std::string& path)
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return absl::InternalError(absl::StrCat(tmp, ": ", std::strerror(errno)));
   const std::string& secret = issuer.secret();
-  const bool written = ::write(fd, secret.data(), secret.size()) ==
-                           static_cast<ssize_t>(secret.size()) &&
-                       ::fsync(fd) == 0;
+  const bool written =
+      ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size()) &&
+      ::fsync(fd) == 0;
   ::close(fd);
   if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
     return absl::InternalError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
@@ -211,9 +211,9 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions opti
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
   JobStore::Loaded loaded;
   SIFT_ASSIGN_OR_RETURN(c->store_, JobStore::Open(c->options_.state_dir, &loaded));
-  SIFT_ASSIGN_OR_RETURN(JobCredentialIssuer issuer,
-                        LoadOrCreateCredentialKey(JoinPath(c->options_.state_dir,
-                                                           kCredentialKeyFile)));
+  SIFT_ASSIGN_OR_RETURN(
+      JobCredentialIssuer issuer,
+      LoadOrCreateCredentialKey(JoinPath(c->options_.state_dir, kCredentialKeyFile)));
   c->credentials_ = std::make_unique<JobCredentialIssuer>(std::move(issuer));
 
   absl::MutexLock lock(&c->mu_);
@@ -1545,11 +1545,11 @@ void Coordinator::CheckServersReady() {
       silent.push_back(static_cast<int>(i));
     }
   }
-  Complain(Recover(job, absl::StrCat("embedding server shard", silent.size() > 1 ? "s " : " ",
-                                     RangesText(silent), " did not report serving generation ",
-                                     job->rec.info.generation(), " within ",
-                                     absl::FormatDuration(limit),
-                                     " (a server of an older sift than the coordinator?)")));
+  Complain(
+      Recover(job, absl::StrCat("embedding server shard", silent.size() > 1 ? "s " : " ",
+                                RangesText(silent), " did not report serving generation ",
+                                job->rec.info.generation(), " within ", absl::FormatDuration(limit),
+                                " (a server of an older sift than the coordinator?)")));
 }
 
 void Coordinator::Tick() {

@@ -89,8 +89,8 @@ Status CheckJobCredential(const grpc::ServerContextBase& ctx, const JobGrant* gr
                                     " and takes table calls only from that generation's ranks"));
   }
   StatusOr<JobCredentialClaim> claim = ParseJobCredential(presented);
-  if (claim.ok() && (grant == nullptr || (claim->job_id == grant->job_id &&
-                                          claim->generation < grant->generation))) {
+  if (claim.ok() && (grant == nullptr ||
+                     (claim->job_id == grant->job_id && claim->generation < grant->generation))) {
     // A rank of an ended generation (the coordinator has moved on, or ended the job): nothing it
     // sends is applied, and nothing is gained by telling it so.
     return absl::FailedPreconditionError(absl::StrCat(
@@ -280,10 +280,10 @@ class EmbeddingService final : public RawService {
     if (grant != nullptr && grants_->Get().get() != grant) {
       // The server moved to another generation while this call waited for a request thread.
       req->Clear();
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("stale generation: ", kMethodNames[method], " from ",
-                                       grant->job_id, " generation ", grant->generation,
-                                       ", which this server no longer serves"));
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("stale generation: ", kMethodNames[method], " from ", grant->job_id,
+                       " generation ", grant->generation, ", which this server no longer serves"));
     }
     if (grant != nullptr) {
       const Status scope = CheckRequestScope(*req, *grant);

@@ -1200,8 +1200,9 @@ TEST_F(CoordinatorTest, AGenerationWhoseServersNeverServeItRecovers) {
   const pb::JobInfo info = Job(job);
   EXPECT_EQ(info.recoveries(), 1);
   EXPECT_EQ(info.generation(), 2);
-  EXPECT_TRUE(LogHas(job, "embedding server shards 0, 1 did not report serving generation 1 "
-                          "within 12s"))
+  EXPECT_TRUE(LogHas(job,
+                     "embedding server shards 0, 1 did not report serving generation 1 "
+                     "within 12s"))
       << absl::StrJoin(Logs(job), "\n");
 }
 
@@ -1310,8 +1311,7 @@ TEST_F(CoordinatorTest, EachJobWritesItsOwnResultsDirectoryAndNeverThroughALink)
   // A link swapped in for job-3's log.json while it runs: the coordinator, restarted, reopens
   // the log without following it, and the job fails naming it.
   ASSERT_EQ(::unlink((results + "/job-3.2/log.json").c_str()), 0);
-  ASSERT_EQ(::symlink((victim + "/log.json").c_str(), (results + "/job-3.2/log.json").c_str()),
-            0);
+  ASSERT_EQ(::symlink((victim + "/log.json").c_str(), (results + "/job-3.2/log.json").c_str()), 0);
   Reopen();
   w = Cluster(1);
   Assigned(w[0]);
