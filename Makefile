@@ -59,12 +59,12 @@ build: deps-build $(BUILD_DIR)/build.ninja
 
 # The embedded default: build the binary, then `sift local` — a coordinator, 2 embedding servers
 # and 1 worker as child processes on loopback train SIM on the `tiny` synthetic dataset (generated
-# first when missing, with its oracle and heuristic AUCs) for 3 epochs, synchronously (staleness
+# first when missing, `--preset tiny`, with its oracle and heuristic AUCs) for 3 epochs, synchronously (staleness
 # 0: the same result as single-process training); prints progress, the AUC table, the oracle
 # ratio and samples/s, and stops every process. Then the command of the full-size run.
 demo: deps-build $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target sift
-	$(BUILD_DIR)/sift local --servers 2 --workers 1 --dataset $(DEMO_DIR)/tiny \
+	$(BUILD_DIR)/sift local --servers 2 --workers 1 --dataset $(DEMO_DIR)/tiny --preset tiny \
 	  --work-dir $(DEMO_DIR)/local
 	@echo
 	@echo "Full run (small preset, SIM about 16 min on 2 cores, see README: Measured):"

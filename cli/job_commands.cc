@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -115,6 +116,19 @@ Status RunSubmit(const SubmitFlags& f) {
   }
   if (Status s = CheckClusterJob(spec, f.spec_path); !s.ok()) return WithExitCode(s, kExitUsage);
   if (f.dry_run) {  // validated: show what would be submitted, contact no one
+    // What this machine can see is checked too: a dataset missing from a directory that is here
+    // is a typo; one whose directory is not here either is on the cluster's file system.
+    if (!PathExists(spec.dataset)) {
+      const std::string parent = std::filesystem::path(spec.dataset).parent_path().string();
+      if (PathExists(parent)) {
+        return WithExitCode(absl::NotFoundError(absl::StrCat(f.spec_path, ": dataset ",
+                                                             spec.dataset, " does not exist")),
+                            kExitUsage);
+      }
+      std::fprintf(stderr,
+                   "sift submit: note: dataset %s is not on this machine (nor %s): not checked\n",
+                   spec.dataset.c_str(), parent.c_str());
+    }
     if (f.client.json()) {
       PrintJson({{"apiVersion", kApiVersion}, {"kind", "JobSpec"}, {"spec", JobSpecToYaml(spec)}});
     } else {

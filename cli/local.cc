@@ -29,6 +29,7 @@
 #include "cli/local_cluster.h"
 #include "cli/run_security.h"
 #include "common/data/dataset.h"
+#include "common/data/synthetic.h"
 #include "common/dir_lock.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
@@ -45,8 +46,9 @@ constexpr char kWorkDirLock[] = ".sift-local.lock";
 struct LocalFlags {
   std::string spec_path;  // "" = the embedded default job
   std::string dataset;
-  int servers = 0;  // 0 = the default's 2, or the spec's
-  int workers = 0;  // 0 = the default's 1, or the spec's
+  std::string preset;  // generate a missing dataset with this `sift data gen` preset
+  int servers = 0;     // 0 = the default's 2, or the spec's
+  int workers = 0;     // 0 = the default's 1, or the spec's
   std::string work_dir;
   int max_restarts = 3;
   int server_threads = 0;  // 0 = automatic
@@ -138,16 +140,15 @@ Status PrepareWorkDir(const std::string& dir) {
   return WriteFileAtomic(JoinPath(dir, kWorkDirMarker), "sift local work directory\n");
 }
 
-// `sift data gen --preset tiny --seed 1 --out DIR` as a child, unless DIR already is a dataset.
-Status EnsureTinyDataset(const std::string& binary, const std::string& dir,
-                         const std::string& log_dir) {
+// `sift data gen --preset PRESET --seed 1 --out DIR` as a child, unless DIR already is a dataset.
+Status EnsureDataset(const std::string& binary, const std::string& dir, const std::string& preset,
+                     const std::string& log_dir) {
   if (PathExists(JoinPath(dir, data::kFeatureSpecFile))) return absl::OkStatus();
-  std::printf(
-      "sift local: generating the tiny dataset in %s (sift data gen --preset tiny --seed 1)\n",
-      dir.c_str());
+  std::printf("sift local: generating the %s dataset in %s (sift data gen --preset %s --seed 1)\n",
+              preset.c_str(), dir.c_str(), preset.c_str());
   std::fflush(stdout);
   SubprocessOptions o;
-  o.argv = {binary, "data", "gen", "--preset", "tiny", "--seed", "1", "--out", dir};
+  o.argv = {binary, "data", "gen", "--preset", preset, "--seed", "1", "--out", dir};
   o.log_path = JoinPath(log_dir, "data-gen.log");
   SIFT_ASSIGN_OR_RETURN(Subprocess gen, Subprocess::Start(o));
   ExitInfo exit;
@@ -221,11 +222,23 @@ Status RunLocal(const LocalFlags& f) {
   }
   int server_threads = 1;
   SplitThreads(f, &spec, &server_threads);
-  if (!embedded && !PathExists(spec.dataset)) {
-    // Everything runs on this machine: a missing dataset is known before starting anything.
-    return WithExitCode(absl::NotFoundError(absl::StrCat(f.spec_path, ": dataset ", spec.dataset,
-                                                         " does not exist")),
-                        kExitUsage);
+  // A dataset is generated only when asked (--preset), or for the default job's own path;
+  // anything else missing (a typo) is an error before anything starts.
+  const std::string preset = !f.preset.empty()               ? f.preset
+                             : embedded && f.dataset.empty() ? std::string("tiny")
+                                                             : std::string();
+  if (!f.preset.empty()) {
+    if (StatusOr<data::SyntheticOptions> p = data::PresetOptions(f.preset); !p.ok()) {
+      return WithExitCode(Annotate(p.status(), "--preset"), kExitUsage);
+    }
+  }
+  if (preset.empty() && !PathExists(spec.dataset)) {
+    return WithExitCode(
+        absl::NotFoundError(
+            absl::StrCat(f.dataset.empty() ? absl::StrCat(f.spec_path, ": dataset ") : "--dataset ",
+                         spec.dataset,
+                         " does not exist (pass --preset tiny to generate a synthetic one there)")),
+        kExitUsage);
   }
   // One `sift local` per work directory: a second one would delete the first one's logs and
   // write the same checkpoint and snapshot names. Held until this run ends (or dies).
@@ -238,8 +251,8 @@ Status RunLocal(const LocalFlags& f) {
   }
   SIFT_RETURN_IF_ERROR(PrepareWorkDir(work_dir));
   const std::string binary = SelfBinary();
-  if (embedded) {
-    SIFT_RETURN_IF_ERROR(EnsureTinyDataset(binary, spec.dataset, JoinPath(work_dir, "logs")));
+  if (!preset.empty()) {
+    SIFT_RETURN_IF_ERROR(EnsureDataset(binary, spec.dataset, preset, JoinPath(work_dir, "logs")));
   }
 
   LocalClusterOptions o;
@@ -347,8 +360,11 @@ void AddLocal(CLI::App* app, Action* action) {
                   "Job spec (default: the embedded job: SIM, tiny preset, 3 epochs, batch 2048, "
                   "staleness 0, seed 1)");
   cmd->add_option("--dataset", f->dataset,
-                  "Dataset directory (overrides the spec's; the default job's, out/local/tiny, is "
-                  "generated when missing)");
+                  "Dataset directory (overrides the spec's); it must exist, unless --preset is "
+                  "given (the default job's own, out/local/tiny, is generated when missing)");
+  cmd->add_option("--preset", f->preset,
+                  "Generate the dataset when it is missing: sift data gen --preset NAME --seed 1 "
+                  "(tiny, small, ...)");
   cmd->add_option("--servers", f->servers,
                   "Embedding servers (default: 2, or the spec's cluster.servers)")
       ->check(CLI::Range(1, 256));

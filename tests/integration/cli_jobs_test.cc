@@ -116,13 +116,26 @@ TEST(CliJobs, DryRunValidatesWithoutACoordinator) {
   // No coordinator anywhere: --dry-run must not try to reach one.
   const std::string spec = dir.Sub("job.yaml");
   testing::WriteAll(spec, "dataset: data/tiny\ntraining:\n  batch_size: 1000\n  lr: 0.02\n");
+  // What this machine sees is checked: a dataset whose directory is not here either is the
+  // cluster's (a note); one missing from a directory that is here is a typo (an error).
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  ASSERT_EQ(::chdir(dir.path().c_str()), 0);
   auto r = RunSift({"submit", spec, "--dry-run", "--coordinator", "127.0.0.1:1"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/data/tiny is not on this machine"));
+  ASSERT_TRUE(MakeDirs(dir.Sub("data")).ok());
+  r = RunSift({"submit", spec, "--dry-run", "--coordinator", "127.0.0.1:1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr(dir.Sub("data/tiny") + " does not exist"));
+  ASSERT_TRUE(MakeDirs(dir.Sub("data/tiny")).ok());
+  r = RunSift({"submit", spec, "--dry-run", "--coordinator", "127.0.0.1:1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   // The spec as it would be submitted: canonical, every field, relative paths made absolute.
   EXPECT_THAT(r.out, HasSubstr("lr: 0.02"));
   EXPECT_THAT(r.out, HasSubstr("workers: 2"));
   EXPECT_THAT(r.out, ::testing::MatchesRegex("(.|\n)*dataset: \"/[^\"]*/data/tiny\"(.|\n)*"));
   auto j = RunSift({"submit", spec, "--dry-run", "-o", "json"});
+  ASSERT_EQ(::chdir(cwd.c_str()), 0);
   ASSERT_EQ(j.exit_code, 0) << j.err;
   EXPECT_EQ(ParseJson(j.out)["kind"], "JobSpec");
 
@@ -145,7 +158,8 @@ TEST(CliJobs, DryRunValidatesWithoutACoordinator) {
 TEST(CliJobs, ResumeFromAJobDirectoryTakesItsNewestCheckpoint) {
   testing::TempDir dir;
   const std::string spec = dir.Sub("job.yaml");
-  testing::WriteAll(spec, "dataset: d\n");
+  testing::WriteAll(spec, "dataset: " + dir.Sub("d") + "\n");
+  ASSERT_TRUE(MakeDirs(dir.Sub("d")).ok());
   const std::string job = dir.Sub("ckpt/job-1");
   for (const char* step : {"step-000000000006", "step-000000000009", "step-000000000012"}) {
     ASSERT_TRUE(MakeDirs(JoinPath(job, step)).ok());

@@ -50,6 +50,19 @@ TEST(Local, BadUseExitsTwoAndStartsNothing) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("dataset " + dir.Sub("nothing-here") + " does not exist"));
   EXPECT_FALSE(PathExists(dir.Sub("w3")));
+  // So is a mistyped --dataset of the default job: nothing is generated there unless asked
+  // (--preset), and nothing starts.
+  r = RunSift({"local", "--dataset", dir.Sub("tinyy"), "--work-dir", dir.Sub("w4")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--dataset " + dir.Sub("tinyy") +
+                               " does not exist (pass --preset tiny to generate"));
+  EXPECT_FALSE(PathExists(dir.Sub("tinyy")));
+  EXPECT_FALSE(PathExists(dir.Sub("w4")));
+  r = RunSift({"local", "--dataset", dir.Sub("tinyy"), "--preset", "huge-typo", "--work-dir",
+               dir.Sub("w5")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--preset"));
+  EXPECT_FALSE(PathExists(dir.Sub("w5")));
 
   // A non-empty directory that sift local did not make is not taken over.
   const std::string foreign = dir.Sub("foreign");
