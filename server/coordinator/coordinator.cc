@@ -502,30 +502,29 @@ void Coordinator::DropKvPrefix(const std::string& prefix) {
   }
 }
 
-pb::Assignment Coordinator::AssignmentFor(const Job& job, int rank) const {
+pb::Assignment Coordinator::GenerationAssignment(const Job& job, int rank) const {
   pb::Assignment a;
   a.set_job_id(job.rec.info.job_id());
   a.set_generation(job.rec.info.generation());
   a.set_rank(rank);
   a.set_world_size(static_cast<int>(job.worker_ids.size()));
+  a.set_job_credential(job.credential);
+  a.set_owner(job.rec.info.owner());
+  return a;
+}
+
+pb::Assignment Coordinator::AssignmentFor(const Job& job, int rank) const {
+  pb::Assignment a = GenerationAssignment(job, rank);
   a.set_spec_yaml(job.rec.info.spec_yaml());
   for (const std::string& s : job.rec.info.servers()) a.add_servers(s);
   a.set_resume_checkpoint(job.rec.info.last_checkpoint().dir());
   a.set_kv_prefix(KvPrefix(job));
-  a.set_job_credential(credentials_->Issue(job.rec.info.job_id(), job.rec.info.generation()));
-  a.set_owner(job.rec.info.owner());
   a.set_checkpoint_root(options_.checkpoint_root);
   return a;
 }
 
 pb::Assignment Coordinator::ServerAssignmentFor(const Job& job, int shard) const {
-  pb::Assignment a;
-  a.set_job_id(job.rec.info.job_id());
-  a.set_generation(job.rec.info.generation());
-  a.set_rank(shard);
-  a.set_world_size(static_cast<int>(job.worker_ids.size()));
-  a.set_job_credential(credentials_->Issue(job.rec.info.job_id(), job.rec.info.generation()));
-  a.set_owner(job.rec.info.owner());
+  pb::Assignment a = GenerationAssignment(job, shard);
   a.set_restorable_snapshot(job.restorable_snapshot);
   return a;
 }
@@ -761,6 +760,7 @@ Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& 
   }
   job->generation_since = Now();
   info.set_generation(info.generation() + 1);
+  job->credential = credentials_->Issue(info.job_id(), info.generation());
   info.set_state(pb::RUNNING);
   info.set_message("");
   job->recover_reason.clear();
@@ -1033,22 +1033,33 @@ StatusOr<pb::HeartbeatResponse> Coordinator::Heartbeat(const pb::HeartbeatReques
 // ---------------------------------------------------------------------------------------------
 // KV
 
-StatusOr<Coordinator::Job*> Coordinator::KvCaller(const Principal& who, absl::string_view method) {
+namespace {
+// `key` is `prefix` or continues it with '/'.
+bool UnderKvPrefix(absl::string_view key, absl::string_view prefix) {
+  return absl::StartsWith(key, prefix) &&
+         (key.size() == prefix.size() || key[prefix.size()] == '/');
+}
+}  // namespace
+
+StatusOr<Coordinator::Job*> Coordinator::KvCaller(const Principal& who, absl::string_view method,
+                                                  const std::vector<std::string>& keys) {
   Job* job = ActiveJob();
   if (!who.remote) return job;  // in-process: FenceKvKey decides
-  JobCredentialClaim claim;
-  if (who.job_credential.empty() || !credentials_->Verify(who.job_credential, &claim)) {
-    return AuthRefusal(
-        absl::StatusCode::kPermissionDenied,
-        absl::StrCat(method,
-                     who.job_credential.empty() ? ": no job credential"
-                                                : ": a job credential this coordinator "
-                                                  "did not issue",
-                     ": only the ranks of a running generation use the rendezvous store, under "
-                     "their generation's prefix"));
-  }
-  if (job == nullptr || job->rec.info.job_id() != claim.job_id ||
-      job->rec.info.generation() != claim.generation || !IsRunning(job->rec.info.state())) {
+  // The running generation's rank presents exactly its credential; anything else is refused,
+  // as stale when it is a genuine credential of another generation.
+  if (job == nullptr || !IsRunning(job->rec.info.state()) ||
+      !JobCredentialEquals(who.job_credential, job->credential)) {
+    JobCredentialClaim claim;
+    if (who.job_credential.empty() || !credentials_->Verify(who.job_credential, &claim)) {
+      return AuthRefusal(
+          absl::StatusCode::kPermissionDenied,
+          absl::StrCat(method,
+                       who.job_credential.empty() ? ": no job credential"
+                                                  : ": a job credential this coordinator "
+                                                    "did not issue",
+                       ": only the ranks of a running generation use the rendezvous store, under "
+                       "their generation's prefix"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "stale generation: ", method, " with the credential of ", claim.Describe(),
         ", which is not running",
@@ -1057,16 +1068,18 @@ StatusOr<Coordinator::Job*> Coordinator::KvCaller(const Principal& who, absl::st
                                       JobStateName(job->rec.info.state()), " at generation ",
                                       job->rec.info.generation(), ")")));
   }
+  const std::string prefix = KvPrefix(*job);
+  for (const std::string& key : keys) {
+    if (!UnderKvPrefix(key, prefix)) {
+      return AuthRefusal(
+          absl::StatusCode::kPermissionDenied,
+          absl::StrCat(method, ": key \"", SanitizeUtf8(key, 256), "\" is outside \"", prefix,
+                       "/\", the prefix of ", job->rec.info.job_id(), " generation ",
+                       job->rec.info.generation(), " whose credential the call presents"));
+    }
+  }
   return job;
 }
-
-namespace {
-// `key` is `prefix` or continues it with '/'.
-bool UnderKvPrefix(absl::string_view key, absl::string_view prefix) {
-  return absl::StartsWith(key, prefix) &&
-         (key.size() == prefix.size() || key[prefix.size()] == '/');
-}
-}  // namespace
 
 StatusOr<pb::KvSetResponse> Coordinator::KvSet(const pb::KvSetRequest& request,
                                                const Principal& who) {
@@ -1079,17 +1092,10 @@ StatusOr<pb::KvSetResponse> Coordinator::KvSet(const pb::KvSetRequest& request,
   }
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-  SIFT_ASSIGN_OR_RETURN(Job * job, KvCaller(who, "KvSet"));
+  SIFT_ASSIGN_OR_RETURN(Job * job, KvCaller(who, "KvSet", {request.key()}));
   std::string prefix;
   if (who.remote) {
     prefix = KvPrefix(*job);
-    if (!UnderKvPrefix(request.key(), prefix)) {
-      return AuthRefusal(
-          absl::StatusCode::kPermissionDenied,
-          absl::StrCat("KvSet: key \"", SanitizeUtf8(request.key(), 256), "\" is outside \"",
-                       prefix, "/\", the prefix of ", job->rec.info.job_id(), " generation ",
-                       job->rec.info.generation(), " whose credential the call presents"));
-    }
   } else {
     SIFT_RETURN_IF_ERROR(FenceKvKey(request.key()));
   }
@@ -1150,17 +1156,8 @@ StatusOr<pb::KvGetResponse> Coordinator::KvGet(const pb::KvGetRequest& request,
   const int64_t wait_ms = std::clamp<int64_t>(request.timeout_ms(), 0, kMaxKvWaitMs);
   absl::MutexLock lock(&mu_);
   if (who.remote) {
-    SIFT_ASSIGN_OR_RETURN(Job * job, KvCaller(who, "KvGet"));
-    const std::string prefix = KvPrefix(*job);
-    for (const std::string& key : request.keys()) {
-      if (!UnderKvPrefix(key, prefix)) {
-        return AuthRefusal(
-            absl::StatusCode::kPermissionDenied,
-            absl::StrCat("KvGet: key \"", SanitizeUtf8(key, 256), "\" is outside \"", prefix,
-                         "/\", the prefix of ", job->rec.info.job_id(), " generation ",
-                         job->rec.info.generation(), " whose credential the call presents"));
-      }
-    }
+    const std::vector<std::string> keys(request.keys().begin(), request.keys().end());
+    SIFT_RETURN_IF_ERROR(KvCaller(who, "KvGet", keys).status());
   }
   auto ready = [this, &request]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (shutting_down_) return true;

@@ -218,6 +218,7 @@ class Coordinator {
     // The snapshot the current generation's servers may restore besides the job's own (the one
     // the checkpoint it resumes from names; "" = none or unreadable).
     std::string restorable_snapshot;
+    std::string credential;  // the current generation's (issued when it starts)
     // When it became the head of the queue, PENDING (not persisted; absl::InfinitePast = not).
     absl::Time head_since = absl::InfinitePast();
     // When the current generation started (its servers must report serving it in time).
@@ -239,11 +240,16 @@ class Coordinator {
   Status CheckJobCredential(const Principal& who, const std::string& job_id, int64_t generation,
                             absl::string_view method) const;
   // The running job and generation whose credential `who` presents, for the KV calls: the
-  // active job (PERMISSION_DENIED without a valid credential, FAILED_PRECONDITION for a stale one).
-  StatusOr<Job*> KvCaller(const Principal& who, absl::string_view method)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // active job (PERMISSION_DENIED without a valid credential, or for a key outside the
+  // generation's prefix; FAILED_PRECONDITION for a stale credential). In-process callers: the
+  // active job, no checks.
+  StatusOr<Job*> KvCaller(const Principal& who, absl::string_view method,
+                          const std::vector<std::string>& keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every server of the job's current generation reported (heartbeat) that it serves it.
   bool ServersReady(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What every assignment of the job's current generation carries (job, generation, world,
+  // credential, owner); AssignmentFor and ServerAssignmentFor add the rest.
+  pb::Assignment GenerationAssignment(const Job& job, int rank) const;
   // The assignment of the job's server of shard `shard`.
   pb::Assignment ServerAssignmentFor(const Job& job, int shard) const;
   Status CheckRank(const Job& job, int rank) const;
