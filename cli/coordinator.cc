@@ -32,6 +32,7 @@ Status RunCoordinator(CoordinatorFlags flags) {
   StopSignals stop;            // before any thread starts
   InstallTokenReloadSignal();  // SIGHUP re-reads --tokens-file
 
+  ResolveBindAddress("coordinator", flags.options.security.tls(), &flags.options.bind_address);
   SIFT_ASSIGN_OR_RETURN(auto server, coordinator::CoordinatorServer::Start(flags.options));
   const auto& o = flags.options;
   std::printf(
@@ -71,7 +72,7 @@ void AddCoordinator(CLI::App* app, Action* action) {
   cmd->add_option("--port", o.port, "gRPC port (0: any free port, printed at start)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--bind", o.bind_address, "Interface to listen on")->capture_default_str();
+  AddBindFlag(cmd, &o.bind_address);
   cmd->add_option("--state-dir", o.coordinator.state_dir,
                   "Directory of job records and logs (a restarted coordinator resumes from it)")
       ->required()

@@ -89,6 +89,7 @@ Status RunEmbeddingServer(ServerFlags flags) {
   // With a coordinator, the tables serve only the job it assigns (its generation's credential).
   flags.options.managed = !flags.coordinator.empty();
 
+  ResolveBindAddress("embedding-server", flags.options.security.tls(), &flags.options.bind_address);
   SIFT_ASSIGN_OR_RETURN(auto server, embedding::EmbeddingServer::Start(flags.options));
   const auto& o = flags.options;
   std::printf(
@@ -136,7 +137,7 @@ void AddEmbeddingServer(CLI::App* app, Action* action) {
                                       "Serve one shard of the sparse embedding tables over gRPC");
   cmd->add_option("--port", o.port, "gRPC port (0: any free port, printed at start)")
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--bind", o.bind_address, "Interface to listen on")->capture_default_str();
+  AddBindFlag(cmd, &o.bind_address);
   cmd->add_option("--shard", flags->shard,
                   "This server's shard index I in [0, S), or 'ordinal': the trailing -N of the "
                   "host name (a StatefulSet pod's)")

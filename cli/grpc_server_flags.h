@@ -4,6 +4,8 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 
 #include "CLI/CLI.hpp"
 #include "common/grpc_server_limits.h"
@@ -34,6 +36,32 @@ inline void AddGrpcServerLimitFlags(CLI::App* cmd, GrpcServerLimits* limits, boo
                     "that finds none free is refused with RESOURCE_EXHAUSTED (0: unlimited)")
         ->capture_default_str()
         ->check(CLI::Range(0, INT_MAX));
+  }
+}
+
+// --bind: the interface a server's gRPC and metrics ports listen on. Unset, it is resolved by
+// ResolveBindAddress once the security flags are known.
+inline void AddBindFlag(CLI::App* cmd, std::string* bind) {
+  bind->clear();
+  cmd->add_option("--bind", *bind,
+                  "Interface to listen on (default: 127.0.0.1, loopback only; 0.0.0.0, every "
+                  "interface, when --tls-dir is set). A plaintext server on 0.0.0.0 takes any "
+                  "peer that can reach the port: give --bind 0.0.0.0 only on a private network");
+}
+
+inline bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+// An unset --bind becomes 127.0.0.1 without TLS and 0.0.0.0 with it. A plaintext server told to
+// listen beyond loopback prints one warning line on stderr naming `role`.
+inline void ResolveBindAddress(const char* role, bool tls, std::string* bind) {
+  if (bind->empty()) *bind = tls ? "0.0.0.0" : "127.0.0.1";
+  if (!tls && !IsLoopbackHost(*bind)) {
+    std::fprintf(stderr,
+                 "sift %s: warning: listening on %s without TLS: anyone who can reach the port "
+                 "can join or call it (--tls-dir turns TLS on; docs/security.md)\n",
+                 role, bind->c_str());
   }
 }
 

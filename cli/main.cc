@@ -7,6 +7,9 @@
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
 #include "cli/exit_code.h"
+#ifndef SIFT_MINIMAL
+#include "common/grpc_security.h"
+#endif
 
 namespace sift::cli {
 namespace {
@@ -20,6 +23,9 @@ const std::string& CommandLine() { return g_command_line; }
 int main(int argc, char** argv) {
   using namespace sift::cli;
   g_command_line = absl::StrJoin(argv, argv + argc, " ");
+#ifndef SIFT_MINIMAL
+  sift::InstallGrpcLogTranslation();  // a TLS/plaintext mismatch named as such
+#endif
 
   CLI::App app{
       "sift: train search-based interest models (SIM, DIEN, DIN) on long behaviour "

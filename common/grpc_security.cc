@@ -7,14 +7,18 @@
 #include <cstdio>
 #include <utility>
 
+#include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/auth_context.h>
 #include <openssl/evp.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/file_util.h"
 #include "common/job_credential.h"
 #include "common/metrics.h"
@@ -254,6 +258,47 @@ void InstallTokenReloadSignal() {
   sigemptyset(&handler.sa_mask);
   sigaction(SIGHUP, &handler, nullptr);
 }
+
+// ---- gRPC's log ----
+
+namespace {
+
+const char* SeverityLetter(gpr_log_severity s) {
+  return s == GPR_LOG_SEVERITY_ERROR ? "E" : s == GPR_LOG_SEVERITY_INFO ? "I" : "D";
+}
+
+void TranslateGrpcLog(gpr_log_func_args* args) {
+  const absl::string_view message = args->message != nullptr ? args->message : "";
+  if (absl::StrContains(message, "wrong version number")) {
+    // Once per 10 s at most: a client retrying with backoff would print a line a second.
+    static std::mutex mu;
+    static absl::Time last = absl::InfinitePast();
+    static int64_t held_back = 0;
+    std::lock_guard<std::mutex> l(mu);
+    const absl::Time now = absl::Now();
+    if (now - last < absl::Seconds(10)) {
+      ++held_back;
+      return;
+    }
+    std::fprintf(
+        stderr,
+        "sift: TLS/plaintext mismatch: a TLS handshake failed because the other end does "
+        "not speak TLS (a plaintext client of a server with --tls-dir, or a TLS client of "
+        "a server without it; pass --tls-dir on both sides or on neither)%s\n",
+        held_back > 0 ? absl::StrCat(" [", held_back, " more since the last line]").c_str() : "");
+    last = now;
+    held_back = 0;
+    return;
+  }
+  std::fprintf(stderr, "%s%s %s:%d] %.*s\n", SeverityLetter(args->severity),
+               absl::FormatTime("%m%d %H:%M:%E6S", absl::Now(), absl::LocalTimeZone()).c_str(),
+               args->file != nullptr ? args->file : "?", args->line,
+               static_cast<int>(message.size()), message.data());
+}
+
+}  // namespace
+
+void InstallGrpcLogTranslation() { gpr_set_log_function(TranslateGrpcLog); }
 
 // ---- Callers ----
 

@@ -95,6 +95,12 @@ void RequestTokenReload();
 // Installs a SIGHUP handler calling RequestTokenReload (SIGHUP would otherwise end the process).
 void InstallTokenReloadSignal();
 
+// Routes gRPC's own log lines through sift: a TLS handshake that fails because the peer spoke
+// plaintext (OpenSSL's "wrong version number") becomes one line that names the TLS/plaintext
+// mismatch, printed at most once per 10 s with the count of those it held back; every other line
+// is printed as gRPC prints it (GRPC_VERBOSITY still applies). Call once, early in main.
+void InstallGrpcLogTranslation();
+
 // The Principal of a call on a server whose security is `checked`: the verified client
 // certificate's CN, and the user of its bearer token (off: neither); always remote, with the job
 // credential the call presents (common/job_credential.h). The

@@ -10,6 +10,7 @@
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "common/job_credential.h"
+#include "common/wire_probe.h"
 
 namespace sift::coordinator {
 
@@ -38,6 +39,10 @@ StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     const auto deadline =
         std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options.connect_timeout);
     if (!channel->WaitForConnected(deadline)) {
+      if (std::string hint = client->TransportHint(); !hint.empty()) {
+        return absl::UnavailableError(
+            absl::StrCat("cannot talk to the coordinator at ", options.address, ": ", hint));
+      }
       return absl::UnavailableError(absl::StrCat(
           "cannot reach the coordinator at ", options.address, " within ",
           absl::FormatDuration(options.connect_timeout),
@@ -49,6 +54,10 @@ StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   }
   client->rpc_ = pb::CoordinatorService::NewStub(channel);
   return client;
+}
+
+std::string CoordinatorClient::TransportHint() const {
+  return TransportMismatchHint(options_.address, options_.security.tls());
 }
 
 template <typename Req, typename Resp, typename Fn>

@@ -36,6 +36,9 @@ class CoordinatorClient {
       const CoordinatorClientOptions& options);
 
   const std::string& address() const { return options_.address; }
+  // "" unless the coordinator speaks TLS and this client plaintext or the other way round; then
+  // one sentence naming the mismatch (common/wire_probe.h). Probes the address (up to 1 s).
+  std::string TransportHint() const;
 
   // The job credential (common/job_credential.h) sent with every later call ("" = none): a
   // worker's rank sets its generation's before it acts inside the job.

@@ -14,6 +14,7 @@ StatusOr<std::unique_ptr<MemberSession>> MemberSession::Start(CoordinatorClient*
                                                               AssignmentListener listener) {
   std::unique_ptr<MemberSession> s(new MemberSession(client, request, std::move(listener)));
   const absl::Time deadline = absl::Now() + register_timeout;
+  bool probed = false;
   while (true) {
     Status st;
     {
@@ -25,6 +26,14 @@ StatusOr<std::unique_ptr<MemberSession>> MemberSession::Start(CoordinatorClient*
     // process's predecessor, killed before its lease ran out: it frees at the lease's end.
     if (!absl::IsUnavailable(st) && !absl::IsDeadlineExceeded(st) && !absl::IsAlreadyExists(st)) {
       return st;
+    }
+    // A TLS/plaintext mismatch does not go away by waiting: named at the first failure.
+    if (!probed && absl::IsUnavailable(st)) {
+      probed = true;
+      if (std::string hint = client->TransportHint(); !hint.empty()) {
+        return absl::UnavailableError(absl::StrCat("cannot register with the coordinator at ",
+                                                   client->address(), ": ", hint));
+      }
     }
     if (absl::Now() >= deadline) {
       return Annotate(st, absl::StrCat("registering with the coordinator for ",

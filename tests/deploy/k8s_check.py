@@ -405,6 +405,13 @@ def consistency_errors(docs, sift):
                     and mp != str(scrape_port):
                 errors.append(f"{kn(w)}: annotation prometheus.io/port {scrape_port} != "
                               f"--metrics-port {mp} of {c.get('name')}")
+            # A server listens on loopback unless --bind or --tls-dir says otherwise: in a pod,
+            # other pods could not reach it.
+            if argv and argv[0] in ("coordinator", "embedding-server") and \
+                    flag_value(argv, "--bind") is None and flag_value(argv, "--tls-dir") is None \
+                    and not env.get("SIFT_TLS_DIR"):
+                errors.append(f"{where}: sift {argv[0]} without --bind or --tls-dir listens on "
+                              f"127.0.0.1 only: other pods cannot reach it")
             coord = flag_value(argv, "--coordinator")
             if coord is not None:
                 host, _, port = coord.rpartition(":")

@@ -82,6 +82,11 @@ def _unknown_sift_flag(docs):
     c["args"] = [a.replace("--advertise-host", "--advertise-hots") for a in c["args"]]
 
 
+def _server_on_loopback(docs):
+    c = _container(_find(docs, "StatefulSet", "sift-ps"), "embedding-server")
+    c["args"] = [a for a in c["args"] if not a.startswith("--bind")]
+
+
 def _unresolved_var(docs):
     c = _container(_find(docs, "Job", "sift-worker"), "worker")
     c["env"] = [e for e in c["env"] if e["name"] != "POD_IP"]
@@ -342,6 +347,8 @@ MUTATIONS = [
      ["Job/sift-worker", "spec.completions (2) != spec.parallelism (3)"]),
     ("unknown sift flag", _unknown_sift_flag,
      ["Job/sift-worker", "containers[worker]", "--advertise-hots", "sift worker --help"]),
+    ("server listens on loopback", _server_on_loopback,
+     ["StatefulSet/sift-ps", "containers[embedding-server]", "without --bind or --tls-dir"]),
     ("unresolved $(VAR)", _unresolved_var,
      ["Job/sift-worker", "containers[worker]", "$(POD_IP)"]),
     ("Service selects nothing", _service_selector,

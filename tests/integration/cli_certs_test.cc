@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/tls_certs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -207,6 +208,49 @@ TEST_F(CliCertsTest, HelpExplainsTheFiles) {
   EXPECT_THAT(r.out, HasSubstr("tls.key"));
   EXPECT_THAT(r.out, HasSubstr("cert-manager"));
   EXPECT_THAT(r.out, HasSubstr("kubectl create secret generic sift-server-0-tls"));
+}
+
+// A TLS/plaintext mismatch is named as such on both sides: a plaintext client of a TLS
+// coordinator, a TLS client of a plaintext one (the probe of common/wire_probe.h), and the TLS
+// coordinator's own log line for the refused handshake. Unset --bind: plaintext on loopback,
+// TLS on every interface.
+TEST_F(CliCertsTest, TlsPlaintextMismatchIsNamedOnBothSides) {
+  Init();
+  testing::SiftProcess tls(
+      {"coordinator", "--port", "0", "--state-dir", tmp_.Sub("tls-state"), "--metrics-port", "-1",
+       "--port-file", tmp_.Sub("tls.port"), "--tls-dir", out_ + "/coordinator"},
+      tmp_.Sub("tls-coordinator"));
+  testing::SiftProcess plain({"coordinator", "--port", "0", "--state-dir", tmp_.Sub("plain-state"),
+                              "--metrics-port", "-1", "--port-file", tmp_.Sub("plain.port")},
+                             tmp_.Sub("plain-coordinator"));
+  const std::string tls_port = testing::WaitForFile(tmp_.Sub("tls.port"));
+  const std::string plain_port = testing::WaitForFile(tmp_.Sub("plain.port"));
+  ASSERT_FALSE(tls_port.empty()) << tls.Err();
+  ASSERT_FALSE(plain_port.empty()) << plain.Err();
+  const std::string tls_addr = absl::StrCat("127.0.0.1:", tls_port.substr(0, tls_port.find(' ')));
+  const std::string plain_addr =
+      absl::StrCat("127.0.0.1:", plain_port.substr(0, plain_port.find(' ')));
+  EXPECT_THAT(tls.Out(), HasSubstr("serving on 0.0.0.0:"));
+  EXPECT_THAT(plain.Out(), HasSubstr("serving on 127.0.0.1:"));
+
+  auto r = RunSift({"jobs", "--coordinator", tls_addr, "--connect-timeout", "3"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("TLS/plaintext mismatch: the server at " + tls_addr +
+                               " speaks TLS and this client does not: pass --tls-dir"));
+  r = RunSift({"worker", "--coordinator", tls_addr, "--register-timeout", "30"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("cannot register with the coordinator at " + tls_addr +
+                               ": TLS/plaintext mismatch"));
+  r = RunSift({"jobs", "--coordinator", plain_addr, "--connect-timeout", "3", "--tls-dir",
+               out_ + "/client"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("the server at " + plain_addr + " speaks plaintext"));
+  // The TLS coordinator's side of the refused plaintext connections.
+  for (int i = 0; i < 50 && tls.Err().find("TLS/plaintext mismatch") == std::string::npos; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_THAT(tls.Err(), HasSubstr("sift: TLS/plaintext mismatch: a TLS handshake failed"));
+  EXPECT_THAT(tls.Err(), Not(HasSubstr("wrong version number")));
 }
 
 }  // namespace
