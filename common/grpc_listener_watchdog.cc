@@ -1,7 +1,13 @@
 #include "common/grpc_listener_watchdog.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include <grpcpp/grpcpp.h>
@@ -57,6 +63,42 @@ void ApplyGrpcServerLimits(const GrpcServerLimits& limits, grpc::ServerBuilder* 
   }
 }
 
+namespace {
+
+// Why `bind_address:port` cannot be listened on, from a bind of our own (gRPC's error is a
+// nested dump): "port P is in use ..." or the system's reason.
+std::string DescribeListenFailure(const std::string& bind_address, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* addrs = nullptr;
+  if (::getaddrinfo(bind_address.c_str(), std::to_string(port).c_str(), &hints, &addrs) != 0) {
+    return absl::StrCat("cannot resolve --bind ", bind_address);
+  }
+  int error = 0;
+  for (addrinfo* a = addrs; a != nullptr && error == 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0) error = errno;
+    ::close(fd);
+  }
+  ::freeaddrinfo(addrs);
+  if (error == EADDRINUSE) {
+    return absl::StrCat("port ", port,
+                        " is in use by another process: choose another --port, or --port 0 for "
+                        "any free one");
+  }
+  if (error == EADDRNOTAVAIL) {
+    return absl::StrCat(bind_address, " is not an address of this machine (--bind)");
+  }
+  if (error != 0) return std::strerror(error);
+  return "port in use?";
+}
+
+}  // namespace
+
 WatchedGrpcServer::WatchedGrpcServer(const WatchedGrpcServerOptions& options,
                                      RegisterServices register_services)
     : options_(options), register_services_(std::move(register_services)) {}
@@ -70,9 +112,9 @@ StatusOr<std::unique_ptr<WatchedGrpcServer>> WatchedGrpcServer::Start(
   {
     std::lock_guard<std::mutex> lock(s->mu_);
     if (!s->Build(options.port, &s->port_)) {
-      return absl::UnavailableError(absl::StrCat(options.name, ": cannot listen on ",
-                                                 options.bind_address, ":", options.port,
-                                                 " (port in use?)"));
+      return absl::UnavailableError(
+          absl::StrCat(options.name, ": cannot listen on ", options.bind_address, ":", options.port,
+                       ": ", DescribeListenFailure(options.bind_address, options.port)));
     }
   }
   WatchedGrpcServer* raw = s.get();

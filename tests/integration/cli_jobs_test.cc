@@ -69,6 +69,20 @@ class CoordinatorProcess {
   std::string address_;
 };
 
+// A port in use: one line naming it, and no dump of gRPC's nested error.
+TEST(CliJobs, PortInUseIsOneLine) {
+  testing::TempDir dir;
+  CoordinatorProcess coordinator(dir);
+  const std::string port = coordinator.address().substr(coordinator.address().rfind(':') + 1);
+  auto r = RunSift(
+      {"coordinator", "--port", port, "--state-dir", dir.Sub("state2"), "--metrics-port", "-1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "sift: error: sift coordinator: cannot listen on 127.0.0.1:" + port + ": port " +
+                       port +
+                       " is in use by another process: choose another --port, or --port 0 for "
+                       "any free one\n");
+}
+
 // ---- without a coordinator -------------------------------------------------------------------
 
 TEST(CliJobs, BadSpecsExitTwoNamingFileLineAndField) {
