@@ -411,6 +411,41 @@ Status CheckRunnable(const ReportMatrix& m, const ReportFlags& f) {
   return absl::OkStatus();
 }
 
+// The settings of a configuration as its runs use them, for report.md: the cluster's size, the
+// threads, the precision `auto` resolves to (on this machine's CPU; on a remote cluster's
+// workers it depends on theirs), the batch and the optimizer's settings.
+json ResolvedSettings(const JobSpec& s, bool remote) {
+  std::string precision = s.cluster.precision;
+  if (precision == "auto") {
+    if (s.cluster.backend == "cuda") {
+      precision = "bf16 (auto)";
+    } else if (remote) {
+      precision = "auto (bf16 on workers with native bf16, else fp32)";
+    } else {
+      precision = kernels::OneDnnGemm::Bf16Native() ? "bf16 (auto: native here)"
+                                                    : "fp32 (auto: no native bf16 here)";
+    }
+  }
+  const int cpus = AvailableCpus();
+  return json{
+      {"workers", s.cluster.workers},
+      {"servers", s.cluster.servers},
+      {"backend", s.cluster.backend},
+      {"precision", precision},
+      {"threads_per_worker", s.cluster.threads_per_worker > 0
+                                 ? absl::StrCat(s.cluster.threads_per_worker)
+                                 : remote ? std::string("all of each worker's CPUs")
+                                          : absl::StrCat("all CPUs (", cpus, " here)")},
+      {"batch_size", s.training.batch_size},
+      {"epochs", s.training.epochs},
+      {"recipe", s.training.recipe},
+      {"lr", s.training.lr},
+      {"staleness", s.training.staleness},
+      {"sparse_update", s.training.sparse_update},
+      {"dataset", s.dataset},
+  };
+}
+
 // `sift data gen --preset P --seed 1` into <out>/datasets/P, once.
 StatusOr<std::string> EnsurePreset(const std::string& binary, const std::string& out,
                                    const std::string& preset) {
@@ -765,7 +800,10 @@ Status RunReport(const ReportFlags& f_in) {
   for (const ReportConfig& c : m.configs) {
     json axes = json::object();
     for (const auto& [axis, value] : c.axes) axes[axis] = value;
-    configs.push_back({{"index", c.index}, {"label", c.label}, {"axes", axes}});
+    configs.push_back({{"index", c.index},
+                       {"label", c.label},
+                       {"axes", axes},
+                       {"settings", ResolvedSettings(c.spec, !f.coordinator.empty())}});
   }
   report["configs"] = configs;
   report["runs"] = all_runs;

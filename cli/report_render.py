@@ -21,6 +21,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+import matplotlib.ticker  # noqa: E402
 
 FP32 = "fp32"
 
@@ -191,6 +192,24 @@ class Report:
                           "them with this build."]
         return "\n".join(lines)
 
+    def settings(self):
+        """Every configuration's settings as its runs used them (sift report resolves them)."""
+        keys = ["workers", "servers", "backend", "precision", "threads_per_worker", "batch_size",
+                "epochs", "recipe", "lr", "staleness", "sparse_update", "dataset"]
+        rows = []
+        for c in self.configs:
+            s = c.get("settings") or {}
+            rows.append([str(c["index"] + 1)] + [cell(s.get(k, "—")) for k in keys])
+        return "\n".join([
+            "## Settings",
+            "",
+            "Each configuration as it ran: the matrix's axes applied to its base job, with the "
+            "job spec's defaults for what neither sets (precision `auto` shown as what it "
+            "resolves to).",
+            "",
+            table(["config"] + [k.replace("_", " ") for k in keys], rows),
+        ])
+
     def accuracy(self):
         rows = []
         for c in self.configs:
@@ -234,7 +253,12 @@ class Report:
             ax.hlines(mean, i - 0.3, i + 0.3, colors="black", linewidth=1.5, zorder=4)
         ax.set_xticks(range(len(self.configs)))
         ax.set_xticklabels(labels, fontsize=8)
+        ax.set_xlabel("configuration")
         ax.set_ylabel("test AUC")
+        ax.legend(handles=[
+            plt.Line2D([], [], marker="o", linestyle="none", color="grey", label="one run"),
+            plt.Line2D([], [], color="black", linewidth=1.5, label="mean of the runs"),
+        ], fontsize=8, loc="best")
         ax.set_title("Training stability: test AUC of every run (bar: mean)")
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
@@ -423,6 +447,11 @@ class Report:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colour,
                     linestyle=line, label=name)
         ax.set_xscale("log", base=2)
+        sizes = sorted({p[0] for pts in series.values() for p in pts})
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([f"{x:,}" for x in sizes], fontsize=8)
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_ylim(bottom=0)
         ax.set_xlabel("batch size (samples)")
         ax.set_ylabel("samples/s")
         ax.set_title("Inference throughput")
@@ -460,7 +489,7 @@ class Report:
         return "\n".join(lines)
 
     def render(self):
-        parts = [self.header(), self.accuracy(), self.stability(), self.precision(), self.roc(),
+        parts = [self.header(), self.settings(), self.accuracy(), self.stability(), self.precision(), self.roc(),
                  self.performance(), self.failures(), self.commands()]
         text = "\n\n".join(parts) + "\n"
         tmp = os.path.join(self.dir, "report.md.tmp")

@@ -337,14 +337,14 @@ Status RunTrain(TrainFlags* f) {
                             : std::string("-");
     const std::string valid = validation ? absl::StrFormat("%-10.4f ", e.validation_auc) : "";
     std::printf("  %-6lld %-10.4f %-10.4f %s%-10.4f %-10.4f %-12.0f %-10s\n",
-                static_cast<long long>(e.epoch), e.train_auc, e.train_loss, valid.c_str(),
+                static_cast<long long>(e.epoch + 1), e.train_auc, e.train_loss, valid.c_str(),
                 e.test_auc, e.test_loss, e.perf.throughput, ratio.c_str());
   }
   if (validation) {
     const ModelSelection& sel = r.selection;
     const bool best = f->opt.keep_best && sel.best_epoch >= 0;
     std::printf("  kept model: epoch %lld (%s), test AUC %.4f%s\n",
-                static_cast<long long>(r.kept_epoch),
+                static_cast<long long>(r.kept_epoch + 1),
                 best ? absl::StrFormat("best validation AUC %.4f", sel.best_validation_auc).c_str()
                      : "the last",
                 best ? sel.best_test_auc : r.epochs.back().test_auc,

@@ -762,7 +762,7 @@ StatusOr<Losses> Trainer::TrainStep(PreparedStep* ps, int64_t epoch, int64_t ste
   if (!std::isfinite(losses.total)) {
     return absl::InternalError(absl::StrFormat(
         "non-finite training loss %g at epoch %d step %d (classification %g, aux %g)", losses.total,
-        epoch, step, losses.classification, losses.aux));
+        epoch + 1, step + 1, losses.classification, losses.aux));
   }
   const size_t dim = static_cast<size_t>(config_.embedding_dim);
   const float scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
@@ -1122,7 +1122,7 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
     first_step = global_step_ - first_epoch * steps_per_epoch;
     if (first_step < 0 || first_step > steps_per_epoch) {
       return absl::DataLossError(absl::StrCat(
-          o_.load_checkpoint, ": global_step ", global_step_, " is not within epoch ", first_epoch,
+          o_.load_checkpoint, ": global_step ", global_step_, " is not within epoch ", first_epoch + 1,
           " of ", steps_per_epoch, " steps (was it taken by another job?)"));
     }
   }

@@ -209,6 +209,10 @@ TEST_F(ReportTest, TwoConfigurationsTimesTwoRunsResumeAfterAKillAndMatchTheirLog
     EXPECT_THAT(md, HasSubstr(absl::StrCat("(plots/", plot, ")")));
   }
   EXPECT_THAT(md, HasSubstr("None: every run completed."));
+  // Every configuration's settings as it ran: the cluster's size and the precision by name.
+  EXPECT_THAT(md, HasSubstr("## Settings"));
+  EXPECT_THAT(md, ::testing::ContainsRegex(R"(\| 1 \| [0-9]+ \| [0-9]+ \| cpu \| fp32 \|)"));
+  EXPECT_THAT(md, ::testing::ContainsRegex(R"(\| 2 \| [0-9]+ \| [0-9]+ \| cpu \| bf16 \|)"));
   // The renderer written next to the report is the source's, byte for byte (embedded at build).
   EXPECT_EQ(testing::ReadAll(out + "/render_report.py"),
             testing::ReadAll(std::string(SIFT_SOURCE_DIR) + "/cli/report_render.py"));
