@@ -22,7 +22,7 @@ VENV ?= .venv
 # `make build BUILD_TARGET=sift` builds only the binary (the images do).
 BUILD_TARGET ?=
 
-.PHONY: all deps deps-build build demo test test-all clean format fuzz
+.PHONY: all deps deps-build build demo test test-all clean format fuzz docs
 # The targets run in order even under `make -j` (two apt-get runs would race for dpkg's lock);
 # the parallelism is inside cmake --build and ctest.
 .NOTPARALLEL:
@@ -67,9 +67,17 @@ demo: deps-build $(BUILD_DIR)/build.ninja
 	$(BUILD_DIR)/sift local --servers 2 --workers 1 --dataset $(DEMO_DIR)/tiny --preset tiny \
 	  --work-dir $(DEMO_DIR)/local
 	@echo
-	@echo "Full run (small preset, SIM about 16 min on 2 cores, see README: Measured):"
+	@echo "Full run (small preset; its time on each measured CPU: docs/results.md):"
 	@echo "  $(BUILD_DIR)/sift data gen --preset small --seed 1 --out $(DEMO_DIR)/small"
 	@echo "  $(BUILD_DIR)/sift train --dataset $(DEMO_DIR)/small --model sim --epochs 3 --batch-size 32768 --results-dir $(DEMO_DIR)/sim_small"
+
+# The generated reference pages (docs/reference/): every subcommand's flags and every job spec
+# key, from the program's own definitions. `make test` fails when they are out of date.
+docs: deps-build $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target sift
+	@mkdir -p docs/reference
+	$(BUILD_DIR)/sift help-markdown --out docs/reference/cli.md
+	$(BUILD_DIR)/sift help-markdown --job-spec --out docs/reference/job-spec.md
 
 # Every test but the gpu-labelled ones (unit, integration, slow).
 test: deps build

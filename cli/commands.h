@@ -37,6 +37,7 @@ void AddWorker(CLI::App* app, Action* action);            // sift worker
 void AddCoordinator(CLI::App* app, Action* action);       // sift coordinator
 void AddCerts(CLI::App* app, Action* action);             // sift certs
 void AddReport(CLI::App* app, Action* action);            // sift report
+void AddHelpMarkdown(CLI::App* app, Action* action);      // sift help-markdown (docs/reference/)
 
 // The full command line, as typed (benchmarks print it).
 const std::string& CommandLine();

@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
   AddReport(&app, &action);
 #endif
 
+  AddHelpMarkdown(&app, &action);  // last: it walks every subcommand added above
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

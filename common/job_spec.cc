@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <utility>
 
@@ -59,8 +60,23 @@ struct Entry {
   }
 };
 
-using Handler = std::function<Status(const Entry&)>;
-using FieldTable = std::vector<std::pair<std::string, Handler>>;
+struct Field;
+using FieldTable = std::vector<Field>;
+
+// How one key's value is read, and what it is for the generated reference (DescribeJobSpec).
+struct Handler {
+  std::function<Status(const Entry&)> parse;
+  std::string kind;                    // "integer in [1, 100000]", "one of sim, dien, din", ...
+  std::function<std::string()> value;  // the target's current value as YAML; empty for sections
+  std::shared_ptr<const FieldTable> children;  // a section's keys
+};
+
+// One key of a mapping: its name, how it is read, and what it means.
+struct Field {
+  std::string name;
+  Handler handler;
+  std::string doc;
+};
 
 // Edit distance, for "did you mean" hints on unknown keys.
 size_t EditDistance(const std::string& a, const std::string& b) {
@@ -125,9 +141,9 @@ class Parser {
         return Error(key.Mark().line, entry.field,
                      absl::StrCat("duplicate key (first given on line ", it->second + 1, ")"));
       }
-      const Handler* handler = nullptr;
-      for (const auto& [known, h] : table) {
-        if (known == name) handler = &h;
+      const std::function<Status(const Entry&)>* handler = nullptr;
+      for (const Field& f : table) {
+        if (f.name == name) handler = &f.handler.parse;
       }
       if (handler == nullptr) {
         return Error(key.Mark().line, entry.field,
@@ -141,6 +157,10 @@ class Parser {
 
   // Handlers for the value kinds.
   Handler Int(int64_t* out, int64_t min, int64_t max) const {
+    return {IntParse(out, min, max), absl::StrCat("integer ", Range(min, max)),
+            [out] { return absl::StrCat(*out); }, nullptr};
+  }
+  std::function<Status(const Entry&)> IntParse(int64_t* out, int64_t min, int64_t max) const {
     return [this, out, min, max](const Entry& e) -> Status {
       int64_t v = 0;
       if (!e.value.IsScalar() || !absl::SimpleAtoi(e.value.Scalar(), &v) || v < min || v > max) {
@@ -153,14 +173,20 @@ class Parser {
     };
   }
   Handler Int(int* out, int64_t min, int64_t max) const {
-    return [this, out, min, max](const Entry& e) -> Status {
-      int64_t v = 0;
-      SIFT_RETURN_IF_ERROR(Int(&v, min, std::min(max, kIntMax))(e));
-      *out = static_cast<int>(v);
-      return absl::OkStatus();
-    };
+    max = std::min(max, kIntMax);
+    return {[this, out, min, max](const Entry& e) -> Status {
+              int64_t v = 0;
+              SIFT_RETURN_IF_ERROR(IntParse(&v, min, max)(e));
+              *out = static_cast<int>(v);
+              return absl::OkStatus();
+            },
+            absl::StrCat("integer ", Range(min, max)), [out] { return absl::StrCat(*out); },
+            nullptr};
   }
   Handler Uint(uint64_t* out) const {
+    return {UintParse(out), "integer >= 0", [out] { return absl::StrCat(*out); }, nullptr};
+  }
+  std::function<Status(const Entry&)> UintParse(uint64_t* out) const {
     return [this, out](const Entry& e) -> Status {
       uint64_t v = 0;
       if (!e.value.IsScalar() || !absl::SimpleAtoi(e.value.Scalar(), &v)) {
@@ -173,6 +199,10 @@ class Parser {
     };
   }
   Handler Float(double* out, double min, double max) const {
+    return {FloatParse(out, min, max), absl::StrCat("number in [", min, ", ", max, "]"),
+            [out] { return absl::StrCat(*out); }, nullptr};
+  }
+  std::function<Status(const Entry&)> FloatParse(double* out, double min, double max) const {
     return [this, out, min, max](const Entry& e) -> Status {
       double v = 0;
       // Decimal notation only (strtod would also take hex floats such as 0x10).
@@ -189,6 +219,10 @@ class Parser {
     };
   }
   Handler Bool(bool* out) const {
+    return {BoolParse(out), "true or false", [out] { return std::string(*out ? "true" : "false"); },
+            nullptr};
+  }
+  std::function<Status(const Entry&)> BoolParse(bool* out) const {
     return [this, out](const Entry& e) -> Status {
       const std::string s = e.value.IsScalar() ? absl::AsciiStrToLower(e.value.Scalar()) : "";
       if (s != "true" && s != "false") {
@@ -201,6 +235,10 @@ class Parser {
   }
   // A string of at most `max_bytes` bytes of UTF-8 without control characters.
   Handler String(std::string* out, size_t max_bytes) const {
+    return {StringParse(out, max_bytes), absl::StrCat("string of at most ", max_bytes, " bytes"),
+            [out] { return out->empty() ? std::string("\"\"") : *out; }, nullptr};
+  }
+  std::function<Status(const Entry&)> StringParse(std::string* out, size_t max_bytes) const {
     return [this, out, max_bytes](const Entry& e) -> Status {
       if (!e.value.IsScalar()) {
         return Error(e, absl::StrCat("must be a string (\"\" for none), got ", Describe(e.value)));
@@ -218,6 +256,11 @@ class Parser {
     };
   }
   Handler Enum(std::string* out, const std::vector<std::string>& accepted) const {
+    return {EnumParse(out, accepted), absl::StrCat("one of ", absl::StrJoin(accepted, ", ")),
+            [out] { return *out; }, nullptr};
+  }
+  std::function<Status(const Entry&)> EnumParse(std::string* out,
+                                                const std::vector<std::string>& accepted) const {
     return [this, out, &accepted](const Entry& e) -> Status {
       const bool ok = e.value.IsScalar() && std::find(accepted.begin(), accepted.end(),
                                                       e.value.Scalar()) != accepted.end();
@@ -232,6 +275,12 @@ class Parser {
   }
   // A non-empty list of widths >= 1 (MLP hidden layers).
   Handler Dims(std::vector<int>* out) const {
+    return {DimsParse(out),
+            absl::StrCat("non-empty list of at most ", L::kMaxMlpLayers, " integers in [1, ",
+                         L::kMaxWidth, "]"),
+            [out] { return absl::StrCat("[", absl::StrJoin(*out, ", "), "]"); }, nullptr};
+  }
+  std::function<Status(const Entry&)> DimsParse(std::vector<int>* out) const {
     return [this, out](const Entry& e) -> Status {
       const std::string what = "must be a non-empty list of integers >= 1, e.g. [200, 80]";
       if (!e.value.IsSequence() || e.value.size() == 0) {
@@ -258,9 +307,11 @@ class Parser {
     };
   }
   Handler Section(FieldTable table) const {
-    return [this, table = std::move(table)](const Entry& e) -> Status {
-      return ParseMap(e.value, e.field, e.line(), table);
-    };
+    auto children = std::make_shared<const FieldTable>(std::move(table));
+    return {[this, children](const Entry& e) -> Status {
+              return ParseMap(e.value, e.field, e.line(), *children);
+            },
+            "mapping", nullptr, children};
   }
 
   // 0-based line where `field` was set, or -1.
@@ -276,17 +327,17 @@ class Parser {
   }
   static std::string KnownKeys(const FieldTable& table) {
     std::vector<std::string> names;
-    for (const auto& [name, h] : table) names.push_back(name);
+    for (const Field& f : table) names.push_back(f.name);
     return absl::StrJoin(names, ", ");
   }
   static std::string Suggestion(const std::string& name, const FieldTable& table) {
     std::string best;
     size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;
-    for (const auto& [known, h] : table) {
-      const size_t d = EditDistance(absl::AsciiStrToLower(name), known);
+    for (const Field& f : table) {
+      const size_t d = EditDistance(absl::AsciiStrToLower(name), f.name);
       if (d < best_distance) {
         best_distance = d;
-        best = known;
+        best = f.name;
       }
     }
     return best.empty() ? "" : absl::StrCat(" (did you mean '", best, "'?)");
@@ -332,6 +383,217 @@ Status CrossCheck(const Parser& p, const JobSpec& spec) {
   return absl::OkStatus();
 }
 
+// Every key of a job spec, read into `spec` (`*has_dataset` set when dataset is given), with its
+// meaning: the one schema both ParseJobSpec and DescribeJobSpec use.
+FieldTable SpecFields(const Parser& p, JobSpec* spec_ptr, bool* has_dataset) {
+  JobSpec& spec = *spec_ptr;
+  JobSpec::Model& m = spec.model;
+  JobSpec::Training& t = spec.training;
+  JobSpec::Cluster& c = spec.cluster;
+  JobSpec::Checkpoint& k = spec.checkpoint;
+  Handler dataset = p.String(&spec.dataset, L::kMaxPathBytes);
+  dataset.parse = [&p, &spec, has_dataset](const Entry& e) -> Status {
+    SIFT_RETURN_IF_ERROR(p.String(&spec.dataset, L::kMaxPathBytes).parse(e));
+    if (spec.dataset.empty()) return p.Error(e, "must not be empty (a sift dataset path)");
+    *has_dataset = true;
+    return absl::OkStatus();
+  };
+  dataset.kind = "path (required)";
+  Handler tables;
+  tables.kind = "mapping of table names to {capacity: ROWS}";
+  tables.parse = [&p, &spec](const Entry& e) -> Status {
+    if (!e.value.IsDefined() || e.value.IsNull()) return absl::OkStatus();
+    if (!e.value.IsMap()) {
+      return p.Error(e, absl::StrCat("expected a mapping of table names to {capacity: ROWS}, "
+                                     "got ",
+                                     Describe(e.value)));
+    }
+    if (e.value.size() > L::kMaxTables) {
+      return p.Error(e, absl::StrCat("at most ", L::kMaxTables, " tables, got ", e.value.size()));
+    }
+    // One section per name given; ParseMap then rejects duplicates and bad values.
+    FieldTable names;
+    for (const auto& kv : e.value) {
+      const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      const bool valid = !name.empty() && name.size() <= L::kMaxTableNameBytes &&
+                         name.find_first_not_of(
+                             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                             "0123456789_") == std::string::npos;
+      if (!valid) {
+        return p.Error(kv.first.Mark().line, e.field,
+                       absl::StrCat("table names are [A-Za-z0-9_]{1,", L::kMaxTableNameBytes,
+                                    "} (user_feat_0, item_feat_1, ...), got ", Describe(kv.first)));
+      }
+      JobSpec::Table* entry = &spec.tables[name];
+      names.push_back(Field{
+          name, p.Section({{"capacity", p.Int(&entry->capacity, 0, L::kMaxCapacity), ""}}), ""});
+    }
+    return p.ParseMap(e.value, e.field, e.line(), names);
+  };
+  // The tables' one key, for the reference (the parser builds a section per name given).
+  static JobSpec::Table example_table;
+  tables.children = std::make_shared<const FieldTable>(FieldTable{
+      {"<name>",
+       p.Section({{"capacity", p.Int(&example_table.capacity, 0, L::kMaxCapacity),
+                   "Rows the table may hold over all embedding servers; 0 = no row "
+                   "limit (each server's --table-memory-budget still bounds all its "
+                   "tables together). Each of S servers holds at most ceil(capacity / "
+                   "S) rows; a pull of a new id beyond that fails the job with "
+                   "RESOURCE_EXHAUSTED naming the table."}}),
+       "A table by name: user_feat_<i> or item_feat_<i> as the dataset's features are numbered "
+       "([A-Za-z0-9_]{1,64}); a name the dataset has no table of fails the job."}});
+  return {
+      {"name", p.String(&spec.name, L::kMaxNameBytes),
+       "A name for people (`sift jobs` shows it); UTF-8 without control characters."},
+      {"dataset", dataset,
+       "The sift dataset to train on (`sift data gen`, `sift data amazon`, `sift data convert`): "
+       "a directory every worker can read at this path."},
+      {"model",
+       p.Section({
+           {"type", p.Enum(&m.type, kModelTypes),
+            "The model: sim (search-based interest model: a general search unit over the long "
+            "sequence and an exact search unit over its top_k), dien (interest evolution over the "
+            "short sequence), din (attention over the short sequence)."},
+           {"embedding_dim", p.Int(&m.embedding_dim, 1, L::kMaxWidth),
+            "Width of every embedding row."},
+           {"long_seq_length", p.Int(&m.long_seq_length, 1, L::kMaxSeqLength),
+            "Events of the long behaviour sequence the model reads (T_L; sim and din)."},
+           {"short_seq_length", p.Int(&m.short_seq_length, 1, L::kMaxSeqLength),
+            "Events of the short (most recent) sequence (T_S); at least 2 for sim and dien."},
+           {"top_k", p.Int(&m.top_k, 1, L::kMaxSeqLength),
+            "Events the search unit keeps from the long sequence (sim)."},
+           {"gsu", p.Enum(&m.gsu, kGsuKinds),
+            "SIM's general search unit: soft (learned relevance, the reference) or hard (the "
+            "newest top_k events of the target's category; no search head or loss)."},
+           {"time_embedding", p.Bool(&m.time_embedding),
+            "SIM: embed each searched event's time interval to the target in the exact search "
+            "unit."},
+           {"gsu_time", p.Bool(&m.gsu_time),
+            "SIM soft search with time_embedding: the search's relevance includes the time "
+            "term."},
+           {"gru_hidden", p.Int(&m.gru_hidden, 0, L::kMaxWidth),
+            "DIEN's GRU width; 0 = 6 x embedding_dim."},
+           {"stage_one_mlp_dims", p.Dims(&m.stage_one_mlp_dims),
+            "Hidden layers of SIM's search-stage (auxiliary) MLP head."},
+           {"stage_two_mlp_dims", p.Dims(&m.stage_two_mlp_dims),
+            "Hidden layers of the main MLP head."},
+           {"aux_mlp_dims", p.Dims(&m.aux_mlp_dims), "Hidden layers of DIEN's auxiliary-loss MLP."},
+           {"attention_mlp_dims", p.Dims(&m.attention_mlp_dims),
+            "Hidden layers of the attention MLPs."},
+           {"dropout", p.Float(&m.dropout, 0, 0.9),
+            "Inverted dropout on the hidden outputs of the MLP heads in training; 0 = none."},
+       }),
+       "The model and its dimensions (the reference's by default)."},
+      {"training",
+       p.Section({
+           {"epochs", p.Int(&t.epochs, 1, L::kMaxEpochs), "Passes over the training split."},
+           {"batch_size", p.Int(&t.batch_size, 1, L::kMaxBatchSize),
+            "Samples per step over all workers together; a multiple of cluster.workers."},
+           {"eval_batch_size", p.Int(&t.eval_batch_size, 0, L::kMaxBatchSize),
+            "Samples per evaluation step; 0 = batch_size."},
+           {"lr", p.Float(&t.lr, L::kMinLr, L::kMaxLr),
+            "Learning rate of both optimizers (the schedule's peak)."},
+           {"lr_schedule", p.Enum(&t.lr_schedule, LrScheduleNames()),
+            "constant, linear or cosine decay to lr_final_fraction x lr at the run's end, after "
+            "lr_warmup_steps of linear warm-up."},
+           {"lr_warmup_steps", p.Int(&t.lr_warmup_steps, 0, L::kMaxSamples),
+            "Steps of linear warm-up from 0 to lr."},
+           {"lr_final_fraction", p.Float(&t.lr_final_fraction, 0, 1),
+            "Where linear and cosine schedules end, as a fraction of lr."},
+           {"weight_decay", p.Float(&t.weight_decay, 0, L::kMaxWeightDecay),
+            "Decoupled weight decay of the dense parameters (AdamW); lr x weight_decay < 1; 0 = "
+            "plain Adam."},
+           {"sparse_l2", p.Float(&t.sparse_l2, 0, L::kMaxSparseL2),
+            "Mini-batch-aware L2 (the DIN paper) on the embedding rows each step touches; 0 = "
+            "none."},
+           {"optimizer", p.Enum(&t.optimizer, kOptimizers), "Dense optimizer."},
+           {"sparse_optimizer", p.Enum(&t.sparse_optimizer, kSparseOptimizers),
+            "The embedding servers' optimizer of the embedding rows."},
+           {"staleness", p.Int(&t.staleness, 0, L::kMaxStaleness),
+            "Steps a worker's embedding pulls may run ahead of its pushes; 0 = synchronous."},
+           {"sparse_update", p.Enum(&t.sparse_update, kSparseUpdates),
+            "step: the workers' sparse gradients of a step are summed on the servers, one "
+            "optimizer update per row per step (what one process computes); per_rank: each "
+            "worker's push is its own update (asynchronous parameter-server semantics)."},
+           {"seed", p.Uint(&t.seed), "Seed of the initialisation and the shuffling."},
+           {"order", p.Enum(&t.order, kOrders),
+            "shuffled: samples in a seeded random order each epoch; reference: the reference's "
+            "order."},
+           {"train_eval_samples", p.Int(&t.train_eval_samples, 0, L::kMaxSamples),
+            "Training samples the train AUC is computed on after each epoch; 0 = the whole "
+            "split."},
+           {"max_steps_per_epoch", p.Int(&t.max_steps_per_epoch, 0, L::kMaxSamples),
+            "Cap on the steps of an epoch; 0 = the whole split."},
+           {"recipe", p.Enum(&t.recipe, RecipeNames()),
+            "Named defaults for the fields whose default below names a recipe (model.dropout, "
+            "training.lr, ...): reference (the TF2 reference's recipe) or sift (regularised, "
+            "with a validation split keeping the best epoch). A field given in the spec wins "
+            "over its recipe's value."},
+           {"validation_fraction", p.Float(&t.validation_fraction, 0, 0.5),
+            "Fraction of users whose last training pair is held out and evaluated after every "
+            "epoch; 0 = no validation split."},
+           {"keep_best", p.Enum(&t.keep_best, kKeepBest),
+            "The model the job keeps and reports: last, or the epoch with the best validation AUC "
+            "(needs validation_fraction > 0)."},
+           {"patience", p.Int(&t.patience, 0, L::kMaxEpochs),
+            "Stop after this many epochs without a better validation AUC; 0 = never."},
+       }),
+       "How the model is trained."},
+      {"cluster",
+       p.Section({
+           {"servers", p.Int(&c.servers, 1, L::kMaxClusterSize),
+            "Embedding servers (shards of the tables) the job needs."},
+           {"workers", p.Int(&c.workers, 1, L::kMaxClusterSize),
+            "Workers (data-parallel ranks) the job needs."},
+           {"backend", p.Enum(&c.backend, kBackends), "Where workers compute: cpu or cuda."},
+           {"precision", p.Enum(&c.precision, kPrecisions),
+            "GEMM arithmetic. auto: bf16 on cuda; on cpu bf16 where the CPU has native bf16 dot "
+            "products (AVX512-BF16 or AMX), else fp32. tf32 and fp16 need cuda."},
+           {"deterministic", p.Bool(&c.deterministic),
+            "Fixed summation orders, bit-reproducible runs; false lets cuda sum embedding "
+            "gradients with atomics. No effect on cpu."},
+           {"collectives", p.Enum(&c.collectives, kCollectives),
+            "Dense allreduce between workers: auto (nccl for cuda where built, else gloo), gloo, "
+            "or nccl (cuda only)."},
+           {"threads_per_worker", p.Int(&c.threads_per_worker, 0, L::kMaxThreads),
+            "Compute threads of each worker; 0 = every CPU available to it."},
+       }),
+       "The cluster a job needs and how its workers compute (`sift submit --workers/--servers` "
+       "override the sizes)."},
+      {"checkpoint",
+       p.Section({
+           {"dir", p.String(&k.dir, L::kMaxPathBytes),
+            "Where checkpoints go (a cluster job writes <dir>/<job id>/step-<N>/); \"\" = only "
+            "the final model, under the coordinator's <state-dir>/checkpoints (or its "
+            "--checkpoint-root). Must lie under the coordinator's --checkpoint-root."},
+           {"every_steps", p.Int(&k.every_steps, 0, L::kMaxSamples),
+            "Also checkpoint every N steps; 0 = not by steps."},
+           {"every_epoch", p.Bool(&k.every_epoch), "Checkpoint at the end of every epoch."},
+           {"keep", p.Int(&k.keep, 1, L::kMaxKeep),
+            "Newest checkpoints kept; an older one is deleted only after a newer one is "
+            "committed."},
+           {"resume_from", p.String(&k.resume_from, L::kMaxPathBytes),
+            "A checkpoint directory (of another job) this job starts from; \"\" = a fresh start "
+            "(`sift submit --resume-from`)."},
+       }),
+       "Checkpoints: where, how often, how many, and what to resume from."},
+      {"security",
+       p.Section({
+           {"tls_dir", p.String(&spec.security.tls_dir, L::kMaxPathBytes),
+            "The submitter's --tls-dir (a directory with the cluster's ca.crt)."},
+           {"token_file", p.String(&spec.security.token_file, L::kMaxPathBytes),
+            "The submitter's --token-file (a file whose first line is the user's token)."},
+       }),
+       "The submitter's own settings, used by `sift submit` where neither flags nor "
+       "environment variables give them; never sent to the coordinator."},
+      {"tables", tables, "Per-table row limits."},
+      {"results_dir", p.String(&spec.results_dir, L::kMaxPathBytes),
+       "Where the job's DLLL log goes: <results_dir>/<job id>/log.json; \"\" = no log file "
+       "(`sift status` and `sift logs` still show the job's metrics). Must lie under the "
+       "coordinator's --results-root."},
+  };
+}
+
 StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
   Parser p(source);
   JobSpec spec;
@@ -340,108 +602,7 @@ StatusOr<JobSpec> ParseRoot(const YAML::Node& root, const std::string& source) {
   JobSpec::Cluster& c = spec.cluster;
   JobSpec::Checkpoint& k = spec.checkpoint;
   bool has_dataset = false;
-  const FieldTable table = {
-      {"name", p.String(&spec.name, L::kMaxNameBytes)},
-      {"dataset",
-       [&](const Entry& e) -> Status {
-         SIFT_RETURN_IF_ERROR(p.String(&spec.dataset, L::kMaxPathBytes)(e));
-         if (spec.dataset.empty()) return p.Error(e, "must not be empty (a sift dataset path)");
-         has_dataset = true;
-         return absl::OkStatus();
-       }},
-      {"model", p.Section({
-                    {"type", p.Enum(&m.type, kModelTypes)},
-                    {"embedding_dim", p.Int(&m.embedding_dim, 1, L::kMaxWidth)},
-                    {"long_seq_length", p.Int(&m.long_seq_length, 1, L::kMaxSeqLength)},
-                    {"short_seq_length", p.Int(&m.short_seq_length, 1, L::kMaxSeqLength)},
-                    {"top_k", p.Int(&m.top_k, 1, L::kMaxSeqLength)},
-                    {"gsu", p.Enum(&m.gsu, kGsuKinds)},
-                    {"time_embedding", p.Bool(&m.time_embedding)},
-                    {"gsu_time", p.Bool(&m.gsu_time)},
-                    {"gru_hidden", p.Int(&m.gru_hidden, 0, L::kMaxWidth)},
-                    {"stage_one_mlp_dims", p.Dims(&m.stage_one_mlp_dims)},
-                    {"stage_two_mlp_dims", p.Dims(&m.stage_two_mlp_dims)},
-                    {"aux_mlp_dims", p.Dims(&m.aux_mlp_dims)},
-                    {"attention_mlp_dims", p.Dims(&m.attention_mlp_dims)},
-                    {"dropout", p.Float(&m.dropout, 0, 0.9)},
-                })},
-      {"training", p.Section({
-                       {"epochs", p.Int(&t.epochs, 1, L::kMaxEpochs)},
-                       {"batch_size", p.Int(&t.batch_size, 1, L::kMaxBatchSize)},
-                       {"eval_batch_size", p.Int(&t.eval_batch_size, 0, L::kMaxBatchSize)},
-                       {"lr", p.Float(&t.lr, L::kMinLr, L::kMaxLr)},
-                       {"lr_schedule", p.Enum(&t.lr_schedule, LrScheduleNames())},
-                       {"lr_warmup_steps", p.Int(&t.lr_warmup_steps, 0, L::kMaxSamples)},
-                       {"lr_final_fraction", p.Float(&t.lr_final_fraction, 0, 1)},
-                       {"weight_decay", p.Float(&t.weight_decay, 0, L::kMaxWeightDecay)},
-                       {"sparse_l2", p.Float(&t.sparse_l2, 0, L::kMaxSparseL2)},
-                       {"optimizer", p.Enum(&t.optimizer, kOptimizers)},
-                       {"sparse_optimizer", p.Enum(&t.sparse_optimizer, kSparseOptimizers)},
-                       {"staleness", p.Int(&t.staleness, 0, L::kMaxStaleness)},
-                       {"sparse_update", p.Enum(&t.sparse_update, kSparseUpdates)},
-                       {"seed", p.Uint(&t.seed)},
-                       {"order", p.Enum(&t.order, kOrders)},
-                       {"train_eval_samples", p.Int(&t.train_eval_samples, 0, L::kMaxSamples)},
-                       {"max_steps_per_epoch", p.Int(&t.max_steps_per_epoch, 0, L::kMaxSamples)},
-                       {"recipe", p.Enum(&t.recipe, RecipeNames())},
-                       {"validation_fraction", p.Float(&t.validation_fraction, 0, 0.5)},
-                       {"keep_best", p.Enum(&t.keep_best, kKeepBest)},
-                       {"patience", p.Int(&t.patience, 0, L::kMaxEpochs)},
-                   })},
-      {"cluster", p.Section({
-                      {"servers", p.Int(&c.servers, 1, L::kMaxClusterSize)},
-                      {"workers", p.Int(&c.workers, 1, L::kMaxClusterSize)},
-                      {"backend", p.Enum(&c.backend, kBackends)},
-                      {"precision", p.Enum(&c.precision, kPrecisions)},
-                      {"deterministic", p.Bool(&c.deterministic)},
-                      {"collectives", p.Enum(&c.collectives, kCollectives)},
-                      {"threads_per_worker", p.Int(&c.threads_per_worker, 0, L::kMaxThreads)},
-                  })},
-      {"checkpoint", p.Section({
-                         {"dir", p.String(&k.dir, L::kMaxPathBytes)},
-                         {"every_steps", p.Int(&k.every_steps, 0, L::kMaxSamples)},
-                         {"every_epoch", p.Bool(&k.every_epoch)},
-                         {"keep", p.Int(&k.keep, 1, L::kMaxKeep)},
-                         {"resume_from", p.String(&k.resume_from, L::kMaxPathBytes)},
-                     })},
-      {"security", p.Section({
-                       {"tls_dir", p.String(&spec.security.tls_dir, L::kMaxPathBytes)},
-                       {"token_file", p.String(&spec.security.token_file, L::kMaxPathBytes)},
-                   })},
-      {"tables",
-       [&](const Entry& e) -> Status {
-         if (!e.value.IsDefined() || e.value.IsNull()) return absl::OkStatus();
-         if (!e.value.IsMap()) {
-           return p.Error(e, absl::StrCat("expected a mapping of table names to {capacity: ROWS}, "
-                                          "got ",
-                                          Describe(e.value)));
-         }
-         if (e.value.size() > L::kMaxTables) {
-           return p.Error(e, absl::StrCat("at most ", L::kMaxTables, " tables, got ",
-                                          e.value.size()));
-         }
-         // One section per name given; ParseMap then rejects duplicates and bad values.
-         FieldTable names;
-         for (const auto& kv : e.value) {
-           const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
-           const bool valid =
-               !name.empty() && name.size() <= L::kMaxTableNameBytes &&
-               name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                      "0123456789_") == std::string::npos;
-           if (!valid) {
-             return p.Error(kv.first.Mark().line, e.field,
-                            absl::StrCat("table names are [A-Za-z0-9_]{1,", L::kMaxTableNameBytes,
-                                         "} (user_feat_0, item_feat_1, ...), got ",
-                                         Describe(kv.first)));
-           }
-           JobSpec::Table* entry = &spec.tables[name];
-           names.emplace_back(name,
-                              p.Section({{"capacity", p.Int(&entry->capacity, 0, L::kMaxCapacity)}}));
-         }
-         return p.ParseMap(e.value, e.field, e.line(), names);
-       }},
-      {"results_dir", p.String(&spec.results_dir, L::kMaxPathBytes)},
-  };
+  const FieldTable table = SpecFields(p, &spec, &has_dataset);
   if (!root.IsMap()) {
     return p.Error(
         std::max(0, root.Mark().line), "",
@@ -605,6 +766,69 @@ void ApplyRecipe(const Recipe& recipe, JobSpec* spec) {
   t.validation_fraction = recipe.validation_fraction;
   t.keep_best = recipe.keep_best;
   t.patience = recipe.patience;
+}
+
+namespace {
+
+// Appends the docs of `table`'s keys under `prefix`; `others` are the same table built on specs
+// with the other recipes applied (name, table), to show the defaults a recipe sets.
+void AppendFieldDocs(const FieldTable& table,
+                     const std::vector<std::pair<std::string, const FieldTable*>>& others,
+                     const std::string& prefix, std::vector<JobSpecFieldDoc>* out) {
+  for (size_t i = 0; i < table.size(); ++i) {
+    const Field& f = table[i];
+    JobSpecFieldDoc d;
+    d.field = prefix.empty() ? f.name : absl::StrCat(prefix, ".", f.name);
+    d.kind = f.handler.kind;
+    d.doc = f.doc;
+    std::vector<std::pair<std::string, const FieldTable*>> children;
+    std::vector<std::string> variants;
+    for (const auto& [recipe, other] : others) {
+      const Field& g = (*other)[i];
+      if (f.handler.value && d.field != "training.recipe" &&
+          g.handler.value() != f.handler.value()) {
+        variants.push_back(absl::StrCat(recipe, ": ", g.handler.value()));
+      }
+      if (g.handler.children != nullptr) children.emplace_back(recipe, g.handler.children.get());
+    }
+    if (f.handler.value) {
+      d.default_value = f.handler.value();
+      if (!variants.empty()) {
+        d.from_recipe = true;
+        d.default_value = absl::StrCat(d.default_value, " (recipe ", kDefaultRecipe, "; ",
+                                       absl::StrJoin(variants, "; "), ")");
+      }
+    }
+    out->push_back(d);
+    if (f.handler.children != nullptr) {
+      AppendFieldDocs(*f.handler.children, children, d.field, out);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<JobSpecFieldDoc> DescribeJobSpec() {
+  static const std::string kSource = "job spec";
+  const Parser p(kSource);
+  bool unused = false;
+  // One spec per recipe (the default first); std::list-like stability: reserve up front.
+  std::vector<JobSpec> specs(Recipes().size());
+  std::vector<FieldTable> tables;
+  tables.reserve(Recipes().size());
+  size_t default_index = 0;
+  for (size_t i = 0; i < Recipes().size(); ++i) {
+    ApplyRecipe(Recipes()[i], &specs[i]);
+    if (Recipes()[i].name == kDefaultRecipe) default_index = i;
+    tables.push_back(SpecFields(p, &specs[i], &unused));
+  }
+  std::vector<std::pair<std::string, const FieldTable*>> others;
+  for (size_t i = 0; i < Recipes().size(); ++i) {
+    if (i != default_index) others.emplace_back(Recipes()[i].name, &tables[i]);
+  }
+  std::vector<JobSpecFieldDoc> out;
+  AppendFieldDocs(tables[default_index], others, "", &out);
+  return out;
 }
 
 std::string JobSpecToYaml(const JobSpec& spec) {

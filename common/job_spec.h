@@ -106,7 +106,9 @@ struct JobSpec {
     bool operator==(const Cluster&) const = default;
   };
   struct Checkpoint {
-    std::string dir;  // "" = no checkpoints; a cluster job writes <dir>/<job-id>/
+    // "" = no checkpoints during the run (a cluster job still leaves its final model under the
+    // coordinator's <state-dir>/checkpoints); a cluster job writes <dir>/<job-id>/
+    std::string dir;
     // "" = a fresh start; else the directory of an existing checkpoint (another job's) this
     // job starts from (sift submit --resume-from).
     std::string resume_from;
@@ -130,7 +132,7 @@ struct JobSpec {
   };
 
   std::string name;     // optional job name
-  std::string dataset;  // required: a sift dataset (or a reference TFRecord directory)
+  std::string dataset;  // required: a sift dataset (import TFRecords with sift data convert)
   Model model;
   Training training;
   Cluster cluster;
@@ -195,6 +197,18 @@ Status CheckClusterJob(const JobSpec& spec, const std::string& source_name);
 // The canonical YAML of `spec`: every field, fixed order, strings double-quoted, lr in the
 // shortest form that reads back exactly. ParseJobSpec(JobSpecToYaml(x)) == x for a valid x.
 std::string JobSpecToYaml(const JobSpec& spec);
+
+// One key of the job spec, for the generated reference (docs/reference/job-spec.md, `sift
+// help-markdown --job-spec`): from the very table ParseJobSpec reads with, so it cannot drift.
+struct JobSpecFieldDoc {
+  std::string field;          // dotted: "training.epochs"; "tables.<name>.capacity"
+  std::string kind;           // "integer in [1, 100000]", "one of sim, dien, din", "mapping"
+  std::string default_value;  // as YAML; empty for mappings
+  bool from_recipe = false;   // the default comes from training.recipe
+  std::string doc;            // what it means
+};
+// Every key in the order of the parser's table, parents before their keys.
+std::vector<JobSpecFieldDoc> DescribeJobSpec();
 
 // A spec built in code (sift local's embedded default): sets training.recipe to `recipe` and
 // every field it controls to the recipe's value (ParseJobSpec does this for the fields a spec

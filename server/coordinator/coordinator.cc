@@ -788,8 +788,8 @@ Status Coordinator::StartGeneration(Job* job, const std::vector<const Member*>& 
   } else {
     info.set_epoch(ckpt.epochs_done());
     info.set_global_step(ckpt.global_step());
-    from = absl::StrCat("resuming from checkpoint at step ", ckpt.global_step(), " (epoch ",
-                        ckpt.epochs_done(), ") in ", ckpt.dir());
+    from = absl::StrCat("resuming from checkpoint at step ", ckpt.global_step(), " (",
+                        ckpt.epochs_done(), " epoch(s) done) in ", ckpt.dir());
   }
   Status s = Log(job, absl::StrCat("RUNNING: generation ", info.generation(), ", workers [",
                                    absl::StrJoin(info.workers(), ", "), "], servers [",
@@ -1258,7 +1258,7 @@ StatusOr<pb::ReportProgressResponse> Coordinator::ReportProgress(
     job->rec.epoch_perf[request.epoch()] = std::move(perf);
     info.set_epoch(request.epoch());
     status.Update(
-        Log(job, absl::StrCat("epoch ", request.epoch(), ": trained in ",
+        Log(job, absl::StrCat("epoch ", request.epoch() + 1, ": trained in ",
                               absl::SixDigits(request.epoch_train_time_s()), " s, evaluating")));
     status.Update(Persist(*job));
   }
@@ -1415,7 +1415,7 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
   Status status = DllLog(job, {epoch}, m);
   status.Update(Log(
       job,
-      absl::StrCat("epoch ", epoch, ": train AUC ", absl::SixDigits(auc[0]), " loss ",
+      absl::StrCat("epoch ", epoch + 1, ": train AUC ", absl::SixDigits(auc[0]), " loss ",
                    absl::SixDigits(loss[0]),
                    has_validation
                        ? absl::StrCat(", validation AUC ", absl::SixDigits(auc[kValidationSplit]))
@@ -1424,10 +1424,10 @@ Status Coordinator::MaybeFinishEpoch(Job* job, int64_t epoch) {
   if (final_epoch) {
     if (stop) {
       job->stop_epoch = epoch;
-      status.Update(Log(job, absl::StrCat("early stop after epoch ", epoch,
+      status.Update(Log(job, absl::StrCat("early stop after epoch ", epoch + 1,
                                           ": no better "
                                           "validation AUC for ",
-                                          t.patience, " epoch(s) (best: epoch ", sel.best_epoch,
+                                          t.patience, " epoch(s) (best: epoch ", sel.best_epoch + 1,
                                           ", ", absl::SixDigits(sel.best_validation_auc), ")")));
     }
     DllMetrics summary = {{"time_to_train", time_to_train},
@@ -1508,8 +1508,8 @@ StatusOr<pb::CheckpointCommitResponse> Coordinator::CheckpointCommit(
   SIFT_RETURN_IF_ERROR(store_->Save(updated));
   job->rec = std::move(updated);
   SIFT_RETURN_IF_ERROR(
-      Log(job, absl::StrCat("checkpoint committed at step ", request.global_step(), " (epoch ",
-                            request.epochs_done(), ") in ", request.dir())));
+      Log(job, absl::StrCat("checkpoint committed at step ", request.global_step(), " (",
+                            request.epochs_done(), " epoch(s) done) in ", request.dir())));
   return pb::CheckpointCommitResponse();
 }
 

@@ -172,7 +172,7 @@ layout=hetjob
 [[ $mode == small ]] && layout=single
 grep -q "^\[sift.sbatch .*\] job $job ($layout)" "$out" || fail "the script did not run as a $layout job"
 grep -Eq 'job job-[0-9]+ COMPLETED' "$out" || fail "no COMPLETED job in the output"
-grep -Eq 'epoch 0: train AUC [0-9.]+ loss [0-9.]+, test AUC 0\.[0-9]+' "$out" ||
+grep -Eq 'epoch 1: train AUC [0-9.]+ loss [0-9.]+, test AUC 0\.[0-9]+' "$out" ||
   fail "no test AUC in the job log (sift logs) printed by the script"
 # The coordinator writes each job's results to <results_dir>/<job id>/.
 grep -Eq '"type": "LOG", "step": \[\], "data": \{.*"test_auc": 0\.[0-9]+' "$tmp"/results/job-*/log.json ||

@@ -197,7 +197,7 @@ TEST(Local, PatienceEndsAClusterJobEarlyAndKeepsTheBestCheckpoint) {
   EXPECT_EQ(kept, 0);
   EXPECT_EQ(final_test_auc, epoch0_test_auc);
   EXPECT_THAT(testing::ReadAll(work + "/state/jobs/job-1.log"),
-              HasSubstr("early stop after epoch 3"));
+              HasSubstr("early stop after epoch 4"));
   // keep 1: the newest checkpoint (epoch 3's, step 12; a job takes none after its last epoch)
   // and the kept one (epoch 1's, step 4); epoch 2's is pruned.
   EXPECT_TRUE(PathExists(dir.Sub("ckpt") + "/job-1/step-000000000004/manifest.json"));

@@ -299,7 +299,7 @@ TEST_F(CoordinatorTest, LostWorkerRecoversFromTheLastCheckpointWithANewGeneratio
   ASSERT_EQ(Assigned(w[1], job, 1).rank(), 1);
   ASSERT_TRUE(Commit(job, 1, Ck("a"), 1, 40).ok());
   EXPECT_EQ(Job(job).state(), pb::RUNNING);
-  EXPECT_TRUE(LogHas(job, "checkpoint committed at step 40 (epoch 1)"));
+  EXPECT_TRUE(LogHas(job, "checkpoint committed at step 40 (1 epoch(s) done)"));
   pb::KvSetRequest kv;
   for (const char* key : {"job-1/g1/rank0", "job-10/g1/rank0", "other"}) {
     kv.set_key(key);
@@ -357,7 +357,7 @@ TEST_F(CoordinatorTest, LostWorkerRecoversFromTheLastCheckpointWithANewGeneratio
   EXPECT_EQ(a0.kv_prefix(), "job-1/g2");
   EXPECT_EQ(Assigned(w2).rank(), 1);
   EXPECT_THAT(info.workers(), ElementsAre("w0", "w2"));
-  EXPECT_TRUE(LogHas(job, "resuming from checkpoint at step 40 (epoch 1)"));
+  EXPECT_TRUE(LogHas(job, "resuming from checkpoint at step 40 (1 epoch(s) done)"));
 }
 
 TEST_F(CoordinatorTest, ARestartedOrLostServerRecoversTheJob) {
@@ -717,7 +717,7 @@ TEST_F(CoordinatorTest, EvaluationAggregatesRanksIntoExactAucAndTheDllLog) {
   EXPECT_DOUBLE_EQ(info.epochs_done(0).test_loss(), loss_of(test));
   EXPECT_EQ(info.epochs_done(0).samples_per_second(), 1234);
   EXPECT_EQ(info.epochs_done(0).train_time_s(), 2.5);
-  EXPECT_TRUE(LogHas(job, "epoch 0: train AUC"));
+  EXPECT_TRUE(LogHas(job, "epoch 1: train AUC"));
 
   // Epoch 1 (no perf summary) is the last: COMPLETED.
   ASSERT_TRUE(eval(1, "train", 0, train0, 0, 50, true).ok());
