@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The renderer of `sift report`: DIR/report.json (written by sift report) becomes DIR/report.md
-and the plots DIR/plots/*.png, in the reference's order and naming (README, "Results report").
+and the plots DIR/plots/*.png, in the reference's order and naming (docs/report.md).
 
     python3 render_report.py DIR
 

@@ -88,7 +88,7 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
   cmd->add_option("--lr-schedule", f->lr_schedule,
                   "Learning-rate schedule of both optimizers over the run's epochs x steps: "
                   "constant, linear or cosine decay to --lr-final-fraction x lr, after "
-                  "--lr-warmup-steps of linear warm-up (README Training recipes)")
+                  "--lr-warmup-steps of linear warm-up (docs/training.md, Training recipes)")
       ->check(CLI::IsMember(LrScheduleNames()))
       ->capture_default_str();
   cmd->add_option("--lr-warmup-steps", o.lr_schedule.warmup_steps,
@@ -150,7 +150,7 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
       ->capture_default_str();
   cmd->add_option("--tls-dir", o.embedding_security.tls_dir,
                   "TLS to --embedding-servers with this member directory (a worker's: ca.crt, "
-                  "tls.crt, tls.key; README Security)")
+                  "tls.crt, tls.key; docs/security.md)")
       ->envname("SIFT_TLS_DIR");
 #endif
   if (!bench) {
@@ -164,7 +164,7 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
            "Training recipe: reference (the TF2 reference's) or sift (mini-batch-aware "
            "L2, dropout, a validation split keeping the best epoch, early stopping, cosine "
            "lr decay from 0.02); "
-           "flags given explicitly override it (README Training recipes)")
+           "flags given explicitly override it (docs/training.md, Training recipes)")
         ->check(CLI::IsMember({"reference", "sift"}))
         ->capture_default_str();
     cmd->add_option("--validation-fraction", o.validation_fraction,
@@ -201,15 +201,15 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
       ->capture_default_str();
   cmd->add_option("--gsu", f->gsu,
                   "SIM search unit: soft (the reference) or hard (the newest --top-k events of the "
-                  "target's category among --long-seq-length; README \"Lifelong sequences\")")
+                  "target's category among --long-seq-length; docs/training.md)")
       ->capture_default_str();
   cmd->add_flag("--time-embedding", m.time_embedding,
                 "SIM: embed each long slot's time gap to the sample (log2 buckets) in the ESU; "
                 "needs event timestamps");
   cmd->add_flag("--gsu-time", m.gsu_time,
                 "SIM soft search with --time-embedding: a learned per-bucket recency term in the "
-                "GSU's scores too, so its top-k can prefer recent events (README \"Lifelong "
-                "sequences\")");
+                "GSU's scores too, so its top-k can prefer recent events (docs/training.md, "
+                "Lifelong sequences)");
   cmd->add_option("--gru-hidden", m.gru_hidden, "GRU/AUGRU units (0 = 6 x embedding dim)")
       ->capture_default_str();
   cmd->add_option("--stage-one-mlp-dims", m.stage_one_mlp, "SIM GSU head hidden widths")
@@ -276,7 +276,7 @@ Status ResolveFlags(TrainFlags* f) {
   return absl::OkStatus();
 }
 
-// The dedup's hit rate over the run's steps (README "Lifelong sequences").
+// The dedup's hit rate over the run's steps (docs/training.md "Lifelong sequences").
 void PrintKeyCounts(const worker::RunResult& r) {
   if (r.steps <= 0 || r.key_counts.slot_ids <= 0) return;
   const double steps = static_cast<double>(r.steps);

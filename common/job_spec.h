@@ -27,7 +27,7 @@ struct JobSpec {
     int long_seq_length = 90;   // T_L (SIM, DIN)
     int short_seq_length = 10;  // T_S (SIM, DIEN, DIN); >= 2 for sim and dien
     int top_k = 50;             // SIM
-    // SIM's General Search Unit: "soft" (the reference) or "hard" (README "Lifelong
+    // SIM's General Search Unit: "soft" (the reference) or "hard" (docs/training.md "Lifelong
     // sequences": the newest top_k events of the target's category among the long_seq_length
     // before the short part, from the dataset's category index; no GSU head or loss).
     std::string gsu = "soft";
@@ -75,7 +75,7 @@ struct JobSpec {
     std::string order = "shuffled";       // shuffled | reference
     int64_t train_eval_samples = 262144;  // >= 0; 0 = the full training split
     int64_t max_steps_per_epoch = 0;      // >= 0; 0 = the whole split
-    // Model selection (README "Model selection"): the fraction of users whose last training pair
+    // Model selection (docs/training.md "Model selection"): the fraction of users whose last training pair
     // is held out as a validation split, evaluated after every epoch (0 = none: the reference);
     // keep_best: last | validation_auc (the kept model, and the test AUC the job reports);
     // patience: stop after this many epochs without a better validation AUC (0 = never).

@@ -1,7 +1,7 @@
-// Learning-rate schedules (training.lr_schedule, sift train --lr-schedule; README "Training
-// recipes"): the factor by which the base learning rate of dense Adam AND of the embedding rows'
-// sparse optimizer is multiplied at one training step. A pure function of the step, so a run
-// resumed from a checkpoint continues the schedule exactly.
+// Learning-rate schedules (training.lr_schedule, sift train --lr-schedule; docs/training.md
+// "Training recipes"): the factor by which the base learning rate of dense Adam AND of the
+// embedding rows' sparse optimizer is multiplied at one training step. A pure function of the step,
+// so a run resumed from a checkpoint continues the schedule exactly.
 //
 // With s = the step's global index (0-based, the step being applied), T = the run's planned
 // steps (epochs x steps per epoch), W = warmup_steps and f = final_fraction:

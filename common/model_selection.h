@@ -1,6 +1,6 @@
-// Model selection on the validation split (training.keep_best, training.patience; README "Model
-// selection"): which epoch's model a run keeps, and when it stops early. One rule, used by the
-// trainer (every rank, on the validation AUC every rank computes from the same gathered
+// Model selection on the validation split (training.keep_best, training.patience; docs/training.md
+// "Model selection"): which epoch's model a run keeps, and when it stops early. One rule, used by
+// the trainer (every rank, on the validation AUC every rank computes from the same gathered
 // predictions) and by the coordinator (on the AUC it computes from the same predictions), so both
 // decide alike without a message between them.
 //

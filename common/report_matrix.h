@@ -1,4 +1,4 @@
-// The matrix of `sift report` (README, "Results report"): a base job spec, axes whose cross
+// The matrix of `sift report` (docs/report.md): a base job spec, axes whose cross
 // product is the configurations, the runs of each configuration, and the benchmarks.
 //
 //   name: tiny example              # optional: the report's title

@@ -6,7 +6,7 @@
 # and in two chunks, with and without time; SIM and DIEN on the reference backend — and compares
 # every DLLL record's losses and AUCs (the timing fields left out) to the last digit. Prints SAME
 # or DIFF per variant; exits 1 if any differs or fails. For a refactor that must change no
-# number (README "Structure"): build the old commit's sift, copy it away, build the new one.
+# number (docs/benchmarks.md): build the old commit's sift, copy it away, build the new one.
 set -euo pipefail
 old=$1 new=$2 work=${3:-$(mktemp -d)}
 mkdir -p "$work"

@@ -99,7 +99,7 @@ StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, bool ve
   // Every id within its table's cardinality, always (not only under `verify`): an id beyond it
   // (a corrupted file, a spec whose cardinality is below the data's) would otherwise train to
   // COMPLETED with a worse AUC. One pass over the id arrays at memory speed (the small preset's
-  // 18 MB of events: measured in README "Reliability"), which also warms the page cache that
+  // 18 MB of events: docs/results.md), which also warms the page cache that
   // training reads next.
   SIFT_RETURN_IF_ERROR(VerifyIds(*d));
   return d;

@@ -79,7 +79,7 @@ StatusOr<HeuristicAucs> ComputeHeuristicAucs(const Dataset& dataset, ThreadPool*
                                              Split split = Split::kTest);
 
 // Heuristics over the user's FULL history (every event before the target, not 100 slots): the
-// headroom a lifelong model can reach for, measured before any model runs (README "Lifelong
+// headroom a lifelong model can reach for, measured before any model runs (docs/training.md "Lifelong
 // sequences"). With m_A = events before the target whose category is the candidate's, |A| =
 // events before the target:
 //   frac_full_history  = Smoothed(m_A, |A|, ĝ) (α = 1, as smooth_all100 over every event);

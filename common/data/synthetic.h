@@ -68,7 +68,7 @@ struct SyntheticOptions {
   SyntheticParams params;
 };
 
-// The "lifelong" preset (README "Lifelong sequences"): 4,000 users, 5,000 items (5 per category:
+// The "lifelong" preset (docs/training.md "Lifelong sequences"): 4,000 users, 5,000 items (5 per category:
 // 256,000 training samples cannot train 100,000 item rows) and 1,000 categories; thousands of
 // events each (len_min 1,000, len_alpha 1.45, len_cap 20,000: median ≈ 1,600, mean ≈ 2,600) and
 // many long-term interests (32-48, Dirichlet(2) weights: each ≈ 1/40) that carry half of the events

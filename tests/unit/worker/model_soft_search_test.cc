@@ -1,4 +1,4 @@
-// SIM's soft search over long histories (ModelConfig::soft_search_chunk, README "Lifelong
+// SIM's soft search over long histories (ModelConfig::soft_search_chunk, docs/training.md "Lifelong
 // sequences"): the streamed GSU and ESU — chunks of samples, slots gathered again in the backward
 // pass — against the dense formulation on the same model and batch, up to a few thousand slots,
 // with and without the time embedding; the automatic chunk beyond 4,096 slots; the config checks.
