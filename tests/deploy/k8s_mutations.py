@@ -83,8 +83,10 @@ def _unknown_sift_flag(docs):
 
 
 def _server_on_loopback(docs):
+    # Neither --bind nor TLS (which listens on every interface): 127.0.0.1 only.
     c = _container(_find(docs, "StatefulSet", "sift-ps"), "embedding-server")
     c["args"] = [a for a in c["args"] if not a.startswith("--bind")]
+    c["env"] = [e for e in c.get("env") or [] if e["name"] != "SIFT_TLS_DIR"]
 
 
 def _unresolved_var(docs):
