@@ -103,9 +103,11 @@ void AddDataConvert(CLI::App* data, Action* action) {
       ->check(CLI::NonNegativeNumber)
       ->excludes(from);
   cmd->add_option("--train-parts", flags->train_parts, "TFRecord part files of the train split")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->excludes(from);
   cmd->add_option("--test-parts", flags->test_parts, "TFRecord part files of the test split")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->excludes(from);
   cmd->add_option("--threads", flags->threads, "Worker threads (0: every available CPU)")

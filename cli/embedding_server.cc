@@ -136,6 +136,7 @@ void AddEmbeddingServer(CLI::App* app, Action* action) {
   CLI::App* cmd = app->add_subcommand("embedding-server",
                                       "Serve one shard of the sparse embedding tables over gRPC");
   cmd->add_option("--port", o.port, "gRPC port (0: any free port, printed at start)")
+      ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   AddBindFlag(cmd, &o.bind_address);
   cmd->add_option("--shard", flags->shard,
@@ -153,9 +154,11 @@ void AddEmbeddingServer(CLI::App* app, Action* action) {
       ->required();
   o.shard.threads = 0;
   cmd->add_option("--threads", o.shard.threads, "Request and store threads (0: all CPUs)")
+      ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--metrics-port", o.metrics_port,
                   "Prometheus /metrics port (0: any free port; -1: off)")
+      ->capture_default_str()
       ->check(CLI::Range(-1, 65535));
   cmd->add_option("--max-keys-per-request", o.shard.max_keys_per_request,
                   "Most keys in one Pull/Push (over all tables)")

@@ -59,6 +59,7 @@ void AppendCommand(CLI::App* app, std::string* out) {
   for (const CLI::Option* opt : app->get_options()) {
     const std::string names = opt->get_name(false, true);
     if (names == "-h,--help" || names == "--help" || names == "--version") continue;
+    if (opt->get_group().empty()) continue;  // hidden from --help (tests' fault injection)
     if (opt->get_positional() && opt->nonpositional() == false) {
       positionals.push_back(
           absl::StrCat(opt->get_name(true, false), opt->get_required() ? "" : " (optional)"));
@@ -105,7 +106,7 @@ std::string CliReference(CLI::App* root) {
 std::string JobSpecReference() {
   std::string out =
       "# Job spec reference\n\n"
-      "Every key of a job spec (the YAML file `sift submit` and `sift local --spec` take), "
+      "Every key of a job spec (the YAML file `sift submit SPEC` and `sift local SPEC` take), "
       "generated from the parser's own table by `sift help-markdown --job-spec` (`make docs` "
       "rewrites this page; `make test` fails when it is out of date). Parsing is strict: an "
       "unknown key, a duplicate, a wrong type or a value out of range is an error naming the "
