@@ -75,10 +75,10 @@ struct JobSpec {
     std::string order = "shuffled";       // shuffled | reference
     int64_t train_eval_samples = 262144;  // >= 0; 0 = the full training split
     int64_t max_steps_per_epoch = 0;      // >= 0; 0 = the whole split
-    // Model selection (docs/training.md "Model selection"): the fraction of users whose last training pair
-    // is held out as a validation split, evaluated after every epoch (0 = none: the reference);
-    // keep_best: last | validation_auc (the kept model, and the test AUC the job reports);
-    // patience: stop after this many epochs without a better validation AUC (0 = never).
+    // Model selection (docs/training.md "Model selection"): the fraction of users whose last
+    // training pair is held out as a validation split, evaluated after every epoch (0 = none: the
+    // reference); keep_best: last | validation_auc (the kept model, and the test AUC the job
+    // reports); patience: stop after this many epochs without a better validation AUC (0 = never).
     // The recipe (common/recipe.h) whose values fill the fields above and below that the spec
     // leaves out: reference | sift.
     std::string recipe = kDefaultRecipe;

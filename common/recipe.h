@@ -1,9 +1,10 @@
-// Training recipes (training.recipe, sift train --recipe; docs/training.md "Training recipes"): named sets
-// of defaults for the fields that decide how well a model generalises. A field given explicitly
-// (in the job spec, or as a flag) always wins over its recipe's value.
+// Training recipes (training.recipe, sift train --recipe; docs/training.md "Training recipes"):
+// named sets of defaults for the fields that decide how well a model generalises. A field given
+// explicitly (in the job spec, or as a flag) always wins over its recipe's value.
 //   reference — the TF2 reference's recipe: no regularisation, no validation split, the last
 //               epoch reported. Parity runs and the bit-identity tests use it.
-//   sift      — what the search on `small` seed 1 found (docs/training.md "Training recipes"): the DIN
+//   sift      — what the search on `small` seed 1 found (docs/training.md "Training recipes"): the
+//   DIN
 //               paper's mini-batch-aware L2 on the embedding rows, dropout in the MLP heads, a
 //               validation split of half the users (each gives only its last training pair,
 //               about 1% of the training samples) choosing the best epoch, early stopping, and

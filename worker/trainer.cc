@@ -1122,8 +1122,8 @@ StatusOr<RunResult> Trainer::Run(RunMode mode) {
     first_step = global_step_ - first_epoch * steps_per_epoch;
     if (first_step < 0 || first_step > steps_per_epoch) {
       return absl::DataLossError(absl::StrCat(
-          o_.load_checkpoint, ": global_step ", global_step_, " is not within epoch ", first_epoch + 1,
-          " of ", steps_per_epoch, " steps (was it taken by another job?)"));
+          o_.load_checkpoint, ": global_step ", global_step_, " is not within epoch ",
+          first_epoch + 1, " of ", steps_per_epoch, " steps (was it taken by another job?)"));
     }
   }
   PerfStatsOptions po;

@@ -79,11 +79,11 @@ struct TrainerOptions {
   // before training). 0 = none (the reference), bit for bit the same and no counting pass.
   float sparse_l2 = 0.0f;
   std::string sparse_optimizer = "adam";  // adam | adagrad | sgd (server/embedding/optimizer.h)
-  // Model selection (common/model_selection.h, docs/training.md "Model selection"). validation_fraction f
-  // in (0, 0.5]: the last training pair of about f of the users is held out as the validation
-  // split (common/data/validation_split.h) and evaluated after every epoch; 0 = none (the
-  // reference: bit for bit today's run). keep_best: the kept model is the epoch with the best
-  // validation AUC — its test AUC is the run's, sift train's checkpoint is saved only when it
+  // Model selection (common/model_selection.h, docs/training.md "Model selection").
+  // validation_fraction f in (0, 0.5]: the last training pair of about f of the users is held out
+  // as the validation split (common/data/validation_split.h) and evaluated after every epoch; 0 =
+  // none (the reference: bit for bit today's run). keep_best: the kept model is the epoch with the
+  // best validation AUC — its test AUC is the run's, sift train's checkpoint is saved only when it
   // improves, a job's step checkpoint of it is never pruned. patience P >= 1: stop after P
   // epochs in a row without improvement. Both need validation_fraction > 0.
   double validation_fraction = 0;

@@ -1,6 +1,6 @@
 // CategoryIndex: the hard-search index of SIM's General Search Unit (SIM paper 4.1, the "User
-// Behaviour Tree"; docs/training.md "Lifelong sequences"): for every user, the positions of its events
-// sorted by (category, position), so the user's events of one category inside a window of
+// Behaviour Tree"; docs/training.md "Lifelong sequences"): for every user, the positions of its
+// events sorted by (category, position), so the user's events of one category inside a window of
 // positions are one contiguous run found by two binary searches — O(log L_u) per query, whatever
 // the window's length N.
 //

@@ -79,9 +79,9 @@ StatusOr<HeuristicAucs> ComputeHeuristicAucs(const Dataset& dataset, ThreadPool*
                                              Split split = Split::kTest);
 
 // Heuristics over the user's FULL history (every event before the target, not 100 slots): the
-// headroom a lifelong model can reach for, measured before any model runs (docs/training.md "Lifelong
-// sequences"). With m_A = events before the target whose category is the candidate's, |A| =
-// events before the target:
+// headroom a lifelong model can reach for, measured before any model runs (docs/training.md
+// "Lifelong sequences"). With m_A = events before the target whose category is the candidate's, |A|
+// = events before the target:
 //   frac_full_history  = Smoothed(m_A, |A|, ĝ) (α = 1, as smooth_all100 over every event);
 //   mix_full_history   = ½ (smooth_recency + frac_full_history): the 100-slot recency score and
 //                        the full-history interest, equally weighted.

@@ -68,14 +68,14 @@ struct SyntheticOptions {
   SyntheticParams params;
 };
 
-// The "lifelong" preset (docs/training.md "Lifelong sequences"): 4,000 users, 5,000 items (5 per category:
-// 256,000 training samples cannot train 100,000 item rows) and 1,000 categories; thousands of
-// events each (len_min 1,000, len_alpha 1.45, len_cap 20,000: median ≈ 1,600, mean ≈ 2,600) and
-// many long-term interests (32-48, Dirichlet(2) weights: each ≈ 1/40) that carry half of the events
-// (p_lt 0.5), so an interest recurs about once per 80 events: the newest 100 events miss about a
-// third of the candidate's interests that the full history holds many times. Sessions (p_sess
-// 0.3) switch to random categories half of the time. The last 32 positions of each user are its
-// training targets (256,000 train samples).
+// The "lifelong" preset (docs/training.md "Lifelong sequences"): 4,000 users, 5,000 items (5 per
+// category: 256,000 training samples cannot train 100,000 item rows) and 1,000 categories;
+// thousands of events each (len_min 1,000, len_alpha 1.45, len_cap 20,000: median ≈ 1,600, mean ≈
+// 2,600) and many long-term interests (32-48, Dirichlet(2) weights: each ≈ 1/40) that carry half of
+// the events (p_lt 0.5), so an interest recurs about once per 80 events: the newest 100 events miss
+// about a third of the candidate's interests that the full history holds many times. Sessions
+// (p_sess 0.3) switch to random categories half of the time. The last 32 positions of each user are
+// its training targets (256,000 train samples).
 inline constexpr int64_t kLifelongTrainTargets = 32;
 
 // The presets of data.md section 3: "tiny", "small", "books", and "lifelong". Errors on an

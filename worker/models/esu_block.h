@@ -1,8 +1,8 @@
 // EsuBlock: SIM's Exact Search Unit (model-spec 3.4, 3.5) — a dot-product attention of the target
 // over the selected long slots and their damped mean, the two outputs a and v written into the
-// classifier input — with the optional time-interval embedding (SIM paper 4.2, docs/training.md "Lifelong
-// sequences"): each slot's time bucket looks up a D-wide row of "time_embedding/table", which is
-// concatenated to the slot's item vector, and the query becomes [q; u] with a learned
+// classifier input — with the optional time-interval embedding (SIM paper 4.2, docs/training.md
+// "Lifelong sequences"): each slot's time bucket looks up a D-wide row of "time_embedding/table",
+// which is concatenated to the slot's item vector, and the query becomes [q; u] with a learned
 // "time_embedding/query" u; a and v are then I + D wide. The slots are resident one chunk at a
 // time (SlotChunk, block.h; one chunk for the whole batch unless the soft search streams):
 // PrepareSlots, Forward and Backward take one chunk; the batch-wide arrays (q, z, dq) are indexed

@@ -61,16 +61,16 @@ struct ModelConfig {
   // [q; u] with a learned "time_embedding/query" u [D] (so u·tau adds a learned per-bucket
   // recency term to each score), and the attention and damped-mean outputs grow by D each.
   bool time_embedding = false;
-  // SIM soft search with the time embedding: the GSU's time term (docs/training.md "Lifelong sequences";
-  // a sift extension, not in the paper). The GSU attends over the ESU's [x; tau] slots (the
-  // same time_embedding/table rows) with the query [q; u_g], u_g a learned "gsu_time/query" [D]
-  // starting at 0, so each GSU score gains a learned per-bucket recency term u_g . tau and the
+  // SIM soft search with the time embedding: the GSU's time term (docs/training.md "Lifelong
+  // sequences"; a sift extension, not in the paper). The GSU attends over the ESU's [x; tau] slots
+  // (the same time_embedding/table rows) with the query [q; u_g], u_g a learned "gsu_time/query"
+  // [D] starting at 0, so each GSU score gains a learned per-bucket recency term u_g . tau and the
   // top-k can prefer recent events, as the hard search's newest-K does; the GSU head's input
   // grows by D. Needs time_embedding and gsu soft.
   bool gsu_time = false;
-  // SIM soft search over long histories (docs/training.md "Lifelong sequences"): the GSU and the ESU run
-  // over the long slots of soft_search_chunk samples at a time, so [B, long_len, F*D] is never
-  // materialised (the slots' vectors are gathered again from the batch's rows in the backward
+  // SIM soft search over long histories (docs/training.md "Lifelong sequences"): the GSU and the
+  // ESU run over the long slots of soft_search_chunk samples at a time, so [B, long_len, F*D] is
+  // never materialised (the slots' vectors are gathered again from the batch's rows in the backward
   // pass). 0 = automatic: the whole batch at once (the reference's dense path, bit for bit) while
   // long_len <= kDenseSoftSearchMax, else chunks of at most kSoftSearchChunkFloats slot floats.
   // A chunk covers only the window of slots its samples fill (padding outside it is skipped):

@@ -7,11 +7,11 @@
 // indexed by the sample, the attention weights and rho are ragged (each chunk's [c, width] at its
 // offset).
 //
-// With the GSU time term (ModelConfig::gsu_time, docs/training.md "Lifelong sequences") the attention runs
-// over the ESU's [x; tau] slots (EsuBlock::Slots: the time embedding's rows, shared) with the
-// query [q; u_g] — u_g the GSU's own learned "gsu_time/query" [D], 0 at initialisation — so each
-// score gains a learned per-bucket recency term u_g . tau and the top-k can prefer recent events;
-// g is then I + D wide. Without it the block is the reference's, op for op.
+// With the GSU time term (ModelConfig::gsu_time, docs/training.md "Lifelong sequences") the
+// attention runs over the ESU's [x; tau] slots (EsuBlock::Slots: the time embedding's rows, shared)
+// with the query [q; u_g] — u_g the GSU's own learned "gsu_time/query" [D], 0 at initialisation —
+// so each score gains a learned per-bucket recency term u_g . tau and the top-k can prefer recent
+// events; g is then I + D wide. Without it the block is the reference's, op for op.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// Hard search (docs/training.md "Lifelong sequences"): the category index and the hard-search batches
-// against a brute-force scan of the timeline, the train-target window, the full-history
+// Hard search (docs/training.md "Lifelong sequences"): the category index and the hard-search
+// batches against a brute-force scan of the timeline, the train-target window, the full-history
 // heuristics against a naive count, and the loader's refusals.
 #include <algorithm>
 #include <vector>

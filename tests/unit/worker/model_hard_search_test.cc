@@ -1,6 +1,6 @@
-// SIM with the hard-search GSU (ModelConfig::gsu = kHard, docs/training.md "Lifelong sequences"): no GSU
-// head and no GSU loss, and an ESU that is exactly the soft model's ESU when the soft top-k keeps
-// every slot; the config and batch checks. Its gradients are checked by finite differences in
+// SIM with the hard-search GSU (ModelConfig::gsu = kHard, docs/training.md "Lifelong sequences"):
+// no GSU head and no GSU loss, and an ESU that is exactly the soft model's ESU when the soft top-k
+// keeps every slot; the config and batch checks. Its gradients are checked by finite differences in
 // model_gradient_test.cc (cases sim_hard, sim_hard_dropout).
 #include <cmath>
 #include <map>
