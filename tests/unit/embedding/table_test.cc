@@ -436,12 +436,15 @@ TEST(EmbeddingStore, RowsStayFiniteAndRefusalsAreCounted) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The budget's charge for one row of an sgd table of dim 2 (no optimizer state): its 2 floats
+// plus the map slot (key, row index) and its control byte.
+constexpr int64_t kSgdDim2RowBytes = 2 * 4 + sizeof(std::pair<const uint64_t, uint32_t>) + 1;
+
 // In the store: a budget of N rows' bytes holds N rows; a pull needing one more is
 // RESOURCE_EXHAUSTED naming the table; held rows are still pulled and pushed.
 TEST(EmbeddingStore, TheMemoryBudgetRefusesNewRowsOnly) {
   StoreOptions o{42, 1};
-  // sgd, dim 2: no state; plus the map slot (key, row) and its control byte.
-  const int64_t row = 2 * 4 + sizeof(std::pair<const uint64_t, uint32_t>) + 1;
+  const int64_t row = kSgdDim2RowBytes;
   o.memory_budget_bytes = 10 * row;
   auto created = EmbeddingStore::Create({Table(3, "items", 2, 10)}, o);
   ASSERT_TRUE(created.ok()) << created.status();
@@ -581,7 +584,7 @@ TEST(EmbeddingStore, APushOfNewIdsCannotExceedTheCapacity) {
 // a later pull that fits is served and creates exactly its rows.
 TEST(EmbeddingStore, APullRefusedForTheBudgetCreatesNothing) {
   StoreOptions o{42, 16};
-  const int64_t row = 2 * 4 + sizeof(std::pair<const uint64_t, uint32_t>) + 1;
+  const int64_t row = kSgdDim2RowBytes;
   o.memory_budget_bytes = 1000 * row;
   auto created = EmbeddingStore::Create({Table(3, "items", 2, 10)}, o);
   ASSERT_TRUE(created.ok()) << created.status();
@@ -644,7 +647,7 @@ TEST(EmbeddingStore, APullBeyondTheCapacityCreatesNothing) {
 // served.
 TEST(EmbeddingStore, ConcurrentPullsNeverExceedTheBounds) {
   constexpr int kThreads = 8, kBatch = 37, kRounds = 200;
-  const int64_t row = 2 * 4 + sizeof(std::pair<const uint64_t, uint32_t>) + 1;
+  const int64_t row = kSgdDim2RowBytes;
   for (const bool by_capacity : {false, true}) {
     SCOPED_TRACE(by_capacity ? "capacity" : "budget");
     constexpr int64_t kLimit = 2000;
