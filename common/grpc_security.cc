@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/file_util.h"
 #include "common/job_credential.h"
+#include "common/log_window.h"
 #include "common/metrics.h"
 
 namespace sift {
@@ -273,23 +274,15 @@ void TranslateGrpcLog(gpr_log_func_args* args) {
   if (absl::StrContains(message, "No address added out of total")) return;
   if (absl::StrContains(message, "wrong version number")) {
     // Once per 10 s at most: a client retrying with backoff would print a line a second.
-    static std::mutex mu;
-    static absl::Time last = absl::InfinitePast();
-    static int64_t held_back = 0;
-    std::lock_guard<std::mutex> l(mu);
-    const absl::Time now = absl::Now();
-    if (now - last < absl::Seconds(10)) {
-      ++held_back;
-      return;
-    }
+    static LogWindow window(1, std::chrono::seconds(10));
+    int64_t held_back = 0;
+    if (!window.Admit(&held_back)) return;
     std::fprintf(
         stderr,
         "sift: TLS/plaintext mismatch: a TLS handshake failed because the other end does "
         "not speak TLS (a plaintext client of a server with --tls-dir, or a TLS client of "
         "a server without it; pass --tls-dir on both sides or on neither)%s\n",
         held_back > 0 ? absl::StrCat(" [", held_back, " more since the last line]").c_str() : "");
-    last = now;
-    held_back = 0;
     return;
   }
   std::fprintf(stderr, "%s%s %s:%d] %.*s\n", SeverityLetter(args->severity),
@@ -369,24 +362,13 @@ void RefusalRecorder::Record(absl::string_view method, const Principal& caller,
              {"grpc_code", std::string(GrpcServerMetrics::CodeName(code))}})
       .Increment();
   total_.fetch_add(1);
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (now - window_start_ >= kLogWindowSeconds) {
-    if (suppressed_ > 0) {
-      std::fprintf(stderr, "%s: %lld more refusals were not logged\n", server_name_.c_str(),
-                   static_cast<long long>(suppressed_));
-    }
-    window_start_ = now;
-    logged_in_window_ = 0;
-    suppressed_ = 0;
+  int64_t held_back = 0;
+  const bool log = log_window_.Admit(&held_back);
+  if (held_back > 0) {
+    std::fprintf(stderr, "%s: %lld more refusals were not logged\n", server_name_.c_str(),
+                 static_cast<long long>(held_back));
   }
-  if (logged_in_window_ >= kLogBurst) {
-    ++suppressed_;
-    return;
-  }
-  ++logged_in_window_;
+  if (!log) return;
   std::fprintf(stderr, "%s: refused %.*s from %s: %s: %.*s\n", server_name_.c_str(),
                static_cast<int>(method.size()), method.data(), who.Describe().c_str(),
                std::string(GrpcServerMetrics::CodeName(code)).c_str(),

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/log_window.h"
 #include "common/security.h"
 #include "common/status.h"
 #include "grpcpp/security/credentials.h"
@@ -129,10 +130,7 @@ class RefusalRecorder {
   prometheus::Family<prometheus::Counter>* family_;
   const std::string server_name_;
   std::atomic<int64_t> total_{0};
-  std::mutex mu_;
-  int64_t window_start_ = 0;  // guarded by mu_ (steady seconds)
-  int logged_in_window_ = 0;  // guarded by mu_
-  int64_t suppressed_ = 0;    // guarded by mu_
+  LogWindow log_window_{kLogBurst, std::chrono::seconds(kLogWindowSeconds)};
 };
 
 }  // namespace sift
