@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cli/exit_code.h"
 
@@ -34,9 +33,6 @@ StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> ConnectCoordinator(
   if (!client.ok()) {
     const Status& s = client.status();
     if (IsConnectionError(s)) {
-      if (absl::StrContains(s.message(), "TLS/plaintext mismatch")) {
-        return WithExitCode(s, kExitUsage);
-      }
       return WithExitCode(absl::UnavailableError(absl::StrCat(
                               "no coordinator at ", o.address, " (waited ",
                               absl::FormatDuration(connect_timeout), "): ", kStartHint)),

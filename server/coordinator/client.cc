@@ -40,7 +40,8 @@ StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
         std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options.connect_timeout);
     if (!channel->WaitForConnected(deadline)) {
       if (std::string hint = client->TransportHint(); !hint.empty()) {
-        return absl::UnavailableError(
+        // Not UNAVAILABLE: waiting does not mend it.
+        return absl::FailedPreconditionError(
             absl::StrCat("cannot talk to the coordinator at ", options.address, ": ", hint));
       }
       return absl::UnavailableError(absl::StrCat(

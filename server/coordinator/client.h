@@ -29,7 +29,9 @@ struct CoordinatorClientOptions {
 class CoordinatorClient {
  public:
   // Creates the channel and waits until it is connected. UNAVAILABLE naming the address when the
-  // coordinator cannot be reached within connect_timeout; INVALID_ARGUMENT for an empty address.
+  // coordinator cannot be reached within connect_timeout (FAILED_PRECONDITION when it answers in
+  // the other protocol: TLS against plaintext, TransportHint); INVALID_ARGUMENT for an empty
+  // address.
   // With connect_timeout == 0 it does not wait (calls fail UNAVAILABLE until it is up). The
   // errors of MakeChannelCredentials (a missing CA, a token file readable by others).
   static StatusOr<std::unique_ptr<CoordinatorClient>> Connect(

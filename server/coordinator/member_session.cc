@@ -31,8 +31,8 @@ StatusOr<std::unique_ptr<MemberSession>> MemberSession::Start(CoordinatorClient*
     if (!probed && absl::IsUnavailable(st)) {
       probed = true;
       if (std::string hint = client->TransportHint(); !hint.empty()) {
-        return absl::UnavailableError(absl::StrCat("cannot register with the coordinator at ",
-                                                   client->address(), ": ", hint));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot register with the coordinator at ", client->address(), ": ", hint));
       }
     }
     if (absl::Now() >= deadline) {

@@ -31,7 +31,8 @@ class MemberSession {
   using AssignmentListener = std::function<void(const std::optional<pb::Assignment>&)>;
 
   // Registers `request` (retrying UNAVAILABLE, and ALREADY_EXISTS of a live slot, until
-  // `register_timeout`, or until StopRequested(): CANCELLED) and starts heartbeating. `client` must
+  // `register_timeout`, or until StopRequested(): CANCELLED; FAILED_PRECONDITION at once when the
+  // coordinator speaks the other protocol, TLS or plaintext) and starts heartbeating. `client` must
   // outlive the session. For an EMBEDDING_SERVER, the heartbeats report the latest assignment
   // as what it serves, after `listener` saw it.
   static StatusOr<std::unique_ptr<MemberSession>> Start(CoordinatorClient* client,
