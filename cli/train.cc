@@ -202,6 +202,7 @@ void AddTrainerFlags(CLI::App* cmd, TrainFlags* f, bool bench) {
   cmd->add_option("--gsu", f->gsu,
                   "SIM search unit: soft (the reference) or hard (the newest --top-k events of the "
                   "target's category among --long-seq-length; docs/training.md)")
+      ->check(CLI::IsMember({"soft", "hard"}))
       ->capture_default_str();
   cmd->add_flag("--time-embedding", m.time_embedding,
                 "SIM: embed each long slot's time gap to the sample (log2 buckets) in the ESU; "
