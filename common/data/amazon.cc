@@ -22,8 +22,6 @@
 namespace sift::data {
 namespace {
 
-constexpr size_t kReadChunk = size_t{1} << 20;
-constexpr int64_t kProgressEvery = int64_t{1} << 22;
 // nlohmann's messages quote the last token read, which can be a whole review text.
 constexpr size_t kMaxMessageBytes = 240;
 
@@ -38,23 +36,6 @@ std::string Truncated(std::string s) {
 std::string BaseName(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-// A stable 64-bit hash of a string (the pass-1 user key; see the header).
-uint64_t StringHash(absl::string_view s) {
-  uint64_t h = Mix64(s.size());
-  size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
-    uint64_t w;
-    std::memcpy(&w, s.data() + i, 8);
-    h = HashCombine(h, w);
-  }
-  if (i < s.size()) {
-    uint64_t w = 0;
-    std::memcpy(&w, s.data() + i, s.size() - i);
-    h = HashCombine(h, w);
-  }
-  return h;
 }
 
 // ---- Reviews: a SAX handler that keeps reviewerID, asin and unixReviewTime. ----
@@ -195,131 +176,6 @@ bool IsSequence(const PyValue& v) {
   return v.kind == PyValue::Kind::kList || v.kind == PyValue::Kind::kTuple;
 }
 
-// ---- Scanning a file: lines read in order, parsed in parallel, consumed in order ----
-
-// A run of whole lines, read on the calling thread and parsed on a pool thread.
-template <typename Result>
-struct Job {
-  int64_t first_line = 0;  // number of the first line (1-based)
-  int64_t lines = 0;
-  std::string data;               // the lines, each followed by '\n' ('\r' already dropped)
-  std::vector<int64_t> overlong;  // numbers of the lines cut at kMaxLineBytes (stored empty)
-  // Filled by the pool thread:
-  Result result;
-  int64_t empty = 0;
-  std::vector<BadLine> bad;
-  Notification done;
-};
-
-// Runs parse_line on every non-empty line of the job (a non-OK status makes the line bad).
-template <typename Result, typename ParseLine>
-void ParseJob(const ParseLine& parse_line, Job<Result>* job) {
-  size_t pos = 0, next_overlong = 0;
-  for (int64_t n = job->first_line; n < job->first_line + job->lines; ++n) {
-    const size_t nl = job->data.find('\n', pos);
-    const absl::string_view line(job->data.data() + pos, nl - pos);
-    pos = nl + 1;
-    if (next_overlong < job->overlong.size() && job->overlong[next_overlong] == n) {
-      ++next_overlong;
-      job->bad.push_back(
-          BadLine{n, absl::StrCat("line longer than ", LineReader::kMaxLineBytes >> 20, " MiB")});
-    } else if (line.empty()) {
-      ++job->empty;
-    } else if (Status st = parse_line(line, n, &job->result); !st.ok()) {
-      job->bad.push_back(BadLine{n, std::string(st.message())});
-    }
-  }
-}
-
-// Reads every line of `path` in chunks; `parse_line(line, number, Result*) -> Status` runs on
-// `pool` (inline when null) and must be thread-safe; `consume(Result&&, std::vector<BadLine>*)
-// -> Status` runs on the caller's thread in file order and may add bad lines of its own (e.g.
-// duplicates, which need the lines before). Counts and the first bad lines go to *report.
-template <typename Result, typename ParseLine, typename Consume>
-Status ScanFile(const std::string& path, absl::string_view phase, const AmazonOptions& options,
-                ThreadPool* pool, FileReport* report, const ParseLine& parse_line,
-                const Consume& consume) {
-  *report = FileReport();
-  report->path = path;
-  SIFT_ASSIGN_OR_RETURN(std::unique_ptr<LineReader> reader, LineReader::Open(path));
-  const size_t max_in_flight = pool ? 4 * static_cast<size_t>(pool->num_threads()) : 1;
-  std::deque<std::unique_ptr<Job<Result>>> in_flight;
-  int64_t next_progress = kProgressEvery;
-
-  auto finish_oldest = [&]() -> Status {
-    std::unique_ptr<Job<Result>> job = std::move(in_flight.front());
-    in_flight.pop_front();
-    job->done.WaitForNotification();
-    report->lines += job->lines;
-    report->empty_lines += job->empty;
-    SIFT_RETURN_IF_ERROR(consume(std::move(job->result), &job->bad));
-    std::stable_sort(job->bad.begin(), job->bad.end(),
-                     [](const BadLine& x, const BadLine& y) { return x.line < y.line; });
-    report->bad_lines += static_cast<int64_t>(job->bad.size());
-    for (BadLine& bad : job->bad) {
-      if (report->first_bad.size() >= static_cast<size_t>(kMaxReportedBadLines)) break;
-      report->first_bad.push_back(std::move(bad));
-    }
-    if (options.progress && report->lines >= next_progress) {
-      options.progress(phase, report->lines);
-      next_progress = (report->lines / kProgressEvery + 1) * kProgressEvery;
-    }
-    return Status();
-  };
-
-  auto run = [&]() -> Status {
-    absl::string_view line;
-    bool overlong = false, more = true;
-    while (more) {
-      auto job = std::make_unique<Job<Result>>();
-      job->first_line = reader->line_number() + 1;
-      while (job->data.size() < options.chunk_bytes) {
-        SIFT_ASSIGN_OR_RETURN(more, reader->Next(&line, &overlong));
-        if (!more) break;
-        ++job->lines;
-        if (overlong) {
-          job->overlong.push_back(reader->line_number());
-        } else {
-          job->data.append(line.data(), line.size());
-        }
-        job->data.push_back('\n');
-      }
-      if (job->lines == 0) break;
-      if (pool == nullptr) {
-        ParseJob(parse_line, job.get());
-        job->done.Notify();
-      } else {
-        Job<Result>* raw = job.get();
-        pool->Schedule([raw, &parse_line] {
-          ParseJob(parse_line, raw);
-          raw->done.Notify();
-        });
-      }
-      in_flight.push_back(std::move(job));
-      while (in_flight.size() >= max_in_flight) SIFT_RETURN_IF_ERROR(finish_oldest());
-    }
-    while (!in_flight.empty()) SIFT_RETURN_IF_ERROR(finish_oldest());
-    return Status();
-  };
-  const Status status = run();
-  // On an error, jobs may still run on the pool: they reference this frame.
-  for (const auto& job : in_flight) job->done.WaitForNotification();
-  if (status.ok() && options.progress) options.progress(phase, report->lines);
-  return status;
-}
-
-Status CheckBadFraction(const FileReport& r, double max_fraction) {
-  const int64_t candidates = r.lines - r.empty_lines;
-  if (r.bad_lines == 0 || candidates == 0) return Status();
-  const double fraction = static_cast<double>(r.bad_lines) / static_cast<double>(candidates);
-  if (fraction <= max_fraction) return Status();
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "%s: %d of %d non-empty lines are bad (%.4g%%, more than the allowed %.4g%%); first: line "
-      "%d: %s",
-      r.path, r.bad_lines, candidates, 100 * fraction, 100 * max_fraction, r.first_bad[0].line,
-      r.first_bad[0].what));
-}
-
 Status ValidateOptions(const AmazonOptions& o) {
   if (o.reviews_path.empty() || o.meta_path.empty() || o.out_dir.empty()) {
     return absl::InvalidArgumentError(
@@ -343,129 +199,12 @@ Status ValidateOptions(const AmazonOptions& o) {
   return Status();
 }
 
-// Interns strings into dense local indices (first-seen order).
-class Interner {
- public:
-  uint32_t Intern(std::string&& s) {
-    auto [it, inserted] = index_.try_emplace(s, static_cast<uint32_t>(names_.size()));
-    if (inserted) names_.push_back(std::move(s));
-    return it->second;
-  }
-  // Index of `s`, or -1.
-  int64_t Find(absl::string_view s) const {
-    auto it = index_.find(s);
-    return it == index_.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
-  }
-  size_t size() const { return names_.size(); }
-  const std::string& name(uint32_t i) const { return names_[i]; }
-
- private:
-  absl::flat_hash_map<std::string, uint32_t> index_;
-  std::vector<std::string> names_;
-};
-
-// Ids 1..K for the marked entries of `names`, in ascending byte order of the names; 0 for the
-// unmarked ones. Returns K.
-int64_t AssignSortedIds(const Interner& names, const std::vector<bool>& used,
-                        std::vector<int32_t>* ids) {
-  std::vector<uint32_t> order;
-  for (uint32_t i = 0; i < names.size(); ++i) {
-    if (used[i]) order.push_back(i);
-  }
-  std::sort(order.begin(), order.end(),
-            [&](uint32_t a, uint32_t b) { return names.name(a) < names.name(b); });
-  ids->assign(names.size(), 0);
-  for (size_t r = 0; r < order.size(); ++r) (*ids)[order[r]] = static_cast<int32_t>(r + 1);
-  return static_cast<int64_t>(order.size());
-}
-
 struct KeptRow {
   uint32_t user, item;  // local indices
   int64_t time;
 };
 
 }  // namespace
-
-// ---- LineReader ----
-
-namespace {
-Status OpenError(const std::string& path, int err) {
-  return Status(err == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
-                absl::StrCat(path, ": cannot open: ", std::strerror(err)));
-}
-}  // namespace
-
-StatusOr<std::unique_ptr<LineReader>> LineReader::Open(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return OpenError(path, errno);
-  if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a file"));
-  }
-  gzFile gz = gzopen(path.c_str(), "rb");
-  if (gz == nullptr) return OpenError(path, errno);
-  gzbuffer(gz, 1u << 18);
-  std::unique_ptr<LineReader> r(new LineReader());
-  r->path_ = path;
-  r->gz_ = gz;
-  r->buf_.resize(kReadChunk);
-  return r;
-}
-
-LineReader::~LineReader() {
-  if (gz_ != nullptr) gzclose_r(static_cast<gzFile>(gz_));
-}
-
-Status LineReader::Fill() {
-  gzFile gz = static_cast<gzFile>(gz_);
-  const int n = gzread(gz, buf_.data(), static_cast<unsigned>(buf_.size()));
-  int errnum = Z_OK;
-  const char* msg = gzerror(gz, &errnum);
-  if (n < 0 || (errnum != Z_OK)) {
-    // zlib reports a truncated gzip stream as Z_BUF_ERROR with a short (or zero) read.
-    return absl::DataLossError(absl::StrCat(
-        path_, ": read error after line ", line_number_, ": ", msg ? msg : "unknown zlib error",
-        errnum == Z_BUF_ERROR ? " (truncated gzip file?)" : ""));
-  }
-  begin_ = 0;
-  end_ = static_cast<size_t>(n);
-  if (n == 0) eof_ = true;
-  return Status();
-}
-
-StatusOr<bool> LineReader::Next(absl::string_view* line, bool* overlong) {
-  carry_.clear();
-  *overlong = false;
-  while (true) {
-    if (begin_ < end_) {
-      const char* start = buf_.data() + begin_;
-      const size_t avail = end_ - begin_;
-      const void* nl = std::memchr(start, '\n', avail);
-      const size_t len = nl ? static_cast<size_t>(static_cast<const char*>(nl) - start) : avail;
-      if (nl != nullptr && carry_.empty() && !*overlong) {
-        *line = absl::string_view(start, len);
-      } else {
-        const size_t room = kMaxLineBytes - carry_.size();
-        carry_.append(start, std::min(len, room));
-        if (len > room) *overlong = true;
-        *line = carry_;
-      }
-      begin_ += len + (nl ? 1 : 0);
-      if (nl != nullptr) {
-        if (!line->empty() && line->back() == '\r') line->remove_suffix(1);
-        ++line_number_;
-        return true;
-      }
-    }
-    if (eof_) {
-      if (carry_.empty() && !*overlong) return false;
-      *line = carry_;
-      if (!line->empty() && line->back() == '\r') line->remove_suffix(1);
-      ++line_number_;
-      return true;
-    }
-    SIFT_RETURN_IF_ERROR(Fill());
-  }
-}
 
 // ---- Line parsers ----
 
@@ -524,12 +263,6 @@ Status ParseMetaLine(absl::string_view line, MetaRow* row) {
   return Status();
 }
 
-std::vector<std::string> FileReport::BadLineMessages() const {
-  std::vector<std::string> out;
-  for (const BadLine& b : first_bad) out.push_back(absl::StrCat(path, ":", b.line, ": ", b.what));
-  return out;
-}
-
 // ---- The import ----
 
 StatusOr<AmazonReport> ImportAmazon(const AmazonOptions& options) {
@@ -539,6 +272,7 @@ StatusOr<AmazonReport> ImportAmazon(const AmazonOptions& options) {
   // Fail fast on a missing metadata file, before the long reviews passes.
   { SIFT_ASSIGN_OR_RETURN(std::unique_ptr<LineReader> probe, LineReader::Open(options.meta_path)); }
 
+  const ScanOptions scan{options.chunk_bytes, options.progress};
   const int threads = options.threads > 0 ? options.threads : AvailableCpus();
   std::unique_ptr<ThreadPool> pool;
   if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
@@ -560,7 +294,7 @@ StatusOr<AmazonReport> ImportAmazon(const AmazonOptions& options) {
       }
       return Status();
     };
-    SIFT_RETURN_IF_ERROR(ScanFile<Hashes>(options.reviews_path, "reviews pass 1", options,
+    SIFT_RETURN_IF_ERROR(ScanFile<Hashes>(options.reviews_path, "reviews pass 1", scan,
                                           pool.get(), &report.reviews, parse, count));
   }
   SIFT_RETURN_IF_ERROR(CheckBadFraction(report.reviews, options.max_bad_fraction));
@@ -590,7 +324,7 @@ StatusOr<AmazonReport> ImportAmazon(const AmazonOptions& options) {
       return Status();
     };
     FileReport pass2;
-    SIFT_RETURN_IF_ERROR(ScanFile<Rows>(options.reviews_path, "reviews pass 2", options, pool.get(),
+    SIFT_RETURN_IF_ERROR(ScanFile<Rows>(options.reviews_path, "reviews pass 2", scan, pool.get(),
                                         &pass2, parse, keep));
     if (pass2.lines != report.reviews.lines || pass2.bad_lines != report.reviews.bad_lines ||
         pass2.empty_lines != report.reviews.empty_lines) {
@@ -641,7 +375,7 @@ StatusOr<AmazonReport> ImportAmazon(const AmazonOptions& options) {
       }
       return Status();
     };
-    SIFT_RETURN_IF_ERROR(ScanFile<Metas>(options.meta_path, "meta", options, pool.get(),
+    SIFT_RETURN_IF_ERROR(ScanFile<Metas>(options.meta_path, "meta", scan, pool.get(),
                                          &report.meta, parse, categorise));
   }
   SIFT_RETURN_IF_ERROR(CheckBadFraction(report.meta, options.max_bad_fraction));

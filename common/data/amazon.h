@@ -26,13 +26,10 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/data/line_scan.h"
 #include "common/status.h"
 
 namespace sift::data {
-
-inline constexpr char kNoCategory[] = "no_category";
-// How many bad lines per file are kept for the report.
-inline constexpr int kMaxReportedBadLines = 5;
 
 struct AmazonOptions {
   std::string reviews_path;
@@ -46,23 +43,6 @@ struct AmazonOptions {
   size_t chunk_bytes = size_t{1} << 20;  // lines go to the parser threads in runs of ~this size
   // Called now and then while reading (phase name, lines read so far in that phase); optional.
   std::function<void(absl::string_view phase, int64_t lines)> progress;
-};
-
-struct BadLine {
-  int64_t line = 0;  // 1-based
-  std::string what;
-};
-
-struct FileReport {
-  std::string path;
-  int64_t lines = 0;        // lines read, empty ones included
-  int64_t empty_lines = 0;  // skipped
-  int64_t bad_lines = 0;
-  std::vector<BadLine> first_bad;  // the first kMaxReportedBadLines
-
-  int64_t good_lines() const { return lines - empty_lines - bad_lines; }
-  // "path:line: what", one per reported bad line.
-  std::vector<std::string> BadLineMessages() const;
 };
 
 struct AmazonReport {
@@ -80,37 +60,6 @@ struct AmazonReport {
 StatusOr<AmazonReport> ImportAmazon(const AmazonOptions& options);
 
 // ---- Building blocks, exposed for tests. ----
-
-// Reads '\n'-terminated lines from a gzip or plain file (detected by content), streaming. A '\r'
-// before the '\n' is dropped; no other character ends a line. A line longer than kMaxLineBytes is
-// returned truncated with `overlong` set (the caller reports it as bad). Not thread-safe.
-class LineReader {
- public:
-  static constexpr size_t kMaxLineBytes = size_t{64} << 20;
-
-  static StatusOr<std::unique_ptr<LineReader>> Open(const std::string& path);
-  ~LineReader();
-  LineReader(const LineReader&) = delete;
-  LineReader& operator=(const LineReader&) = delete;
-
-  // Sets *line to the next line (valid until the next call) and returns true, or returns false at
-  // the end of the file. A read error (e.g. a truncated gzip stream) is an error naming the file
-  // and the line.
-  StatusOr<bool> Next(absl::string_view* line, bool* overlong);
-  int64_t line_number() const { return line_number_; }  // of the last line returned
-
- private:
-  LineReader() = default;
-  Status Fill();
-
-  std::string path_;
-  void* gz_ = nullptr;  // gzFile
-  std::vector<char> buf_;
-  size_t begin_ = 0, end_ = 0;
-  bool eof_ = false;
-  std::string carry_;
-  int64_t line_number_ = 0;
-};
 
 struct ReviewRow {
   std::string user, item;

@@ -19,21 +19,13 @@ std::optional<double> MetaDouble(const YAML::Node& meta, const char* key) {
   }
 }
 
-// Histogram of valid history slots (capped at T) over the samples of a timeline split.
-std::vector<int64_t> TimelineHistoryHistogram(const Timeline& t, Split split, int64_t T) {
+// Histogram of valid history slots (capped at T) over the samples of a timeline split: the events
+// each sample has before its target (HistoryEvents knows the split rule: leave-last-K-out,
+// train_targets_per_user, stored impressions).
+std::vector<int64_t> TimelineHistoryHistogram(const SampleSource& src, Split split, int64_t T) {
   std::vector<int64_t> hist(static_cast<size_t>(T) + 1, 0);
-  for (int64_t u = 0; u < t.num_users(); ++u) {
-    const int64_t L = t.user_length(u);
-    if (split == Split::kTest) {
-      hist[std::min(L - 1, T)] += 2;
-      continue;
-    }
-    // Train targets at 0-based positions 1..L-2 have histories of length 1..L-2 (capped at T);
-    // each positive has a label-0 twin with the same history.
-    const int64_t n = L - 2;
-    const int64_t below = std::min(n, T - 1);
-    for (int64_t k = 1; k <= below; ++k) hist[k] += 2;
-    if (n >= T) hist[T] += 2 * (n - T + 1);
+  for (int64_t i = 0, n = src.NumSamples(split); i < n; ++i) {
+    ++hist[std::min(src.HistoryEvents(split, i), T)];
   }
   return hist;
 }
@@ -110,8 +102,8 @@ StatusOr<DatasetSummary> Summarize(const Dataset& ds) {
     std::vector<int64_t> lengths(static_cast<size_t>(longest) + 1, 0);
     for (int64_t u = 0; u < t->num_users(); ++u) ++lengths[t->user_length(u)];
     s.events_per_user = PercentilesOfHistogram(lengths);
-    s.train_history = PercentilesOfHistogram(TimelineHistoryHistogram(*t, Split::kTrain, T));
-    s.test_history = PercentilesOfHistogram(TimelineHistoryHistogram(*t, Split::kTest, T));
+    s.train_history = PercentilesOfHistogram(TimelineHistoryHistogram(ds.samples(), Split::kTrain, T));
+    s.test_history = PercentilesOfHistogram(TimelineHistoryHistogram(ds.samples(), Split::kTest, T));
   } else {
     // Explicit samples: users = distinct user ids over both splits.
     absl::flat_hash_set<int64_t> users;

@@ -10,13 +10,25 @@ namespace sift::data {
 
 TimelineSamples::TimelineSamples(const Timeline* timeline, uint64_t negative_seed,
                                  int64_t train_targets_per_user)
-    : timeline_(timeline), seed_(negative_seed), train_targets_(train_targets_per_user) {
+    : TimelineSamples(timeline, negative_seed,
+                      TimelineSamplesOptions{train_targets_per_user, 1, nullptr, nullptr}) {}
+
+TimelineSamples::TimelineSamples(const Timeline* timeline, uint64_t negative_seed,
+                                 const TimelineSamplesOptions& options)
+    : timeline_(timeline),
+      seed_(negative_seed),
+      train_targets_(options.train_targets_per_user),
+      test_events_(std::max<int64_t>(options.test_events, 1)),
+      train_imp_(options.train_impressions),
+      test_imp_(options.test_impressions) {
   const int64_t U = timeline->num_users();
   pair_offsets_.resize(U + 1);
   pair_offsets_[0] = 0;
   for (int64_t u = 0; u < U; ++u) {
     max_length_ = std::max(max_length_, timeline->user_length(u));
-    int64_t pairs = timeline->user_length(u) - 2;
+    int64_t pairs = has_impressions()
+                        ? 0
+                        : std::max<int64_t>(timeline->user_length(u) - 1 - test_events_, 0);
     if (train_targets_ > 0) pairs = std::min(pairs, train_targets_);
     pair_offsets_[u + 1] = pair_offsets_[u] + pairs;
   }
@@ -39,14 +51,22 @@ TimelineSamples::TimelineSamples(const Timeline* timeline, uint64_t negative_see
 
 int64_t TimelineSamples::NumSamples(Split split) const {
   if (split == Split::kValidation) return 0;
-  return split == Split::kTest ? 2 * timeline_->num_users() : 2 * pair_offsets_.back();
+  if (has_impressions()) return impressions(split)->size();
+  return split == Split::kTest ? 2 * timeline_->num_users() * test_events_
+                               : 2 * pair_offsets_.back();
 }
 
 void TimelineSamples::Locate(Split split, int64_t index, int64_t* user, int64_t* target_pos) const {
+  if (const ImpressionsFile* imp = impressions(split)) {
+    *user = imp->user(index);
+    *target_pos = imp->cutoff(index);
+    return;
+  }
   const int64_t pair = index >> 1;
   if (split == Split::kTest) {
-    *user = pair;
-    *target_pos = timeline_->user_length(pair) - 1;
+    const int64_t u = pair / test_events_;
+    *user = u;
+    *target_pos = timeline_->user_length(u) - test_events_ + pair % test_events_;
     return;
   }
   // The last user whose first pair is <= pair (users with L = 2 own no pairs and are skipped):
@@ -56,9 +76,9 @@ void TimelineSamples::Locate(Split split, int64_t index, int64_t* user, int64_t*
   auto it = std::upper_bound(pair_offsets_.begin() + lo + 1, pair_offsets_.begin() + hi + 1, pair);
   const int64_t u = (it - pair_offsets_.begin()) - 1;
   *user = u;
-  // The user's pairs are its last ones: targets end at position L_u - 2 (0-based).
+  // The user's pairs are its last ones: targets end at position L_u - 1 - K (0-based).
   const int64_t pairs = pair_offsets_[u + 1] - pair_offsets_[u];
-  *target_pos = (timeline_->user_length(u) - 1 - pairs) + (pair - pair_offsets_[u]);
+  *target_pos = (timeline_->user_length(u) - test_events_ - pairs) + (pair - pair_offsets_[u]);
 }
 
 int64_t TimelineSamples::HistoryEvents(Split split, int64_t index) const {
@@ -167,7 +187,8 @@ void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Spli
   const int32_t* events = tl.events();
   int64_t u, t0;
   src.Locate(split, index, &u, &t0);
-  const bool positive = (index & 1) == 0;
+  const ImpressionsFile* imp = src.impressions(split);
+  const bool positive = imp ? imp->label(index) != 0 : (index & 1) == 0;
   // Hard search: only the short slots hold the newest events; the long slots are searched.
   const bool hard = b->hard_search_window > 0;
   const int64_t L = std::min<int64_t>(t0, hard ? TS : T);  // history slots copied in time order
@@ -181,12 +202,18 @@ void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Spli
   // while the history is copied.
   const uint64_t base = NegativeBase(src.negative_seed(), split, index);
   const int32_t* tgt;
-  if (positive) {
+  if (imp != nullptr) {
+    tgt = imp->target(index);
+  } else if (positive) {
     tgt = tl.event(ubeg + t0);
   } else {
     tgt = events + NegativeEvent(base, 0, E) * static_cast<uint64_t>(F);
     __builtin_prefetch(tgt);
   }
+  // The time the long slots' time buckets count back from: the target's (the sample's, with
+  // impressions; a label-0 twin shares its positive's).
+  const int64_t target_time =
+      !b->has_long_time ? 0 : imp ? imp->time(index) : tl.timestamps()[ubeg + t0];
   const int64_t short_v0 = std::clamp(first_valid, TL, T);
   const int32_t* short_block[kNegativeBlock];
   DrawNegatives(events, F, E, base, T, short_v0, std::min(T, short_v0 + kNegativeBlock),
@@ -218,7 +245,7 @@ void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Spli
       const int64_t* ts = tl.timestamps() + ubeg;
       int32_t* out = b->LongTime(row);
       std::fill_n(out, pad, -1);
-      for (int64_t j = 0; j < long_valid; ++j) out[pad + j] = TimeBucket(ts[t0] - ts[found[j]]);
+      for (int64_t j = 0; j < long_valid; ++j) out[pad + j] = TimeBucket(target_time - ts[found[j]]);
     }
     for (int f = 0; f < F; ++f) {
       CopyPadded<kF>(hist + f, F, first_valid, TL, T, b->ShortHist(f, row));
@@ -236,7 +263,7 @@ void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Spli
       const int64_t v0 = std::min<int64_t>(first_valid, TL);
       std::fill_n(out, v0, -1);
       for (int64_t j = v0; j < TL; ++j) {
-        out[j] = TimeBucket(ts[t0] - ts[t0 - L + (j - first_valid)]);
+        out[j] = TimeBucket(target_time - ts[t0 - L + (j - first_valid)]);
       }
     }
   }

@@ -8,7 +8,7 @@ constexpr char kEventsMagic[] = "SIFTEVNT";
 constexpr char kUsersMagic[] = "SIFTUSER";
 }  // namespace
 
-Status WriteTimeline(const std::string& dir, const TimelineData& t) {
+Status WriteTimeline(const std::string& dir, const TimelineData& t, int64_t min_events) {
   const int64_t U = t.num_users(), E = t.num_events();
   const int F = t.num_item_features, UF = t.num_user_features;
   if (F <= 0 || U < 0 || static_cast<int64_t>(t.events.size()) != E * F) {
@@ -25,9 +25,10 @@ Status WriteTimeline(const std::string& dir, const TimelineData& t) {
     return absl::InvalidArgumentError("timeline: user offsets must run from 0 to the event count");
   }
   for (int64_t u = 0; u < U; ++u) {
-    if (t.user_offsets[u + 1] < t.user_offsets[u] + 2) {
+    if (t.user_offsets[u + 1] < t.user_offsets[u] + static_cast<uint64_t>(min_events) ||
+        t.user_offsets[u + 1] < t.user_offsets[u]) {
       return absl::InvalidArgumentError(
-          absl::StrCat("timeline: user ", u, " has fewer than 2 events"));
+          absl::StrCat("timeline: user ", u, " has fewer than ", min_events, " events"));
     }
   }
   SIFT_RETURN_IF_ERROR(MakeDirs(dir));
@@ -50,7 +51,8 @@ Status WriteTimeline(const std::string& dir, const TimelineData& t) {
   return us.Finish();
 }
 
-StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& dir, bool verify) {
+StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& dir, bool verify,
+                                                   int64_t min_events) {
   std::unique_ptr<Timeline> t(new Timeline());
   const std::string ev_path = JoinPath(dir, kEventsFile), us_path = JoinPath(dir, kUsersFile);
   SIFT_ASSIGN_OR_RETURN(t->events_file_, BinaryFile::Open(ev_path, kEventsMagic, verify));
@@ -99,9 +101,10 @@ StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& dir, bool 
         absl::StrCat(us_path, ": user offsets do not span the ", ec[0], " events"));
   }
   for (int64_t u = 0; u < t->num_users_; ++u) {
-    if (t->offsets_[u + 1] < t->offsets_[u] + 2) {
-      return absl::DataLossError(
-          absl::StrCat(us_path, ": user ", u, " has fewer than 2 events or offsets decrease"));
+    if (t->offsets_[u + 1] < t->offsets_[u] + static_cast<uint64_t>(min_events) ||
+        t->offsets_[u + 1] < t->offsets_[u]) {
+      return absl::DataLossError(absl::StrCat(us_path, ": user ", u, " has fewer than ", min_events,
+                                              " events or offsets decrease"));
     }
   }
   return t;

@@ -8,8 +8,9 @@
 //               sections: uint64 offsets[U+1] (user u owns events [offsets[u], offsets[u+1])),
 //                         int32 user_features[U][UF]
 //
-// Ids are 1-based (0 = padding). Every user has at least 2 events (one test target with a
-// non-empty history). Opening checks headers, sizes, that both files describe the same E, and
+// Ids are 1-based (0 = padding). Every user has at least `min_events` events: 2 by default (one
+// test target with a non-empty history); 0 for an impression dataset, whose samples are stored
+// apart (impressions.h) and whose users may have no event before their first sample. Opening checks headers, sizes, that both files describe the same E, and
 // that the offsets are monotone and end at E, so no later read can go out of bounds.
 #pragma once
 
@@ -42,13 +43,14 @@ struct TimelineData {
 };
 
 // Writes events.bin and users.bin into `dir` (each atomically). Fails on inconsistent sizes or a
-// user with fewer than 2 events.
-Status WriteTimeline(const std::string& dir, const TimelineData& t);
+// user with fewer than `min_events` events.
+Status WriteTimeline(const std::string& dir, const TimelineData& t, int64_t min_events = 2);
 
 // A memory-mapped, read-only timeline. Thread-safe (immutable after Open).
 class Timeline {
  public:
-  static StatusOr<std::unique_ptr<Timeline>> Open(const std::string& dir, bool verify);
+  static StatusOr<std::unique_ptr<Timeline>> Open(const std::string& dir, bool verify,
+                                                   int64_t min_events = 2);
 
   int64_t num_users() const { return num_users_; }
   int64_t num_events() const { return num_events_; }

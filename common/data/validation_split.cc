@@ -23,7 +23,8 @@ StatusOr<std::unique_ptr<HeldOutSamples>> HeldOutSamples::Create(const SampleSou
   }
   std::vector<int64_t> validation;
   int64_t users = 0;
-  if (const auto* t = dynamic_cast<const TimelineSamples*>(base)) {
+  const auto* t = dynamic_cast<const TimelineSamples*>(base);
+  if (t != nullptr && !t->has_impressions()) {
     // The last training pair of each validation user that owns at least two (so it keeps one).
     for (int64_t u = 0; u < t->num_users(); ++u) {
       const int64_t begin = t->first_train_pair(u), end = t->first_train_pair(u + 1);
