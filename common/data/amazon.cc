@@ -294,8 +294,8 @@ StatusOr<AmazonReport> ImportAmazon(const AmazonOptions& options) {
       }
       return Status();
     };
-    SIFT_RETURN_IF_ERROR(ScanFile<Hashes>(options.reviews_path, "reviews pass 1", scan,
-                                          pool.get(), &report.reviews, parse, count));
+    SIFT_RETURN_IF_ERROR(ScanFile<Hashes>(options.reviews_path, "reviews pass 1", scan, pool.get(),
+                                          &report.reviews, parse, count));
   }
   SIFT_RETURN_IF_ERROR(CheckBadFraction(report.reviews, options.max_bad_fraction));
   report.reviews_read = report.reviews.good_lines();
@@ -375,8 +375,8 @@ StatusOr<AmazonReport> ImportAmazon(const AmazonOptions& options) {
       }
       return Status();
     };
-    SIFT_RETURN_IF_ERROR(ScanFile<Metas>(options.meta_path, "meta", scan, pool.get(),
-                                         &report.meta, parse, categorise));
+    SIFT_RETURN_IF_ERROR(ScanFile<Metas>(options.meta_path, "meta", scan, pool.get(), &report.meta,
+                                         parse, categorise));
   }
   SIFT_RETURN_IF_ERROR(CheckBadFraction(report.meta, options.max_bad_fraction));
   for (size_t i = 0; i < items.size(); ++i) {

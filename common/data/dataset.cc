@@ -85,9 +85,10 @@ StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, bool ve
           absl::StrCat(spec_path, ": metadata.sift.format_version: expected an integer >= 1"));
     }
     if (version > kDatasetFormatVersion) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          spec_path, ": dataset format version ", version, " was written by a newer sift (this one reads up to ",
-          kDatasetFormatVersion, "): use that sift, or import the data again with this one"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(spec_path, ": dataset format version ", version,
+                       " was written by a newer sift (this one reads up to ", kDatasetFormatVersion,
+                       "): use that sift, or import the data again with this one"));
     }
   }
   SIFT_ASSIGN_OR_RETURN(const int64_t train_targets,
@@ -113,9 +114,9 @@ StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, bool ve
                             ImpressionsFile::Open(JoinPath(dir, kTestImpressionsFile), verify));
       for (const ImpressionsFile* f : {d->train_imp_.get(), d->test_imp_.get()}) {
         if (f->num_item_features() != F) {
-          return absl::InvalidArgumentError(absl::StrCat(f->path(), " holds ",
-                                                         f->num_item_features(),
-                                                         " item features; feature_spec.yaml declares ", F));
+          return absl::InvalidArgumentError(
+              absl::StrCat(f->path(), " holds ", f->num_item_features(),
+                           " item features; feature_spec.yaml declares ", F));
         }
       }
       options.train_impressions = d->train_imp_.get();
@@ -125,15 +126,14 @@ StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, bool ve
       const Timeline& t = *d->timeline_;
       for (int64_t u = 0; u < t.num_users(); ++u) {
         if (t.user_length(u) < d->test_events_ + 1) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              JoinPath(dir, kUsersFile), ": user ", u, " has ", t.user_length(u),
-              " events; metadata.sift.test_events = ", d->test_events_, " needs at least ",
-              d->test_events_ + 1));
+          return absl::InvalidArgumentError(
+              absl::StrCat(JoinPath(dir, kUsersFile), ": user ", u, " has ", t.user_length(u),
+                           " events; metadata.sift.test_events = ", d->test_events_,
+                           " needs at least ", d->test_events_ + 1));
         }
       }
     }
-    d->samples_ =
-        std::make_unique<TimelineSamples>(d->timeline_.get(), d->negative_seed_, options);
+    d->samples_ = std::make_unique<TimelineSamples>(d->timeline_.get(), d->negative_seed_, options);
   } else if (type == kSourceSamples) {
     SIFT_ASSIGN_OR_RETURN(d->train_file_,
                           SamplesFile::Open(JoinPath(dir, kTrainSamplesFile), verify));

@@ -274,7 +274,8 @@ class TableReader {
       } catch (const nlohmann::json::exception& e) {
         return absl::InvalidArgumentError(absl::StrCat("invalid JSON: ", e.what()));
       }
-      if (!ok) return absl::InvalidArgumentError(sax.error().empty() ? "invalid JSON" : sax.error());
+      if (!ok)
+        return absl::InvalidArgumentError(sax.error().empty() ? "invalid JSON" : sax.error());
       if (!sax.type_error_.empty()) return absl::InvalidArgumentError(sax.type_error_);
       for (size_t k = 0; k < keys_.size(); ++k) {
         if (!s->json_seen[k]) {
@@ -287,8 +288,8 @@ class TableReader {
     SIFT_RETURN_IF_ERROR(SplitDelimited(line, delimiter_, &s->fields, &s->quoted));
     if (static_cast<int>(s->fields.size()) < min_fields_) {
       return absl::InvalidArgumentError(absl::StrCat(s->fields.size(), " field",
-                                                     s->fields.size() == 1 ? "" : "s", ", expected at least ",
-                                                     min_fields_));
+                                                     s->fields.size() == 1 ? "" : "s",
+                                                     ", expected at least ", min_fields_));
     }
     for (int c : columns_) out->push_back(s->fields[c]);
     return Status();
@@ -315,9 +316,8 @@ Status ScanTable(const TableReader& table, absl::string_view phase, const ScanOp
     SIFT_RETURN_IF_ERROR(table.Parse(line, &scratch, &fields));
     return parse_row(fields, n, r);
   };
-  SIFT_RETURN_IF_ERROR(
-      ScanFile<Result>(table.path(), phase, scan, pool, report, parse, consume));
-  if (table.IsHeader(1) && report->lines > 0) ++report->empty_lines;  // the header is not data
+  SIFT_RETURN_IF_ERROR(ScanFile<Result>(table.path(), phase, scan, pool, report, parse, consume));
+  if (table.IsHeader(1) && report->lines > 0) report->header_lines = 1;
   return Status();
 }
 
@@ -349,8 +349,8 @@ Status ValidateOptions(const EventLogOptions& o, int64_t min_user_events) {
   }
   if (o.samples_path.empty() && min_user_events < o.test_events + 2) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "events: --min-user-events ", min_user_events, " is below --test-events + 2 = ",
-        o.test_events + 2, ": every user needs ", o.test_events,
+        "events: --min-user-events ", min_user_events,
+        " is below --test-events + 2 = ", o.test_events + 2, ": every user needs ", o.test_events,
         " test event(s), one training target and one event of history before it"));
   }
   if (!o.samples_path.empty() && o.test_from.empty()) {
@@ -370,14 +370,13 @@ Status ValidateOptions(const EventLogOptions& o, int64_t min_user_events) {
       return absl::InvalidArgumentError(
           "events: the category comes from --category or from --items, not both");
     }
-  } else if (!o.items_key.empty() || !o.items_category.empty() ||
-             !o.items_category_flags.empty()) {
+  } else if (!o.items_key.empty() || !o.items_category.empty() || !o.items_category_flags.empty()) {
     return absl::InvalidArgumentError(
         "events: --items-key/--items-category(-flags) need an items file (--items)");
   }
   if (!(o.max_bad_fraction >= 0 && o.max_bad_fraction <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "events: --max-bad-fraction must be in [0, 1], got ", o.max_bad_fraction));
+    return absl::InvalidArgumentError(
+        absl::StrCat("events: --max-bad-fraction must be in [0, 1], got ", o.max_bad_fraction));
   }
   if (o.history < 1) return absl::InvalidArgumentError("events: --history must be positive");
   for (const std::string* d : {&o.events.delimiter, &o.items.delimiter}) {
@@ -435,10 +434,9 @@ Status ParseTimestamp(absl::string_view text, TimeFormat format, int64_t* micros
   if (!AllDigits(digits) || (!frac.empty() && (!AllDigits(frac) || frac.size() > 6)) ||
       (frac.empty() && whole.size() != text.size() && text.back() != '.') ||
       !absl::SimpleAtoi(whole, &v)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("time ", Quote(text), ": not an integer number of ", unit,
-                     format == TimeFormat::kSeconds ? " (a fraction of up to 6 digits is allowed)"
-                                                    : ""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "time ", Quote(text), ": not an integer number of ", unit,
+        format == TimeFormat::kSeconds ? " (a fraction of up to 6 digits is allowed)" : ""));
   }
   const int64_t scale = format == TimeFormat::kSeconds  ? kMicrosPerSecond
                         : format == TimeFormat::kMillis ? 1000
@@ -498,9 +496,8 @@ Status SplitDelimited(absl::string_view line, absl::string_view delimiter,
       fields->push_back(absl::string_view(scratch->data() + start, scratch->size() - start));
       if (i == line.size()) return Status();
       if (line.substr(i, delimiter.size()) != delimiter) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("a quoted field is followed by ", Quote(line.substr(i, 10)),
-                         ", not the delimiter"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a quoted field is followed by ", Quote(line.substr(i, 10)), ", not the delimiter"));
       }
       pos = i + delimiter.size();
       continue;
@@ -602,7 +599,8 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
       const char* names[3] = {"user", "item", "category"};
       const int idx[3] = {f.user, f.item, f.category};
       for (int k = 0; k < tokens_per_row; ++k) {
-        if (fields[idx[k]].empty()) return absl::InvalidArgumentError(absl::StrCat("empty ", names[k]));
+        if (fields[idx[k]].empty())
+          return absl::InvalidArgumentError(absl::StrCat("empty ", names[k]));
       }
       int64_t t = 0;
       SIFT_RETURN_IF_ERROR(ParseTimestamp(fields[f.time], options.time_format, &t));
@@ -610,8 +608,7 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
       if (samples) {
         const absl::string_view l = fields[f.label];
         if (l != "0" && l != "1" && l != "true" && l != "false") {
-          return absl::InvalidArgumentError(
-              absl::StrCat("label ", Quote(l), ": expected 0 or 1"));
+          return absl::InvalidArgumentError(absl::StrCat("label ", Quote(l), ": expected 0 or 1"));
         }
         label = (l == "1" || l == "true") ? 1 : 0;
       } else if (min_value) {
@@ -675,9 +672,9 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
   }
   report.rows = static_cast<int64_t>(ev.time.size()) + report.rows_below_value;
   if (with_samples) {
-    SIFT_RETURN_IF_ERROR(ScanTable<RowChunk>(sample_table[0], "samples", options.scan,
-                                             pool.get(), &report.samples,
-                                             parse_rows(sample_fields, true), keep_rows(&smp)));
+    SIFT_RETURN_IF_ERROR(ScanTable<RowChunk>(sample_table[0], "samples", options.scan, pool.get(),
+                                             &report.samples, parse_rows(sample_fields, true),
+                                             keep_rows(&smp)));
     SIFT_RETURN_IF_ERROR(CheckBadFraction(report.samples, options.max_bad_fraction));
   }
   // 2. Users: at least min_user_events kept rows (and, with samples, a sample).
@@ -720,8 +717,8 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
             break;
           }
           if (v != "0") {
-            return absl::InvalidArgumentError(absl::StrCat(
-                options.items_category_flags[k], " ", Quote(v), ": a flag must be 0 or 1"));
+            return absl::InvalidArgumentError(absl::StrCat(options.items_category_flags[k], " ",
+                                                           Quote(v), ": a flag must be 0 or 1"));
           }
         }
       } else {
@@ -781,13 +778,12 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
   report.categories = AssignSortedIds(categories, category_used, &category_id);
   if (report.users == 0) {
     return absl::FailedPreconditionError(
-        with_samples
-            ? absl::StrCat(options.samples_path, ": no sample's user has at least ",
-                           min_user_events, " events (", smp.user.size(), " samples read)")
-            : absl::StrCat("events: no user has at least ", min_user_events, " rows (",
-                           report.rows - report.rows_below_value, " rows",
-                           min_value ? " at or above the value filter" : "", " from ",
-                           report.users_read, " users)"));
+        with_samples ? absl::StrCat(options.samples_path, ": no sample's user has at least ",
+                                    min_user_events, " events (", smp.user.size(), " samples read)")
+                     : absl::StrCat("events: no user has at least ", min_user_events, " rows (",
+                                    report.rows - report.rows_below_value, " rows",
+                                    min_value ? " at or above the value filter" : "", " from ",
+                                    report.users_read, " users)"));
   }
   constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max() - 1;
   if (report.users > kMaxId || report.items_kept > kMaxId) {
@@ -862,10 +858,10 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
     report.train_samples = train_imp.size();
     report.test_samples = test_imp.size();
     if (report.train_samples == 0 || report.test_samples == 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          options.samples_path, ": --test-from ", options.test_from, " leaves ",
-          report.train_samples, " training and ", report.test_samples,
-          " test samples: both splits need samples"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(options.samples_path, ": --test-from ", options.test_from, " leaves ",
+                       report.train_samples, " training and ", report.test_samples,
+                       " test samples: both splits need samples"));
     }
     if (E == 0) {
       return absl::FailedPreconditionError(
@@ -882,7 +878,8 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
   smp = Rows();
 
   // 7. Vocabularies and the dataset.
-  const FeatureSpec names = FeatureSpec::Reference({report.users}, {report.items_kept, report.categories}, options.history);
+  const FeatureSpec names = FeatureSpec::Reference(
+      {report.users}, {report.items_kept, report.categories}, options.history);
   std::vector<VocabTable> vocab(3);
   vocab[0].name = names.channel_spec.at(kUserChannel)[0];
   vocab[1].name = names.channel_spec.at(kTargetChannel)[0];
@@ -912,7 +909,7 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
                      : options.time_format == TimeFormat::kMillis ? "ms"
                      : options.time_format == TimeFormat::kMicros ? "us"
                                                                   : "iso8601";
-  m["category"] = row_category ? absl::StrCat("column ", options.category_column)
+  m["category"] = row_category  ? absl::StrCat("column ", options.category_column)
                   : items_table ? absl::StrCat("items file")
                                 : std::string("none (no_category)");
   if (min_value) {
@@ -940,8 +937,7 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
   SIFT_RETURN_IF_ERROR(WriteTimelineDataset(options.out_dir, t, {report.users},
                                             {report.items_kept, report.categories},
                                             options.negative_seed, meta, options.history, extras));
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - clock0).count();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock0).count();
   return report;
 }
 

@@ -96,11 +96,11 @@ struct EventLogOptions {
 struct EventLogReport {
   std::vector<FileReport> events;  // one per events file
   FileReport items, samples;
-  int64_t rows = 0;             // valid event rows
+  int64_t rows = 0;              // valid event rows
   int64_t rows_below_value = 0;  // dropped by the value filter
-  int64_t users_read = 0;       // distinct users among the kept-value rows
+  int64_t users_read = 0;        // distinct users among the kept-value rows
   int64_t users = 0, items_kept = 0, categories = 0, events_kept = 0;
-  int64_t items_without_category = 0;  // kept items with no category (no_category)
+  int64_t items_without_category = 0;           // kept items with no category (no_category)
   int64_t train_samples = 0, test_samples = 0;  // derived (pairs x 2) or stored
   int64_t samples_without_history = 0;          // stored samples with no earlier event
   double seconds = 0;

@@ -1,7 +1,7 @@
-// Labelled samples of an impression log (docs/data-formats.md "Impression datasets"): what was shown
-// to a user, when, and whether it was clicked. Stored per split as `<split>.impressions.bin` next to
-// a timeline (users.bin + events.bin) that holds every user's behaviour; a sample's history is the
-// user's events strictly before the sample's time, found at import and stored as a cutoff.
+// Labelled samples of an impression log (docs/data-formats.md "Impression datasets"): what was
+// shown to a user, when, and whether it was clicked. Stored per split as `<split>.impressions.bin`
+// next to a timeline (users.bin + events.bin) that holds every user's behaviour; a sample's history
+// is the user's events strictly before the sample's time, found at import and stored as a cutoff.
 //
 //   magic "SIFTIMPR", counts {N, F, 0}
 //   sections: int64 user[N]     (0-based row of users.bin)

@@ -102,8 +102,10 @@ StatusOr<DatasetSummary> Summarize(const Dataset& ds) {
     std::vector<int64_t> lengths(static_cast<size_t>(longest) + 1, 0);
     for (int64_t u = 0; u < t->num_users(); ++u) ++lengths[t->user_length(u)];
     s.events_per_user = PercentilesOfHistogram(lengths);
-    s.train_history = PercentilesOfHistogram(TimelineHistoryHistogram(ds.samples(), Split::kTrain, T));
-    s.test_history = PercentilesOfHistogram(TimelineHistoryHistogram(ds.samples(), Split::kTest, T));
+    s.train_history =
+        PercentilesOfHistogram(TimelineHistoryHistogram(ds.samples(), Split::kTrain, T));
+    s.test_history =
+        PercentilesOfHistogram(TimelineHistoryHistogram(ds.samples(), Split::kTest, T));
   } else {
     // Explicit samples: users = distinct user ids over both splits.
     absl::flat_hash_set<int64_t> users;

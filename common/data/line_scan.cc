@@ -98,7 +98,7 @@ std::vector<std::string> FileReport::BadLineMessages() const {
 }
 
 Status CheckBadFraction(const FileReport& r, double max_fraction) {
-  const int64_t candidates = r.lines - r.empty_lines;
+  const int64_t candidates = r.lines - r.header_lines - r.empty_lines;
   if (r.bad_lines == 0 || candidates == 0) return Status();
   const double fraction = static_cast<double>(r.bad_lines) / static_cast<double>(candidates);
   if (fraction <= max_fraction) return Status();
@@ -108,6 +108,5 @@ Status CheckBadFraction(const FileReport& r, double max_fraction) {
       r.path, r.bad_lines, candidates, 100 * fraction, 100 * max_fraction, r.first_bad[0].line,
       r.first_bad[0].what));
 }
-
 
 }  // namespace sift::data

@@ -36,12 +36,13 @@ struct BadLine {
 
 struct FileReport {
   std::string path;
-  int64_t lines = 0;        // lines read, empty ones included
-  int64_t empty_lines = 0;  // skipped
+  int64_t lines = 0;         // lines read, empty ones included
+  int64_t empty_lines = 0;   // skipped
+  int64_t header_lines = 0;  // a table's header (not data)
   int64_t bad_lines = 0;
   std::vector<BadLine> first_bad;  // the first kMaxReportedBadLines
 
-  int64_t good_lines() const { return lines - empty_lines - bad_lines; }
+  int64_t good_lines() const { return lines - header_lines - empty_lines - bad_lines; }
   // "path:line: what", one per reported bad line.
   std::vector<std::string> BadLineMessages() const;
 };

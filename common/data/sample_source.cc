@@ -26,9 +26,8 @@ TimelineSamples::TimelineSamples(const Timeline* timeline, uint64_t negative_see
   pair_offsets_[0] = 0;
   for (int64_t u = 0; u < U; ++u) {
     max_length_ = std::max(max_length_, timeline->user_length(u));
-    int64_t pairs = has_impressions()
-                        ? 0
-                        : std::max<int64_t>(timeline->user_length(u) - 1 - test_events_, 0);
+    int64_t pairs =
+        has_impressions() ? 0 : std::max<int64_t>(timeline->user_length(u) - 1 - test_events_, 0);
     if (train_targets_ > 0) pairs = std::min(pairs, train_targets_);
     pair_offsets_[u + 1] = pair_offsets_[u] + pairs;
   }
@@ -212,8 +211,9 @@ void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Spli
   }
   // The time the long slots' time buckets count back from: the target's (the sample's, with
   // impressions; a label-0 twin shares its positive's).
-  const int64_t target_time =
-      !b->has_long_time ? 0 : imp ? imp->time(index) : tl.timestamps()[ubeg + t0];
+  const int64_t target_time = !b->has_long_time ? 0
+                              : imp             ? imp->time(index)
+                                                : tl.timestamps()[ubeg + t0];
   const int64_t short_v0 = std::clamp(first_valid, TL, T);
   const int32_t* short_block[kNegativeBlock];
   DrawNegatives(events, F, E, base, T, short_v0, std::min(T, short_v0 + kNegativeBlock),
@@ -245,7 +245,8 @@ void MaterializeTimelineRow(const TimelineSamples& src, const Timeline& tl, Spli
       const int64_t* ts = tl.timestamps() + ubeg;
       int32_t* out = b->LongTime(row);
       std::fill_n(out, pad, -1);
-      for (int64_t j = 0; j < long_valid; ++j) out[pad + j] = TimeBucket(target_time - ts[found[j]]);
+      for (int64_t j = 0; j < long_valid; ++j)
+        out[pad + j] = TimeBucket(target_time - ts[found[j]]);
     }
     for (int f = 0; f < F; ++f) {
       CopyPadded<kF>(hist + f, F, first_valid, TL, T, b->ShortHist(f, row));

@@ -10,8 +10,9 @@
 //
 // Ids are 1-based (0 = padding). Every user has at least `min_events` events: 2 by default (one
 // test target with a non-empty history); 0 for an impression dataset, whose samples are stored
-// apart (impressions.h) and whose users may have no event before their first sample. Opening checks headers, sizes, that both files describe the same E, and
-// that the offsets are monotone and end at E, so no later read can go out of bounds.
+// apart (impressions.h) and whose users may have no event before their first sample. Opening checks
+// headers, sizes, that both files describe the same E, and that the offsets are monotone and end at
+// E, so no later read can go out of bounds.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +51,7 @@ Status WriteTimeline(const std::string& dir, const TimelineData& t, int64_t min_
 class Timeline {
  public:
   static StatusOr<std::unique_ptr<Timeline>> Open(const std::string& dir, bool verify,
-                                                   int64_t min_events = 2);
+                                                  int64_t min_events = 2);
 
   int64_t num_users() const { return num_users_; }
   int64_t num_events() const { return num_events_; }

@@ -8,9 +8,11 @@
   docs_check.py reference REPO SIFT
       docs/reference/cli.md and docs/reference/job-spec.md are what `sift help-markdown` (and
       `--job-spec`) print now: `make docs` regenerates them.
-  docs_check.py commands REPO SIFT FILE [--list]
+  docs_check.py commands REPO SIFT FILE [--list] [--fixtures DIR]
       Every ```sh block of FILE runs, in order, in one `bash -e` session in an empty temporary
-      directory, with SIFT's directory first on PATH and $SIFT_REPO the repository. A block whose
+      directory, with SIFT's directory first on PATH and $SIFT_REPO the repository. With
+      --fixtures, DIR's files and folders are copied into that directory first (a page whose
+      commands read files the reader has: tests/docs/fixtures/<page>/). A block whose
       info string says `needs-checkout` (make targets, run from a clone), `needs-gpu` or
       `needs-cluster` is not run; any other word after `sh` is an error, as is a file without a
       runnable block.
@@ -18,6 +20,7 @@ Exit 0 when everything holds; 1 with one line per problem (file:line: what) othe
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -153,9 +156,11 @@ def sh_blocks(path):
     return blocks
 
 
-def check_commands(repo, sift, page, list_only=False):
+def check_commands(repo, sift, page, list_only=False, fixtures=None):
     path = os.path.join(repo, page)
     problems = []
+    if fixtures is not None and not os.path.isdir(fixtures):
+        return [f"{page}: --fixtures {fixtures}: not a directory"]
     runnable = []
     for line, words, text in sh_blocks(path):
         unknown = [w for w in words if w not in MARKERS]
@@ -181,6 +186,8 @@ def check_commands(repo, sift, page, list_only=False):
     for var in ("SIFT_COORDINATOR", "SIFT_TLS_DIR", "SIFT_TOKEN_FILE"):
         env.pop(var, None)
     with tempfile.TemporaryDirectory(prefix="sift-docs-") as tmp:
+        if fixtures is not None:
+            shutil.copytree(fixtures, tmp, dirs_exist_ok=True)
         r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp, env=env,
                            capture_output=True, text=True, check=False)
     if r.returncode != 0:
@@ -202,8 +209,17 @@ def main(argv):
         problems = check_links(repo)
     elif mode == "reference" and len(argv) == 4:
         problems = check_reference(repo, argv[3])
-    elif mode == "commands" and len(argv) in (5, 6):
-        problems = check_commands(repo, argv[3], argv[4], list_only=argv[5:] == ["--list"])
+    elif mode == "commands" and len(argv) >= 5:
+        opts, list_only, fixtures = argv[5:], False, None
+        while opts:
+            if opts[0] == "--list":
+                list_only, opts = True, opts[1:]
+            elif opts[0] == "--fixtures" and len(opts) >= 2:
+                fixtures, opts = os.path.abspath(opts[1]), opts[2:]
+            else:
+                print(__doc__, file=sys.stderr)
+                return 2
+        problems = check_commands(repo, argv[3], argv[4], list_only=list_only, fixtures=fixtures)
     else:
         print(__doc__, file=sys.stderr)
         return 2

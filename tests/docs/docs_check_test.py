@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
 """docs_check.py against small trees made here: each check finds what it must find."""
+import contextlib
+import io
 import os
 import sys
 import tempfile
@@ -67,6 +69,39 @@ class CommandsTest(unittest.TestCase):
 
     def test_a_page_without_runnable_blocks_fails(self):
         self.assertIn("no runnable", self.run_page("```sh needs-checkout\nmake\n```\n")[0])
+
+
+class FixturesTest(unittest.TestCase):
+    def test_the_blocks_see_a_copy_of_the_fixtures(self):
+        with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as fixtures:
+            write(fixtures, "u.data", "196\t242\t3\t881250949\n")
+            write(fixtures, "ml-1m/ratings.dat", "1::1193::5::978300760\n")
+            write(root, "page.md", "```sh\ngrep -q 881250949 u.data\n"
+                                   "grep -q 1193 ml-1m/ratings.dat\nrm u.data\n```\n")
+            self.assertEqual(docs_check.check_commands(root, "/bin/true", "page.md",
+                                                       fixtures=fixtures), [])
+            self.assertTrue(os.path.exists(os.path.join(fixtures, "u.data")),
+                            "a block changed the fixtures themselves")
+            # without --fixtures the directory is empty
+            problems = docs_check.check_commands(root, "/bin/true", "page.md")
+            self.assertEqual(len(problems), 1, problems)
+            self.assertIn("the block exited", problems[0])
+
+    def test_the_command_line_takes_fixtures_and_refuses_a_missing_folder(self):
+        with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as fixtures:
+            write(fixtures, "events.csv", "user_id,item_id,timestamp\n")
+            write(root, "page.md", "```sh\ntest -s events.csv\n```\n")
+            argv = ["docs_check.py", "commands", root, "/bin/true", "page.md"]
+            with contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                self.assertEqual(docs_check.main(argv + ["--fixtures", fixtures]), 0)
+                self.assertEqual(docs_check.main(argv), 1)
+                self.assertEqual(docs_check.main(argv + ["--fixtures"]), 2)
+                self.assertEqual(docs_check.main(argv + ["--list", "--fixtures", fixtures]), 0)
+            missing = os.path.join(root, "nope")
+            self.assertEqual(docs_check.check_commands(root, "/bin/true", "page.md",
+                                                       fixtures=missing),
+                             [f"page.md: --fixtures {missing}: not a directory"])
 
 
 if __name__ == "__main__":
