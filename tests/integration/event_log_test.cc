@@ -100,7 +100,8 @@ std::unique_ptr<Dataset> OpenOk(const std::string& dir) {
 TEST(EventLogTest, TiesKeepFileOrderAndUsersUnderTheMinimumLeaveNoToken) {
   TempDir tmp;
   // u1: 22 rows; the first three listed share one second and are out of item order; the fourth,
-  // earlier, moves before them; the 18 rows listed after them are older still. "short" has 19 rows: dropped, and its only item
+  // earlier, moves before them; the 18 rows listed after them are older still. "short" has 19 rows:
+  // dropped, and its only item
   // ("only_short") must not get an id.
   std::string csv = "user,item,cat,ts\n";
   for (int k = 0; k < 19; ++k) absl::StrAppend(&csv, "short,only_short,cx,", kT0 + k, "\n");
@@ -182,11 +183,14 @@ TEST(EventLogTest, EveryTimeFormatOrdersAtFullPrecision) {
     std::vector<int64_t> seconds;    // stored, in file order
   };
   const std::vector<Case> cases = {
-      {TimeFormat::kSeconds, {"1700000000.5", "1700000000.25", "1700000001"},
+      {TimeFormat::kSeconds,
+       {"1700000000.5", "1700000000.25", "1700000001"},
        {1700000000, 1700000000, 1700000001}},
-      {TimeFormat::kMillis, {"1700000000500", "1700000000250", "1700000001000"},
+      {TimeFormat::kMillis,
+       {"1700000000500", "1700000000250", "1700000001000"},
        {1700000000, 1700000000, 1700000001}},
-      {TimeFormat::kMicros, {"1700000000000500", "1700000000000250", "1700000001000000"},
+      {TimeFormat::kMicros,
+       {"1700000000000500", "1700000000000250", "1700000001000000"},
        {1700000000, 1700000000, 1700000001}},
       {TimeFormat::kIso8601,
        {"2023-11-14T22:13:20.5Z", "2023-11-14T23:13:20.25+01:00", "2023-11-14T22:13:21Z"},
@@ -198,10 +202,18 @@ TEST(EventLogTest, EveryTimeFormatOrdersAtFullPrecision) {
     for (int k = 0; k < 20; ++k) {
       std::string t;
       switch (c.format) {
-        case TimeFormat::kSeconds: t = absl::StrCat(1600000000 + k); break;
-        case TimeFormat::kMillis: t = absl::StrCat(1600000000 + k, "000"); break;
-        case TimeFormat::kMicros: t = absl::StrCat(1600000000 + k, "000000"); break;
-        case TimeFormat::kIso8601: t = absl::StrCat("2020-09-13T12:26:", 10 + k, "Z"); break;
+        case TimeFormat::kSeconds:
+          t = absl::StrCat(1600000000 + k);
+          break;
+        case TimeFormat::kMillis:
+          t = absl::StrCat(1600000000 + k, "000");
+          break;
+        case TimeFormat::kMicros:
+          t = absl::StrCat(1600000000 + k, "000000");
+          break;
+        case TimeFormat::kIso8601:
+          t = absl::StrCat("2020-09-13T12:26:", 10 + k, "Z");
+          break;
       }
       absl::StrAppend(&csv, "u,f", k, ",c,", t, "\n");
     }
@@ -301,7 +313,8 @@ TEST(EventLogTest, ItemsFileFirstTokenFlagsAndNoCategory) {
   for (int k = 0; k < 22; ++k) absl::StrAppend(&csv, "x,", items[k % 4], ",", kT0 + k, "\n");
   WriteAll(tmp.Sub("e.csv"), csv);
   // m1: two genres, the first wins; m3: absent from the items file; m4: empty field.
-  WriteAll(tmp.Sub("items.csv"), "id,title,genres\nm1,\"A, B\",Drama|Comedy\nm2,C,War\nm4,D,\nzz,E,Noir\n");
+  WriteAll(tmp.Sub("items.csv"),
+           "id,title,genres\nm1,\"A, B\",Drama|Comedy\nm2,C,War\nm4,D,\nzz,E,Noir\n");
   EventLogOptions o = Options(tmp, tmp.Sub("e.csv"));
   o.user_column = "u";
   o.item_column = "it";
@@ -324,8 +337,7 @@ TEST(EventLogTest, ItemsFileFirstTokenFlagsAndNoCategory) {
   EXPECT_THAT(Tokens(*ds, 2), ElementsAre("Drama", "War", "no_category"));
 
   // Genre flags (MovieLens-100K's u.item): the first listed flag set to 1 names the category.
-  WriteAll(tmp.Sub("u.item"),
-           "m1|T1|0|1|1\nm2|T2|1|0|0\nm3|T3|0|0|0\nm4|T4|0|0|1\n");
+  WriteAll(tmp.Sub("u.item"), "m1|T1|0|1|1\nm2|T2|1|0|0\nm3|T3|0|0|0\nm4|T4|0|0|1\n");
   o.items_path = tmp.Sub("u.item");
   o.items.columns = {"id", "title", "unknown", "Action", "Adventure"};
   o.items.delimiter = "|";
@@ -347,8 +359,10 @@ TEST(EventLogTest, ValueFilterCountsRowsBeforeTheUserMinimum) {
   TempDir tmp;
   // "a" has 25 rows, 5 of them rated 2: 20 kept rows stay. "b" has 21 rows, 3 rated 1: 18, dropped.
   std::string csv = "user,item,rating,ts\n";
-  for (int k = 0; k < 25; ++k) absl::StrAppend(&csv, "a,i", k, ",", k < 5 ? "2" : "4.5", ",", kT0 + k, "\n");
-  for (int k = 0; k < 21; ++k) absl::StrAppend(&csv, "b,i", k, ",", k < 3 ? "1" : "5", ",", kT0 + k, "\n");
+  for (int k = 0; k < 25; ++k)
+    absl::StrAppend(&csv, "a,i", k, ",", k < 5 ? "2" : "4.5", ",", kT0 + k, "\n");
+  for (int k = 0; k < 21; ++k)
+    absl::StrAppend(&csv, "b,i", k, ",", k < 3 ? "1" : "5", ",", kT0 + k, "\n");
   WriteAll(tmp.Sub("e.csv"), csv);
   EventLogOptions o = Options(tmp, tmp.Sub("e.csv"));
   o.category_column.clear();
@@ -455,7 +469,8 @@ TEST(EventLogTest, ImpressionLabelsOtherThanZeroOrOneAreBadLines) {
   EXPECT_EQ(r->samples.first_bad[0].line, 3);
   EXPECT_THAT(r->samples.first_bad[0].what, HasSubstr("label '2': expected 0 or 1"));
   o.max_bad_fraction = 0.1;
-  EXPECT_THAT(ImportEventLog(o).status().message(), HasSubstr("s.csv: 1 of 3 non-empty lines are bad"));
+  EXPECT_THAT(ImportEventLog(o).status().message(),
+              HasSubstr("s.csv: 1 of 3 non-empty lines are bad"));
 }
 
 // ---- Bad input ----
@@ -482,7 +497,8 @@ TEST(EventLogTest, BadInputIsNamed) {
   o.events_paths = {tmp.Sub("bad.csv")};
   auto st = ImportEventLog(o).status();
   EXPECT_THAT(st.message(), HasSubstr("bad.csv: 1 of 26 non-empty lines are bad"));
-  EXPECT_THAT(st.message(), HasSubstr("line 27: time 'yesterday': not an integer number of seconds"));
+  EXPECT_THAT(st.message(),
+              HasSubstr("line 27: time 'yesterday': not an integer number of seconds"));
   o.max_bad_fraction = 0.05;
   auto r = ImportEventLog(o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -496,9 +512,9 @@ TEST(EventLogTest, BadInputIsNamed) {
   o.max_bad_fraction = 0.1;
   r = ImportEventLog(o);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_THAT(r->events[0].BadLineMessages(),
-              ElementsAre(HasSubstr(":27: 2 fields, expected at least 4"),
-                          HasSubstr(":28: empty user")));
+  EXPECT_THAT(
+      r->events[0].BadLineMessages(),
+      ElementsAre(HasSubstr(":27: 2 fields, expected at least 4"), HasSubstr(":28: empty user")));
 
   // An items file with two rows for one key names both lines.
   WriteAll(tmp.Sub("items.csv"), "id,genre\ni1,A\ni2,B\ni1,C\n");
@@ -591,12 +607,35 @@ TEST(EventLogTest, CommandImportsAndInspectPrintsAUserByToken) {
   WriteAll(tmp.Sub("movies.dat"),
            "100::Toy Story (1995)::Animation|Children's\n101::Heat (1995)::Action|Crime\n"
            "102::A::Drama\n103::B::Drama\n104::C::Comedy\n");
-  const auto r = RunSift({"data", "events", "--events", tmp.Sub("ratings.dat"), "--delimiter",
-                          "::", "--columns", "user,movie,rating,time", "--user", "user",
-                          "--item", "movie", "--time", "time", "--items", tmp.Sub("movies.dat"),
-                          "--items-delimiter", "::", "--items-columns", "id,title,genres",
-                          "--items-key", "id", "--items-category", "genres",
-                          "--category-separator", "|", "--test-events", "3", "--out",
+  const auto r = RunSift({"data",
+                          "events",
+                          "--events",
+                          tmp.Sub("ratings.dat"),
+                          "--delimiter",
+                          "::",
+                          "--columns",
+                          "user,movie,rating,time",
+                          "--user",
+                          "user",
+                          "--item",
+                          "movie",
+                          "--time",
+                          "time",
+                          "--items",
+                          tmp.Sub("movies.dat"),
+                          "--items-delimiter",
+                          "::",
+                          "--items-columns",
+                          "id,title,genres",
+                          "--items-key",
+                          "id",
+                          "--items-category",
+                          "genres",
+                          "--category-separator",
+                          "|",
+                          "--test-events",
+                          "3",
+                          "--out",
                           tmp.Sub("ds")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("kept: users 1, items 5, categories 4, events 22"));
