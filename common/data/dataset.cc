@@ -380,6 +380,7 @@ Status WriteSamplesDatasetSpec(const std::string& dir, const FeatureSpec& refere
   if (!spec.metadata.IsMap()) spec.metadata = YAML::Node(YAML::NodeType::Map);
   spec.metadata["sift"]["format_version"] = kDatasetFormatVersion;
   if (!spec.metadata["sift"]["negative_seed"]) spec.metadata["sift"]["negative_seed"] = 0;
+  spec.metadata["sift"].remove("vocab");  // no token file travels with stored samples
   spec.source_spec.clear();
   spec.source_spec["train"] = {
       SourceChunk{kSourceSamples, MaterialisedFeatures(spec), {kTrainSamplesFile}}};

@@ -537,6 +537,11 @@ StatusOr<TfrecordConvertStats> ExportTfrecord(const Dataset& dataset, const std:
   for (const Column& c : layout.columns)
     spec.feature_spec[c.name] = dataset.spec().feature_spec.at(c.name);
   spec.metadata = YAML::Clone(dataset.spec().metadata);
+  // The samples are written out: the timeline's split rule and token file do not travel.
+  if (spec.metadata.IsMap() && spec.metadata["sift"] && spec.metadata["sift"].IsMap()) {
+    spec.metadata["sift"].remove("test_events");
+    spec.metadata["sift"].remove("vocab");
+  }
 
   // A varint takes at most 10 bytes; keep every Example within protobuf's 2 GiB limit.
   const int64_t values_per_sample =
