@@ -126,7 +126,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1
 FUZZ_BUILD_DIR ?= build-fuzz-clang
 FUZZ_WORK_DIR ?= out/fuzz
-FUZZ_TARGETS ?= tfrecord tf_example feature_spec job_spec py_literal amazon_lines binary_file \
+FUZZ_TARGETS ?= tfrecord tf_example feature_spec job_spec py_literal amazon_lines event_log binary_file \
   dataset checkpoint_manifest snapshot embedding_shard coordinator
 FUZZ_PACKAGES := clang-14 libfuzzer-14-dev
 FUZZ_CFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
