@@ -111,6 +111,13 @@ Status RunInspect(const InspectOptions& o) {
     for (int i = 0; i < data::kNumHeuristics; ++i) {
       summary.heuristic_test_auc[data::HeuristicName(static_cast<data::Heuristic>(i))] = h.auc[i];
     }
+    // Over every earlier event, not 100 slots: the bar for a model that searches the whole
+    // history (SIM hard search, lifelong windows). Timelines with a category only.
+    if (ds->timeline() != nullptr && ds->spec().num_item_features() >= 2) {
+      SIFT_ASSIGN_OR_RETURN(data::FullHistoryAucs f, data::ComputeFullHistoryAucs(*ds, &pool));
+      summary.heuristic_test_auc[data::kFracFullHistory] = f.frac_full_history;
+      summary.heuristic_test_auc[data::kMixFullHistory] = f.mix_full_history;
+    }
     summary.heuristics_computed = true;
   }
   if (o.json) {

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
+#include "common/data/heuristics.h"
 
 namespace sift::data {
 namespace {
@@ -200,7 +201,8 @@ std::string SummaryToText(const DatasetSummary& s) {
   if (s.oracle_strong_test_auc) {
     line("oracle_strong test AUC", absl::StrFormat("%.4f", *s.oracle_strong_test_auc));
   }
-  for (const char* name : {"smooth_recency", "frac_all100", "frac_short10", "pop_item"}) {
+  for (const char* name : {"smooth_recency", "frac_all100", "frac_short10", "pop_item",
+                           kMixFullHistory, kFracFullHistory}) {
     auto it = s.heuristic_test_auc.find(name);
     if (it != s.heuristic_test_auc.end()) {
       line(absl::StrCat(name, " test AUC"),
