@@ -91,12 +91,12 @@ Status RunDataEvents(EventsFlags f) {
               static_cast<long long>(r.categories), static_cast<long long>(r.events_kept));
   if (!o.samples_path.empty()) {
     std::printf(
-        "samples %s: %lld lines, %lld bad; train %lld (before %s), test %lld; %lld with "
-        "no earlier event\n",
+        "samples %s: %lld lines, %lld bad, %lld dropped with their users (--min-user-events); "
+        "train %lld (before %s), test %lld; %lld with no earlier event\n",
         r.samples.path.c_str(), static_cast<long long>(r.samples.lines),
-        static_cast<long long>(r.samples.bad_lines), static_cast<long long>(r.train_samples),
-        o.test_from.c_str(), static_cast<long long>(r.test_samples),
-        static_cast<long long>(r.samples_without_history));
+        static_cast<long long>(r.samples.bad_lines), static_cast<long long>(r.samples_dropped),
+        static_cast<long long>(r.train_samples), o.test_from.c_str(),
+        static_cast<long long>(r.test_samples), static_cast<long long>(r.samples_without_history));
   } else {
     std::printf("samples: train %lld, test %lld (the last %lld event(s) of each user)\n",
                 static_cast<long long>(r.train_samples), static_cast<long long>(r.test_samples),
@@ -121,7 +121,7 @@ void AddDataEvents(CLI::App* data, Action* action) {
       ->take_all();
   cmd->add_option("--out", o.out_dir, "Output dataset directory")->required();
   cmd->add_option("--format", f->format,
-                  "auto: JSON lines when the first line starts with '{', else delimited")
+                  "auto: JSON lines when the first non-empty line starts with '{', else delimited")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "delimited", "jsonl"}));
   cmd->add_option("--delimiter", o.events.delimiter,

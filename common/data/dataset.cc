@@ -20,9 +20,10 @@ Status VerifyIds(const Dataset& d);
 Status CheckVocab(const Dataset& d);
 Status VerifyImpressions(const Dataset& d);
 
-// metadata.sift.<key> as an integer >= lo, or `absent` when the key is not there.
+// metadata.sift.<key> as an integer in [lo, 2^30], or `absent` when the key is not there.
 StatusOr<int64_t> MetaCount(const YAML::Node& sift_meta, const char* key, int64_t absent,
                             int64_t lo, const std::string& spec_path) {
+  constexpr int64_t kMax = int64_t{1} << 30;
   const YAML::Node n = sift_meta[key];
   if (!n) return absent;
   int64_t v = lo - 1;
@@ -30,9 +31,9 @@ StatusOr<int64_t> MetaCount(const YAML::Node& sift_meta, const char* key, int64_
     v = n.as<int64_t>();
   } catch (const YAML::Exception&) {
   }
-  if (v < lo) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(spec_path, ": metadata.sift.", key, ": expected an integer >= ", lo));
+  if (v < lo || v > kMax) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec_path, ": metadata.sift.", key, ": expected an integer in [", lo, ", ", kMax, "]"));
   }
   return v;
 }
@@ -125,7 +126,7 @@ StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, bool ve
       // Leave-last-K-out needs K test targets, the first with a history.
       const Timeline& t = *d->timeline_;
       for (int64_t u = 0; u < t.num_users(); ++u) {
-        if (t.user_length(u) < d->test_events_ + 1) {
+        if (t.user_length(u) - 1 < d->test_events_) {
           return absl::InvalidArgumentError(
               absl::StrCat(JoinPath(dir, kUsersFile), ": user ", u, " has ", t.user_length(u),
                            " events; metadata.sift.test_events = ", d->test_events_,

@@ -47,6 +47,11 @@ bool AllDigits(absl::string_view s) {
 
 int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
+// A UTF-8 byte-order mark at the start of a file is not part of its first field.
+absl::string_view StripBom(absl::string_view line) {
+  return absl::StartsWith(line, "\xEF\xBB\xBF") ? line.substr(3) : line;
+}
+
 // First token of a multi-valued field (the whole field without a separator).
 absl::string_view FirstToken(absl::string_view field, absl::string_view separator) {
   if (separator.empty()) return field;
@@ -183,14 +188,17 @@ class TableReader {
     SIFT_ASSIGN_OR_RETURN(std::unique_ptr<LineReader> reader, LineReader::Open(path));
     absl::string_view first;
     bool overlong = false, any = false;
-    while (true) {
-      SIFT_ASSIGN_OR_RETURN(any, reader->Next(&first, &overlong));
-      if (!any || !first.empty() || syntax.header) break;
-    }
+    SIFT_ASSIGN_OR_RETURN(any, reader->Next(&first, &overlong));
     if (!any) return absl::InvalidArgumentError(absl::StrCat(path, ": the file is empty"));
-    const std::string line(first);
+    const std::string line(StripBom(first));  // a header must be line 1
+    // The format from the first non-empty line.
+    std::string probe = line;
+    while (probe.empty() && any) {
+      SIFT_ASSIGN_OR_RETURN(any, reader->Next(&first, &overlong));
+      if (any) probe = std::string(first);
+    }
     t.json_ = syntax.format == TableSyntax::Format::kJsonLines ||
-              (syntax.format == TableSyntax::Format::kAuto && !line.empty() && line[0] == '{');
+              (syntax.format == TableSyntax::Format::kAuto && !probe.empty() && probe[0] == '{');
     if (t.json_) return t;
     t.delimiter_ = syntax.delimiter.empty() ? (IsCsvPath(path) ? "," : "\t") : syntax.delimiter;
     if (!syntax.columns.empty()) {
@@ -218,6 +226,9 @@ class TableReader {
   // (the return value) of Parse's output.
   StatusOr<int> Want(absl::string_view want, absl::string_view flag) {
     if (json_) {
+      for (size_t k = 0; k < keys_.size(); ++k) {
+        if (keys_[k] == want) return static_cast<int>(k);  // one key read for two options
+      }
       keys_.emplace_back(want);
       return static_cast<int>(keys_.size()) - 1;
     }
@@ -313,7 +324,9 @@ Status ScanTable(const TableReader& table, absl::string_view phase, const ScanOp
     if (table.IsHeader(n)) return Status();
     thread_local ParseScratch scratch;
     thread_local std::vector<absl::string_view> fields;
-    SIFT_RETURN_IF_ERROR(table.Parse(line, &scratch, &fields));
+    const absl::string_view text = n == 1 ? StripBom(line) : line;
+    if (text.empty()) return Status();  // a byte-order mark alone
+    SIFT_RETURN_IF_ERROR(table.Parse(text, &scratch, &fields));
     return parse_row(fields, n, r);
   };
   SIFT_RETURN_IF_ERROR(ScanFile<Result>(table.path(), phase, scan, pool, report, parse, consume));
@@ -352,6 +365,11 @@ Status ValidateOptions(const EventLogOptions& o, int64_t min_user_events) {
         "events: --min-user-events ", min_user_events,
         " is below --test-events + 2 = ", o.test_events + 2, ": every user needs ", o.test_events,
         " test event(s), one training target and one event of history before it"));
+  }
+  if (!o.samples_path.empty() && o.test_events != 1) {
+    return absl::InvalidArgumentError(
+        "events: --test-events applies to derived samples; with --samples the split is by time "
+        "(--test-from)");
   }
   if (!o.samples_path.empty() && o.test_from.empty()) {
     return absl::InvalidArgumentError(
@@ -410,7 +428,10 @@ Status ParseTimestamp(absl::string_view text, TimeFormat format, int64_t* micros
   if (format == TimeFormat::kIso8601) {
     absl::Time t;
     std::string err;
-    if (!absl::ParseTime(absl::RFC3339_full, text, &t, &err)) {
+    // absl also takes "infinite-future" and surrounding spaces; the rule does not.
+    const bool plain = !text.empty() && text[0] >= '0' && text[0] <= '9' &&
+                       text.find_first_of(" \t") == absl::string_view::npos;
+    if (!plain || !absl::ParseTime(absl::RFC3339_full, text, &t, &err)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "time ", Quote(text), ": not ISO-8601 with an offset (e.g. 2024-03-01T12:00:00Z)"));
     }
@@ -837,6 +858,7 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
     for (size_t r = 0; r < smp.user.size(); ++r) {
       if (user_kept[smp.user[r]]) kept.push_back(static_cast<uint32_t>(r));
     }
+    report.samples_dropped = static_cast<int64_t>(smp.user.size() - kept.size());
     std::stable_sort(kept.begin(), kept.end(), [&](uint32_t a, uint32_t b) {
       const int32_t ua = user_id[smp.user[a]], ub = user_id[smp.user[b]];
       return ua != ub ? ua < ub : smp.time[a] < smp.time[b];
@@ -917,7 +939,7 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
     m["rows_below_value"] = report.rows_below_value;
   }
   m["min_user_events"] = min_user_events;
-  m["test_events"] = options.test_events;
+  if (!with_samples) m["test_events"] = options.test_events;
   m["rows"] = report.rows;
   m["users_read"] = report.users_read;
   m["users"] = report.users;

@@ -24,8 +24,9 @@
 // count. Output is committed by feature_spec.yaml, written last (dataset.h): an import that fails
 // or is killed leaves no directory that opens as a dataset.
 //
-// Memory: ~16-20 bytes per kept row (SoA: user, item, [category,] time) plus the vocabularies,
-// then the timeline being written (16 bytes per event).
+// Memory: ~16-20 bytes per valid row (SoA: user, item, [category,] time; rows of users dropped
+// later included) plus the vocabularies, then, beside them, 4 bytes per kept event (the order),
+// the timeline being written (16 bytes per event) and, with samples, 8 more per event.
 #pragma once
 
 #include <cstdint>
@@ -103,6 +104,7 @@ struct EventLogReport {
   int64_t items_without_category = 0;           // kept items with no category (no_category)
   int64_t train_samples = 0, test_samples = 0;  // derived (pairs x 2) or stored
   int64_t samples_without_history = 0;          // stored samples with no earlier event
+  int64_t samples_dropped = 0;                  // samples of users under min_user_events
   double seconds = 0;
 };
 

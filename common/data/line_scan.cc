@@ -25,6 +25,14 @@ StatusOr<std::unique_ptr<LineReader>> LineReader::Open(const std::string& path) 
   if (S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a file"));
   }
+  if (!S_ISREG(st.st_mode)) {
+    // The importers read a file more than once (its header, then its rows; Amazon's two passes):
+    // a pipe would lose what the first read took.
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": not a regular file (a pipe or a device?): sift reads its input "
+                     "more than once; write it to a file first (gzip is read directly)"));
+  }
   gzFile gz = gzopen(path.c_str(), "rb");
   if (gz == nullptr) return OpenError(path, errno);
   gzbuffer(gz, 1u << 18);

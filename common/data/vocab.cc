@@ -53,7 +53,11 @@ StatusOr<std::unique_ptr<Vocab>> Vocab::Open(const std::string& path, bool verif
   if (sizes[0] != T) {
     return absl::DataLossError(absl::StrCat(path, ": the table list does not match the header"));
   }
+  const uint64_t payload = v->file_.header().payload_size;
   for (uint64_t k = 0; k <= T; ++k) {
+    if (sizes[k] >= payload / sizeof(uint64_t)) {  // each token needs an 8-byte offset
+      return absl::DataLossError(absl::StrCat(path, ": implausible token count ", sizes[k]));
+    }
     List l;
     l.size = static_cast<int64_t>(sizes[k]);
     SIFT_ASSIGN_OR_RETURN(const uint8_t* o, r.NextArray(sizes[k] + 1, sizeof(uint64_t)));

@@ -3,6 +3,7 @@
 // Dataset::Open (ids, tokens, order, splits, labelled samples) against the rule written out here.
 #include "common/data/event_log.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <map>
@@ -534,6 +535,48 @@ TEST(EventLogTest, BadInputIsNamed) {
   o.user_column = "user";
   EXPECT_THAT(ImportEventLog(o).status().message(),
               HasSubstr("this file has no header, so columns are 0-based numbers"));
+}
+
+TEST(EventLogTest, EdgesOfTheSyntax) {
+  TempDir tmp;
+  // JSON lines behind an empty first line and a byte-order mark, with one key read by two
+  // options (the time, and the value filter on it).
+  std::string jsonl = "\xEF\xBB\xBF\n";
+  for (int k = 0; k < 22; ++k) {
+    absl::StrAppend(&jsonl, R"({"user": "u", "item": "i)", k, R"(", "ts": )", kT0 + k, "}\n");
+  }
+  WriteAll(tmp.Sub("e.jsonl"), jsonl);
+  EventLogOptions o = Options(tmp, tmp.Sub("e.jsonl"));
+  o.category_column.clear();
+  o.min_value_column = "ts";
+  o.min_value = kT0 + 1;
+  auto r = ImportEventLog(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->events_kept, 21);
+  EXPECT_EQ(r->rows_below_value, 1);
+
+  // A byte-order mark before a CSV header is not part of the first column's name.
+  WriteAll(tmp.Sub("bom.csv"), "\xEF\xBB\xBFuser,item,cat,ts\n" + Rows("a", 22));
+  o = Options(tmp, tmp.Sub("bom.csv"));
+  ASSERT_TRUE(ImportEventLog(o).ok());
+
+  // ISO-8601 without what abseil also takes: "infinite-future", surrounding spaces.
+  int64_t us = 0;
+  EXPECT_FALSE(ParseTimestamp("infinite-future", TimeFormat::kIso8601, &us).ok());
+  EXPECT_FALSE(ParseTimestamp(" 2024-03-01T12:00:00Z", TimeFormat::kIso8601, &us).ok());
+
+  // A pipe would be read twice (the header, then the rows): refused, named.
+  const std::string fifo = tmp.Sub("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  o = Options(tmp, fifo);
+  EXPECT_THAT(ImportEventLog(o).status().message(), HasSubstr("not a regular file"));
+
+  // --test-events has no meaning for stored samples.
+  o = Options(tmp, tmp.Sub("bom.csv"));
+  o.samples_path = tmp.Sub("bom.csv");
+  o.test_from = "0";
+  o.test_events = 2;
+  EXPECT_THAT(ImportEventLog(o).status().message(), HasSubstr("--test-events applies to derived"));
 }
 
 TEST(EventLogTest, AFailedImportLeavesNoDatasetThatOpens) {
