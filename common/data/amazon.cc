@@ -14,156 +14,18 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "common/data/dataset.h"
+#include "common/data/json_fields.h"
 #include "common/data/py_literal.h"
 #include "common/hash.h"
 #include "common/thread_pool.h"
-#include "nlohmann/json.hpp"
 
 namespace sift::data {
 namespace {
-
-// nlohmann's messages quote the last token read, which can be a whole review text.
-constexpr size_t kMaxMessageBytes = 240;
-
-std::string Truncated(std::string s) {
-  if (s.size() > kMaxMessageBytes) {
-    s.resize(kMaxMessageBytes);
-    s += "...";
-  }
-  return s;
-}
 
 std::string BaseName(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
-
-// ---- Reviews: a SAX handler that keeps reviewerID, asin and unixReviewTime. ----
-
-class ReviewSax {
- public:
-  using json = nlohmann::json;
-  explicit ReviewSax(ReviewRow* row) : row_(row) {}
-
-  // The verdict after a successful parse.
-  Status Result() const {
-    for (int f = 0; f < kFields; ++f) {
-      if (!type_error_[f].empty()) return absl::InvalidArgumentError(type_error_[f]);
-      if (!seen_[f]) {
-        return absl::InvalidArgumentError(absl::StrCat("missing field '", kNames[f], "'"));
-      }
-    }
-    return Status();
-  }
-  const std::string& syntax_error() const { return syntax_error_; }
-
-  bool null() { return Scalar("null"); }
-  bool boolean(bool) { return Scalar("a boolean"); }
-  bool number_integer(json::number_integer_t v) {
-    if (depth_ == 1 && field_ == kTime) return Time(v);
-    return Scalar("an integer");
-  }
-  bool number_unsigned(json::number_unsigned_t v) {
-    if (depth_ == 1 && field_ == kTime) {
-      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return Wrong("an integer beyond int64");
-      }
-      return Time(static_cast<int64_t>(v));
-    }
-    return Scalar("an integer");
-  }
-  bool number_float(json::number_float_t, const json::string_t&) { return Scalar("a float"); }
-  bool string(json::string_t& s) {
-    if (depth_ == 1 && (field_ == kUser || field_ == kItem)) {
-      (field_ == kUser ? row_->user : row_->item) = std::move(s);
-      Accept();
-      return true;
-    }
-    return Scalar("a string");
-  }
-  bool binary(json::binary_t&) { return Scalar("binary data"); }
-  bool start_object(std::size_t) {
-    if (depth_ == 1) Wrong("an object");
-    ++depth_;
-    return true;
-  }
-  bool key(json::string_t& k) {
-    if (depth_ == 1) {
-      field_ = -1;
-      for (int f = 0; f < kFields; ++f) {
-        if (k == kNames[f]) field_ = f;
-      }
-    }
-    return true;
-  }
-  bool end_object() {
-    --depth_;
-    return true;
-  }
-  bool start_array(std::size_t) {
-    if (depth_ == 0) {
-      syntax_error_ = "expected a JSON object, got an array";
-      return false;
-    }
-    if (depth_ == 1) Wrong("an array");
-    ++depth_;
-    return true;
-  }
-  bool end_array() {
-    --depth_;
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
-    std::string what = ex.what();
-    // Drop the "[json.exception.parse_error.101] " prefix.
-    const size_t close = what.find("] ");
-    if (what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
-      what = what.substr(close + 2);
-    }
-    syntax_error_ = "invalid JSON: " + Truncated(std::move(what));
-    return false;
-  }
-
- private:
-  enum { kUser = 0, kItem = 1, kTime = 2, kFields = 3 };
-  static constexpr const char* kNames[kFields] = {"reviewerID", "asin", "unixReviewTime"};
-
-  bool Scalar(const char* what) {
-    if (depth_ == 0) {
-      syntax_error_ = absl::StrCat("expected a JSON object, got ", what);
-      return false;
-    }
-    if (depth_ == 1) Wrong(what);
-    return true;
-  }
-  // A wanted top-level field holds the wrong type; a later duplicate key may still fix it
-  // (the last value of a key wins, as in Python's json).
-  bool Wrong(const char* got) {
-    if (field_ >= 0) {
-      type_error_[field_] =
-          absl::StrCat(kNames[field_], ": expected ", field_ == kTime ? "an integer" : "a string",
-                       ", got ", got);
-      seen_[field_] = true;
-    }
-    return true;
-  }
-  bool Time(int64_t v) {
-    row_->time = v;
-    Accept();
-    return true;
-  }
-  void Accept() {
-    seen_[field_] = true;
-    type_error_[field_].clear();
-  }
-
-  ReviewRow* row_;
-  int depth_ = 0;
-  int field_ = -1;
-  bool seen_[kFields] = {false, false, false};
-  std::string type_error_[kFields];
-  std::string syntax_error_;
-};
 
 // ---- Metadata ----
 
@@ -209,18 +71,33 @@ struct KeptRow {
 // ---- Line parsers ----
 
 Status ParseReviewLine(absl::string_view line, ReviewRow* row) {
-  ReviewSax sax(row);
-  bool ok = false;
-  try {
-    ok = nlohmann::json::sax_parse(line.begin(), line.end(), &sax);
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(Truncated(absl::StrCat("invalid JSON: ", e.what())));
+  static const std::vector<std::string>* keys =
+      new std::vector<std::string>{"reviewerID", "asin", "unixReviewTime"};
+  thread_local std::vector<JsonField> fields;
+  SIFT_RETURN_IF_ERROR(PickJsonFields(line, *keys, &fields));
+  for (size_t f = 0; f < keys->size(); ++f) {
+    const JsonField& v = fields[f];
+    const bool time = f == 2;
+    if (v.kind == JsonField::Kind::kAbsent) {
+      return absl::InvalidArgumentError(absl::StrCat("missing field '", (*keys)[f], "'"));
+    }
+    const char* got = JsonKindName(v.kind);
+    if (time && v.kind == JsonField::Kind::kUnsigned &&
+        v.unsigned_value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      got = "an integer beyond int64";
+    } else if (time ? (v.kind == JsonField::Kind::kInteger || v.kind == JsonField::Kind::kUnsigned)
+                    : v.kind == JsonField::Kind::kString) {
+      continue;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat((*keys)[f], ": expected ", time ? "an integer" : "a string", ", got ", got));
   }
-  if (!ok) {
-    return absl::InvalidArgumentError(sax.syntax_error().empty() ? "invalid JSON"
-                                                                 : sax.syntax_error());
-  }
-  return sax.Result();
+  row->user = std::move(fields[0].text);
+  row->item = std::move(fields[1].text);
+  row->time = fields[2].kind == JsonField::Kind::kInteger
+                  ? fields[2].integer
+                  : static_cast<int64_t>(fields[2].unsigned_value);
+  return Status();
 }
 
 Status ParseMetaLine(absl::string_view line, MetaRow* row) {

@@ -13,8 +13,8 @@
 #include "absl/time/time.h"
 #include "common/data/dataset.h"
 #include "common/data/feature_spec.h"
+#include "common/data/json_fields.h"
 #include "common/file_util.h"
-#include "nlohmann/json.hpp"
 
 namespace sift::data {
 namespace {
@@ -59,121 +59,13 @@ absl::string_view FirstToken(absl::string_view field, absl::string_view separato
   return at == absl::string_view::npos ? field : field.substr(0, at);
 }
 
-// ---- JSON lines: the wanted top-level keys of an object, each as text ----
-
-class PickSax {
- public:
-  using json = nlohmann::json;
-  PickSax(const std::vector<std::string>* keys, std::vector<std::string>* values,
-          std::vector<bool>* seen)
-      : keys_(keys), values_(values), seen_(seen) {}
-
-  const std::string& error() const { return error_; }
-
-  bool null() { return Value(nullptr, "null"); }
-  bool boolean(bool v) {
-    std::string s = v ? "true" : "false";
-    return Value(&s, "a boolean");
-  }
-  bool number_integer(json::number_integer_t v) {
-    std::string s = absl::StrCat(v);
-    return Value(&s, "");
-  }
-  bool number_unsigned(json::number_unsigned_t v) {
-    std::string s = absl::StrCat(v);
-    return Value(&s, "");
-  }
-  bool number_float(json::number_float_t, const json::string_t& raw) {
-    std::string s = raw;
-    return Value(&s, "");
-  }
-  bool string(json::string_t& s) { return Value(&s, ""); }
-  bool binary(json::binary_t&) { return Value(nullptr, "binary data"); }
-  bool start_object(std::size_t) {
-    if (depth_ == 1) Wrong("an object");
-    ++depth_;
-    return true;
-  }
-  bool key(json::string_t& k) {
-    if (depth_ == 1) {
-      field_ = -1;
-      for (size_t f = 0; f < keys_->size(); ++f) {
-        if (k == (*keys_)[f]) field_ = static_cast<int>(f);
-      }
-    }
-    return true;
-  }
-  bool end_object() {
-    --depth_;
-    return true;
-  }
-  bool start_array(std::size_t) {
-    if (depth_ == 0) {
-      error_ = "expected a JSON object, got an array";
-      return false;
-    }
-    if (depth_ == 1) Wrong("an array");
-    ++depth_;
-    return true;
-  }
-  bool end_array() {
-    --depth_;
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
-    std::string what = ex.what();
-    const size_t close = what.find("] ");
-    if (what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
-      what = what.substr(close + 2);
-    }
-    if (what.size() > 200) what = what.substr(0, 200) + "...";
-    error_ = "invalid JSON: " + what;
-    return false;
-  }
-
- private:
-  bool Value(std::string* v, const char* kind) {
-    if (depth_ == 0) {
-      error_ = "expected a JSON object";
-      return false;
-    }
-    if (depth_ == 1 && field_ >= 0) {
-      if (v == nullptr) {
-        Wrong(kind);
-      } else {
-        (*values_)[field_] = std::move(*v);
-        (*seen_)[field_] = true;
-        if (!type_error_.empty() && type_field_ == field_) type_error_.clear();
-      }
-    }
-    return true;
-  }
-  void Wrong(const char* got) {
-    if (field_ < 0) return;
-    (*seen_)[field_] = false;
-    type_error_ = absl::StrCat("'", (*keys_)[field_], "' holds ", got);
-    type_field_ = field_;
-  }
-
- public:
-  std::string type_error_;
-
- private:
-  const std::vector<std::string>* keys_;
-  std::vector<std::string>* values_;
-  std::vector<bool>* seen_;
-  int depth_ = 0, field_ = -1, type_field_ = -1;
-  std::string error_;
-};
-
 // ---- One text table: its format, header, and the wanted columns ----
 
 // Per-thread scratch of TableReader::Parse.
 struct ParseScratch {
   std::vector<absl::string_view> fields;
   std::string quoted;
-  std::vector<std::string> json_values;
-  std::vector<bool> json_seen;
+  std::vector<JsonField> json;
 };
 
 class TableReader {
@@ -276,23 +168,19 @@ class TableReader {
   Status Parse(absl::string_view line, ParseScratch* s, std::vector<absl::string_view>* out) const {
     out->clear();
     if (json_) {
-      s->json_values.assign(keys_.size(), std::string());
-      s->json_seen.assign(keys_.size(), false);
-      PickSax sax(&keys_, &s->json_values, &s->json_seen);
-      bool ok = false;
-      try {
-        ok = nlohmann::json::sax_parse(line.begin(), line.end(), &sax);
-      } catch (const nlohmann::json::exception& e) {
-        return absl::InvalidArgumentError(absl::StrCat("invalid JSON: ", e.what()));
-      }
-      if (!ok)
-        return absl::InvalidArgumentError(sax.error().empty() ? "invalid JSON" : sax.error());
-      if (!sax.type_error_.empty()) return absl::InvalidArgumentError(sax.type_error_);
+      SIFT_RETURN_IF_ERROR(PickJsonFields(line, keys_, &s->json));
       for (size_t k = 0; k < keys_.size(); ++k) {
-        if (!s->json_seen[k]) {
+        const JsonField& f = s->json[k];
+        using Kind = JsonField::Kind;
+        if (f.kind == Kind::kAbsent) {
           return absl::InvalidArgumentError(absl::StrCat("missing key ", Quote(keys_[k])));
         }
-        out->emplace_back(s->json_values[k]);
+        if (f.kind == Kind::kNull || f.kind == Kind::kObject || f.kind == Kind::kArray ||
+            f.kind == Kind::kBinary) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(Quote(keys_[k]), " holds ", JsonKindName(f.kind)));
+        }
+        out->emplace_back(f.text);
       }
       return Status();
     }
