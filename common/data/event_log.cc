@@ -367,21 +367,11 @@ Status ParseTimestamp(absl::string_view text, TimeFormat format, int64_t* micros
 Status SplitDelimited(absl::string_view line, absl::string_view delimiter,
                       std::vector<absl::string_view>* fields, std::string* scratch) {
   fields->clear();
-  if (line.find('"') == absl::string_view::npos) {
-    size_t pos = 0;
-    while (true) {
-      const size_t at = line.find(delimiter, pos);
-      if (at == absl::string_view::npos) {
-        fields->push_back(line.substr(pos));
-        return Status();
-      }
-      fields->push_back(line.substr(pos, at - pos));
-      pos = at + delimiter.size();
-    }
+  // Quoted fields' unquoted text goes to `scratch`, reserved up front so views stay valid.
+  if (line.find('"') != absl::string_view::npos) {
+    scratch->clear();
+    scratch->reserve(line.size());
   }
-  // Quoted fields: unquoted text goes to `scratch` (reserved up front so views stay valid).
-  scratch->clear();
-  scratch->reserve(line.size());
   size_t pos = 0;
   while (true) {
     if (pos < line.size() && line[pos] == '"') {
