@@ -579,11 +579,8 @@ StatusOr<EventLogReport> ImportEventLog(const EventLogOptions& options) {
   // 2. Users: at least min_user_events kept rows (and, with samples, a sample).
   std::vector<int64_t> user_rows(users.size(), 0);
   for (uint32_t u : ev.user) ++user_rows[u];
-  {
-    std::vector<bool> seen(users.size(), false);
-    for (uint32_t u : ev.user) seen[u] = true;
-    report.users_read = std::count(seen.begin(), seen.end(), true);
-  }
+  report.users_read =
+      std::count_if(user_rows.begin(), user_rows.end(), [](int64_t n) { return n > 0; });
   std::vector<bool> user_kept(users.size(), false);
   if (with_samples) {
     for (uint32_t u : smp.user) user_kept[u] = user_rows[u] >= min_user_events;
